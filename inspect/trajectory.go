@@ -1,0 +1,54 @@
+package inspect
+
+// Trajectory is the agent's work as a chat request's history shows it: the
+// ordered assistant turns with the tool results paired to their calls.
+//
+// Strings in a Trajectory are copies, not views into the request body, so a
+// Trajectory may outlive the body it was built from.
+type Trajectory struct {
+	Model string
+	// Steps are the assistant turns in order.
+	Steps []Step
+	// Start is the index of the first step after the last genuine human
+	// message; detection windows begin there. Automated user-role messages
+	// ("please continue", condensation notices) do not move it.
+	Start int
+	// Messages is the number of messages in the request.
+	Messages int
+}
+
+// Step is one assistant turn.
+type Step struct {
+	Message   int    // index of the assistant message in request.messages
+	Text      string // assistant content (string, or the text parts joined)
+	Reasoning string // reasoning_content / reasoning, if the client sent it back
+	Calls     []Call
+}
+
+// Call is one tool call of a step and the result the agent sent back for it.
+type Call struct {
+	ID   string // tool_call_id; "" for legacy function_call
+	Name string
+	// Args is the canonical form of the arguments: JSON re-encoded with sorted
+	// keys and no insignificant whitespace, or the trimmed text when the
+	// arguments do not parse.
+	Args string
+	// Primary is the primary argument (path, file_path, command, ...), with
+	// shell read commands normalised (`cat f`, `head f` -> `read f`); "" if none.
+	Primary string
+	// Fingerprint hashes Name + Args (metadata arguments excluded).
+	Fingerprint uint64
+	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
+	PrimaryFingerprint uint64
+
+	HasResult bool   // a tool message answered this call
+	Result    string // the result text as sent (content string or text parts joined)
+	// ResultMessage is the index of the tool message in request.messages, -1 if none.
+	ResultMessage int
+	// ResultFingerprint hashes the normalised result.
+	ResultFingerprint uint64
+	IsError           bool
+	// ErrorSignature hashes the normalised error (type + message); 0 if not an error.
+	ErrorSignature uint64
+	ErrorText      string // the normalised error line, shortened
+}
