@@ -1,0 +1,274 @@
+package inject
+
+import (
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Collapsed reports what a collapse did.
+type Collapsed struct {
+	// Turns is the number of repeating assistant turns removed.
+	Turns int
+	// Messages is the number of messages removed (the turns and their results).
+	Messages int
+	// Saved is the number of body bytes saved.
+	Saved int
+}
+
+// histMsg is one message of the history as collapse needs it.
+type histMsg struct {
+	raw    string
+	role   string
+	callID string   // tool_call_id of a tool message
+	ids    []string // tool_call ids of an assistant message
+	legacy bool     // an assistant message with a legacy function_call
+}
+
+// callKey identifies a repeated call independent of its id: the same tool
+// with the same canonical arguments.
+type callKey struct{ name, args string }
+
+// Collapse replaces the looping span of the history by its first instance
+// plus a note (the reset action). calls are the loop's calls from the
+// verdict's evidence, with message indices into request.messages.
+//
+// An assistant turn is removed, together with every tool result answering it,
+// only when every call it makes is one of calls and each of those calls (tool
+// and canonical arguments) already occurred in an earlier kept turn; so every
+// tool_call_id left in the history stays paired, and a cycle (A, B, A, B)
+// keeps its first A and its first B. A turn is also kept when removing it
+// would put two user messages next to each other. The kept result of each
+// repeated call gets a note saying how often it was repeated.
+//
+// Kept messages are copied byte for byte from body; the new array is set
+// with sjson. References that do not match the body (a message that is not an
+// assistant turn, an id it does not carry) are ignored. When nothing can be
+// removed, the original body is returned with a zero Collapsed.
+func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Collapsed, error) {
+	arr := gjson.Get(view(body), "messages")
+	if !arr.IsArray() {
+		return body, Collapsed{}, ErrNoMessages
+	}
+	if len(calls) == 0 {
+		return body, Collapsed{}, nil
+	}
+	var msgs []histMsg
+	arr.ForEach(func(_, v gjson.Result) bool {
+		m := histMsg{raw: v.Raw, role: v.Get("role").String()}
+		switch m.role {
+		case "assistant":
+			v.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+				m.ids = append(m.ids, tc.Get("id").String())
+				return true
+			})
+			m.legacy = len(m.ids) == 0 && v.Get("function_call").IsObject()
+		case "tool":
+			m.callID = v.Get("tool_call_id").String()
+		}
+		msgs = append(msgs, m)
+		return true
+	})
+
+	// The loop's calls, by message and tool_call_id ("" for a legacy
+	// function_call). Ids are keyed with their message because some servers
+	// reuse ids such as "call_0" in every turn.
+	type ref struct {
+		msg int
+		id  string
+	}
+	loop := make(map[ref]callKey, len(calls))
+	for _, c := range calls {
+		if c.Message < 0 || c.Message >= len(msgs) || msgs[c.Message].role != "assistant" {
+			continue
+		}
+		m := msgs[c.Message]
+		if (c.ToolCallID == "" && m.legacy) || (c.ToolCallID != "" && contains(m.ids, c.ToolCallID)) {
+			loop[ref{c.Message, c.ToolCallID}] = callKey{c.Name, c.Args}
+		}
+	}
+
+	// results finds the messages answering the turn at i: the tool messages
+	// with its ids up to the next assistant turn, or for a legacy call the
+	// function message right after it. It reports false when a call has no
+	// result there, and then the turn is never removed: removing it could
+	// leave a result somewhere else unpaired.
+	results := func(i int) ([]int, bool) {
+		m := msgs[i]
+		if m.legacy {
+			if i+1 < len(msgs) && msgs[i+1].role == "function" {
+				return []int{i + 1}, true
+			}
+			return nil, false
+		}
+		res := make([]int, len(m.ids))
+		for j := range res {
+			res[j] = -1
+		}
+		for j := i + 1; j < len(msgs) && msgs[j].role != "assistant"; j++ {
+			if msgs[j].role != "tool" {
+				continue
+			}
+			for x, id := range m.ids {
+				if res[x] < 0 && id == msgs[j].callID {
+					res[x] = j
+					break
+				}
+			}
+		}
+		for _, r := range res {
+			if r < 0 {
+				return res, false
+			}
+		}
+		return res, true
+	}
+
+	drop := make([]bool, len(msgs))
+	seen := make(map[callKey]int)    // call -> message of its kept result
+	count := make(map[callKey]int)   // call -> occurrences in loop turns
+	removed := make(map[callKey]int) // call -> occurrences removed
+	turns := 0
+	for i, m := range msgs {
+		if m.role != "assistant" || (len(m.ids) == 0 && !m.legacy) {
+			continue
+		}
+		// keys of this turn's calls; the turn counts only when every call
+		// is a loop call.
+		var keys []callKey
+		ok := true
+		if m.legacy {
+			k, in := loop[ref{i, ""}]
+			ok = in
+			keys = append(keys, k)
+		} else {
+			for _, id := range m.ids {
+				k, in := loop[ref{i, id}]
+				if !in {
+					ok = false
+				}
+				keys = append(keys, k)
+			}
+		}
+		if !ok {
+			continue
+		}
+		res, paired := results(i)
+		for _, k := range keys {
+			count[k]++
+		}
+		repeat := true
+		for _, k := range keys {
+			if _, kept := seen[k]; !kept {
+				repeat = false
+			}
+		}
+		if repeat && paired && !joinsUsers(msgs, drop, i, res) {
+			drop[i] = true
+			for _, r := range res {
+				if r >= 0 {
+					drop[r] = true
+				}
+			}
+			for _, k := range keys {
+				removed[k]++
+			}
+			turns++
+			continue
+		}
+		for j, k := range keys {
+			if _, kept := seen[k]; !kept {
+				seen[k] = -1
+				if j < len(res) {
+					seen[k] = res[j]
+				}
+			}
+		}
+	}
+	if turns == 0 {
+		return body, Collapsed{}, nil
+	}
+
+	// Notes on the kept results of the calls that lost repeats.
+	notes := make(map[int]string)
+	for k, n := range removed {
+		r := seen[k]
+		if r < 0 {
+			continue
+		}
+		note, err := in.collapseNote(count[k], n)
+		if err != nil {
+			return body, Collapsed{}, err
+		}
+		if prev, ok := notes[r]; ok {
+			note = prev + "\n" + note
+		}
+		notes[r] = note
+	}
+
+	out := make([]byte, 0, len(arr.Raw))
+	out = append(out, '[')
+	first := true
+	n := 0
+	for i, m := range msgs {
+		if drop[i] {
+			n++
+			continue
+		}
+		if !first {
+			out = append(out, ',')
+		}
+		first = false
+		if note, ok := notes[i]; ok {
+			if sp, ok := appendContent(message{raw: m.raw}, note); ok {
+				// A message at offset 0 of its own raw: splice directly.
+				out = append(out, m.raw[:sp.start]...)
+				out = append(out, sp.ins...)
+				out = append(out, m.raw[sp.end:]...)
+				continue
+			}
+		}
+		out = append(out, m.raw...)
+	}
+	out = append(out, ']')
+	nb, err := sjson.SetRawBytes(body, "messages", out)
+	if err != nil {
+		return body, Collapsed{}, err
+	}
+	return nb, Collapsed{Turns: turns, Messages: n, Saved: len(body) - len(nb)}, nil
+}
+
+// joinsUsers reports whether dropping the turn at i and its results would
+// leave two user messages next to each other (strict templates demand
+// alternation).
+func joinsUsers(msgs []histMsg, drop []bool, i int, res []int) bool {
+	gone := func(j int) bool {
+		if j == i || drop[j] {
+			return true
+		}
+		for _, r := range res {
+			if r == j {
+				return true
+			}
+		}
+		return false
+	}
+	prev := i - 1
+	for prev >= 0 && gone(prev) {
+		prev--
+	}
+	next := i + 1
+	for next < len(msgs) && gone(next) {
+		next++
+	}
+	return prev >= 0 && next < len(msgs) && msgs[prev].role == "user" && msgs[next].role == "user"
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

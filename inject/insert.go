@@ -1,0 +1,295 @@
+package inject
+
+import (
+	"errors"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// Errors returned for bodies inject cannot patch. The proxy fails open on
+// them: the original request goes upstream unchanged.
+var (
+	ErrNoMessages = errors.New("inject: request has no messages array")
+	ErrMalformed  = errors.New("inject: malformed chat request")
+)
+
+// view returns body as a string without copying. gjson.GetBytes would copy
+// every Raw it returns, 400 KB for a long history's messages; the results of
+// a view alias body instead, so they must not outlive it and body must not be
+// changed while they are in use. Neither happens: every function here builds
+// a new slice and keeps no Result.
+func view(body []byte) string {
+	return unsafe.String(unsafe.SliceData(body), len(body))
+}
+
+// Roles that matter for placement.
+func isToolRole(r string) bool   { return r == "tool" || r == "function" }
+func isSystemRole(r string) bool { return r == "system" || r == "developer" }
+
+// message is one element of request.messages, located in the body.
+type message struct {
+	at   int    // offset of the message object in the body
+	raw  string // the object's bytes (a view of the body)
+	role string
+}
+
+// shape is what placement needs to know about a history.
+type shape struct {
+	arr       gjson.Result // the messages array (a view of the body)
+	n         int          // number of messages
+	last      message      // the last message; role "" when there is none
+	lastTool  message      // the last tool or function message
+	firstSyst message      // the first system or developer message
+}
+
+func scan(body []byte) (shape, error) {
+	var s shape
+	s.arr = gjson.Get(view(body), "messages")
+	if !s.arr.IsArray() {
+		return s, ErrNoMessages
+	}
+	if s.arr.Index <= 0 {
+		return s, ErrMalformed
+	}
+	bad := false
+	s.arr.ForEach(func(_, v gjson.Result) bool {
+		if !v.IsObject() || v.Index <= 0 {
+			bad = true
+			return false
+		}
+		m := message{at: v.Index, raw: v.Raw, role: v.Get("role").String()}
+		s.n++
+		s.last = m
+		if isToolRole(m.role) {
+			s.lastTool = m
+		}
+		if isSystemRole(m.role) && s.firstSyst.raw == "" {
+			s.firstSyst = m
+		}
+		return true
+	})
+	if bad {
+		return s, ErrMalformed
+	}
+	return s, nil
+}
+
+// splice is one edit of the body: replace body[start:end] with ins.
+type splice struct {
+	start, end int
+	ins        []byte
+}
+
+// apply builds the new body in one allocation; every byte outside
+// [start,end) is copied unchanged.
+func (sp splice) apply(body []byte) []byte {
+	out := make([]byte, 0, len(body)-(sp.end-sp.start)+len(sp.ins))
+	out = append(out, body[:sp.start]...)
+	out = append(out, sp.ins...)
+	return append(out, body[sp.end:]...)
+}
+
+// Insert adds text to the request body at placement p (Auto when empty) and
+// returns the new body and the placement actually used, which differs from p
+// when the history has no place of that kind (Tool without a tool message
+// becomes User).
+//
+// Only the insertion point changes: appended to a string content, the
+// original string's bytes stay as they were (its escapes are not
+// re-encoded), so removing the inserted bytes gives back body exactly. body
+// is not modified; the returned slice is new.
+func Insert(body []byte, p Placement, text string) ([]byte, Placement, error) {
+	s, err := scan(body)
+	if err != nil {
+		return nil, "", err
+	}
+	sp, used, err := s.place(p, text)
+	if err != nil {
+		return nil, "", err
+	}
+	return sp.apply(body), used, nil
+}
+
+// place decides where text goes.
+func (s shape) place(p Placement, text string) (splice, Placement, error) {
+	switch p {
+	case Tool:
+		if s.lastTool.raw != "" {
+			if sp, ok := appendContent(s.lastTool, text); ok {
+				return sp, Tool, nil
+			}
+		}
+		return s.placeUser(text)
+	case User:
+		return s.placeUser(text)
+	case System:
+		if s.firstSyst.raw != "" {
+			if sp, ok := appendContent(s.firstSyst, text); ok {
+				return sp, System, nil
+			}
+			// A system message whose content we cannot extend: a second
+			// system message would break strict templates, so use a user one.
+			return s.placeUser(text)
+		}
+		return s.addMessage(0, "system", text), System, nil
+	case Auto, "":
+		if isToolRole(s.last.role) {
+			if sp, ok := appendContent(s.last, text); ok {
+				return sp, Tool, nil
+			}
+		}
+		return s.placeUser(text)
+	}
+	return splice{}, "", errors.New("inject: unknown placement " + string(p))
+}
+
+// placeUser appends to a trailing user message, or adds one: never two user
+// messages in a row.
+func (s shape) placeUser(text string) (splice, Placement, error) {
+	if s.last.role == "user" {
+		if sp, ok := appendContent(s.last, text); ok {
+			return sp, User, nil
+		}
+	}
+	return s.addMessage(s.n, "user", text), User, nil
+}
+
+// addMessage inserts {"role":role,"content":text} at index i of the messages
+// array (0 or the end).
+func (s shape) addMessage(i int, role, text string) splice {
+	msg := make([]byte, 0, len(text)+48)
+	msg = append(msg, `{"role":"`...)
+	msg = append(msg, role...)
+	msg = append(msg, `","content":`...)
+	msg = appendString(msg, text)
+	msg = append(msg, '}')
+	raw := s.arr.Raw
+	if i == 0 {
+		// After the '[': the new message, then a comma if others follow.
+		at := s.arr.Index + 1
+		if s.n > 0 {
+			msg = append(msg, ',')
+		}
+		return splice{start: at, end: at, ins: msg}
+	}
+	at := s.arr.Index + len(raw) - 1 // the closing ']'
+	if s.n > 0 {
+		msg = append([]byte{','}, msg...)
+	}
+	return splice{start: at, end: at, ins: msg}
+}
+
+// appendContent appends text to a message's content: to a string after a
+// blank line, to an array of parts as a new text part, to a null or absent
+// content by setting it. It reports false for content of any other type.
+func appendContent(m message, text string) (splice, bool) {
+	c := gjson.Get(m.raw, "content")
+	switch {
+	case !c.Exists():
+		// {"role":"tool",...} -> {"content":"text","role":"tool",...}
+		ins := append([]byte(`"content":`), appendString(nil, text)...)
+		if hasMembers(m.raw) {
+			ins = append(ins, ',')
+		}
+		at := m.at + 1
+		return splice{start: at, end: at, ins: ins}, true
+	case c.Index <= 0:
+		return splice{}, false
+	case c.Type == gjson.Null:
+		start := m.at + c.Index
+		return splice{start: start, end: start + len(c.Raw), ins: appendString(nil, text)}, true
+	case c.Type == gjson.String:
+		// Splice before the closing quote so the original string keeps its
+		// own bytes (its escapes, its \u sequences) untouched.
+		at := m.at + c.Index + len(c.Raw) - 1
+		ins := make([]byte, 0, len(text)+8)
+		if len(c.Raw) > 2 {
+			ins = appendStringBody(ins, "\n\n")
+		}
+		return splice{start: at, end: at, ins: appendStringBody(ins, text)}, true
+	case c.IsArray():
+		at := m.at + c.Index + len(c.Raw) - 1 // the closing ']'
+		ins := make([]byte, 0, len(text)+32)
+		if hasMembers(c.Raw) {
+			ins = append(ins, ',')
+		}
+		ins = append(ins, `{"type":"text","text":`...)
+		ins = appendString(ins, text)
+		return splice{start: at, end: at, ins: append(ins, '}')}, true
+	}
+	return splice{}, false
+}
+
+// hasMembers reports whether a JSON object or array has anything between its
+// brackets.
+func hasMembers(raw string) bool {
+	for i := 1; i < len(raw)-1; i++ {
+		switch raw[i] {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendStringBody(dst, s)
+	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendStringBody appends s JSON-escaped, without quotes. Invalid UTF-8
+// becomes U+FFFD, as encoding/json does; U+2028 and U+2029 are escaped
+// because JavaScript clients choke on them raw. HTML characters stay as they
+// are: the reader is a model, not a browser.
+func appendStringBody(dst []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= ' ' && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, s[start:]...)
+}
