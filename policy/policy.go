@@ -1,0 +1,298 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/rs/zerolog"
+)
+
+// Urgency is the urgency attribute of an injected block.
+type Urgency string
+
+// Urgencies: critical when the next step of the ladder ends the session.
+const (
+	Warning  Urgency = "warning"
+	Critical Urgency = "critical"
+)
+
+// Decision is what policy decided for one request, and everything inject
+// needs to carry it out. The zero Decision passes the request through.
+type Decision struct {
+	// Mode is the mode the request ran under, after overrides.
+	Mode Mode
+	// Action is the action to take: None, Warn, Constrain, Reset or
+	// Terminate, or Shadow in shadow mode.
+	Action Action
+	// Would is the action enforce mode takes; in shadow mode the action
+	// that was not taken. Equal to Action outside shadow mode.
+	Would Action
+	// Level is the index of Would in the ladder; -1 when no rung applies.
+	Level   int
+	Urgency Urgency
+	// Verdict is the verdict the decision was made on.
+	Verdict inspect.Verdict
+	// Pattern is the verdict's pattern key ("" without a loop).
+	Pattern string
+	// Brief names the pattern for people: Verdict.Brief(), or a brief built
+	// from the evidence when that is empty.
+	Brief string
+	// Collapse asks inject to collapse the looping span of the history: the
+	// action is reset, or constrain with reset_on_constrain.
+	Collapse bool
+	// Resets is the session's number of collapses so far, this one
+	// included: the reset="N" attribute.
+	Resets int
+	// Reapplied is true when the action repeats an earlier one without
+	// escalating: a retry of the same request, a loop reported again with
+	// no new occurrence, or active constraints re-injected.
+	Reapplied bool
+	// Failed are the briefs of this session's earlier interventions, oldest
+	// first, without duplicates: the approaches that already failed.
+	Failed []string
+	// Constraints are the patterns whose constraints are active after this
+	// decision, to be injected into this request; the current pattern is
+	// among them when Action is Constrain or Reset.
+	Constraints []Constraint
+	// Recovered are the pattern keys whose loops stopped with this request,
+	// for recovery accounting.
+	Recovered []string
+	// Cut is a stream cut of an earlier response not reported yet: inject
+	// tells the model its last answer degenerated. A cut alone makes the
+	// action Warn.
+	Cut *Cut
+	// CrossSession is true when at least Config.GlobalSessions sessions
+	// looped on this pattern within Config.GlobalWindow; GlobalSessions
+	// holds the count seen (redis store only).
+	CrossSession   bool
+	GlobalSessions int
+	// StoreFailed is true when the store could not be read or written and
+	// the decision was made from the request history alone (fail open).
+	StoreFailed bool
+}
+
+// Constraint is an active pattern to re-inject.
+type Constraint struct {
+	Pattern  string
+	Category inspect.Category
+	Level    int
+	Brief    string
+	Summary  string
+	Tool     string
+	Args     string
+}
+
+// Policy walks each session's escalation ladder. It is safe for concurrent
+// use.
+type Policy struct {
+	cfg   Config
+	store Store
+	log   zerolog.Logger
+	now   func() time.Time // tests replace it
+}
+
+// New returns a Policy over store. cfg's zero fields take their defaults;
+// call cfg.Validate first to report configuration errors. A nil store means
+// a MemoryStore sized by cfg.
+func New(cfg Config, store Store, logger zerolog.Logger) *Policy {
+	cfg = cfg.withDefaults()
+	if store == nil {
+		store = NewMemoryStore(cfg.MaxSessions, cfg.TTL)
+	}
+	return &Policy{cfg: cfg, store: store, log: logger, now: time.Now}
+}
+
+// NewStore builds the store cfg names. The caller closes it (Policy.Close
+// does) when it implements io.Closer.
+func NewStore(cfg Config) (Store, error) {
+	cfg = cfg.withDefaults()
+	switch cfg.Store {
+	case StoreMemory:
+		return NewMemoryStore(cfg.MaxSessions, cfg.TTL), nil
+	case StoreRedis:
+		return NewRedisStore(cfg.RedisURL, cfg.TTL, cfg.StoreTimeout)
+	}
+	return nil, fmt.Errorf("policy: store: %q is not memory or redis", cfg.Store)
+}
+
+// Config returns the configuration in use, defaults filled in.
+func (p *Policy) Config() Config { return p.cfg }
+
+// Store returns the store in use.
+func (p *Policy) Store() Store { return p.store }
+
+// Close closes the store when it can be closed.
+func (p *Policy) Close() error {
+	if c, ok := p.store.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// RequestMode returns the mode of one request: the configured mode, lowered
+// to the X-Loopguard-Mode header's value (shadow or off) when the config
+// allows client overrides. An empty, unknown or raising header is ignored.
+func (p *Policy) RequestMode(header string) Mode {
+	m := p.cfg.Mode
+	if !p.cfg.AllowClientOverride || header == "" {
+		return m
+	}
+	if o, ok := ParseMode(header); ok && o.rank() < m.rank() {
+		return o
+	}
+	return m
+}
+
+// Decide turns v, the verdict on the request history t, into a Decision for
+// session key under mode, and records it in the store (enforce mode only).
+//
+// Decide never fails a request. When the store fails or times out, the
+// decision is made as for a fresh session (the history alone: a loop gets
+// the first rung), logged without content, and marked StoreFailed; the
+// store's error is also returned, for tests and metrics: the Decision is
+// valid whatever the error.
+//
+// In shadow mode Decide reads the state, computes what enforce would do
+// (Decision.Would) and writes nothing; Action is Shadow. In off mode it
+// returns a None decision at once. A session's admin mode override lowers
+// mode further.
+func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *inspect.Trajectory, mode Mode) (Decision, error) {
+	if mode == "" {
+		mode = p.cfg.Mode
+	}
+	if mode == ModeOff {
+		return Decision{Mode: ModeOff, Action: None, Would: None, Level: -1}, nil
+	}
+	now := p.now()
+	var (
+		d        Decision
+		storeErr error
+	)
+	if mode == ModeShadow {
+		st, err := p.store.Load(ctx, key)
+		if err != nil {
+			storeErr, st = err, State{}
+		}
+		d = p.decide(&st, v, t, now)
+		if st.Mode != "" && st.Mode.rank() < mode.rank() {
+			mode = st.Mode
+		}
+	} else {
+		_, err := p.store.Update(ctx, key, func(st *State) error {
+			if st.Mode != "" && st.Mode.rank() < mode.rank() {
+				// An admin override: decide without writing, as shadow does.
+				c := st.Clone()
+				d = p.decide(&c, v, t, now)
+				d.Mode = st.Mode
+				return errOverridden
+			}
+			d = p.decide(st, v, t, now)
+			d.Mode = mode
+			return nil
+		})
+		switch {
+		case err == errOverridden:
+			mode = d.Mode
+		case err != nil:
+			storeErr = err
+			var fresh State
+			d = p.decide(&fresh, v, t, now)
+		}
+	}
+	d.Mode = mode
+	d.StoreFailed = storeErr != nil
+	if storeErr != nil {
+		p.log.Warn().Err(storeErr).Str("session", key).Msg("session store failed; deciding from history alone")
+	}
+	if v.Loop && mode != ModeOff {
+		p.recordGlobal(ctx, key, &d, now)
+	}
+	switch mode {
+	case ModeShadow:
+		d.Action = Shadow
+	case ModeOff:
+		d = Decision{Mode: ModeOff, Action: None, Would: None, Level: -1}
+	}
+	if d.Would != None {
+		p.log.Info().Str("session", key).Str("mode", string(mode)).Str("action", string(d.Would)).
+			Int("level", d.Level).Str("category", string(v.Category)).Str("pattern", d.Pattern).
+			Bool("reapplied", d.Reapplied).Msg("loop decision")
+	}
+	return d, storeErr
+}
+
+// errOverridden aborts an Update whose session is overridden to a lower
+// mode, so that nothing is written.
+var errOverridden = fmt.Errorf("policy: session mode overridden")
+
+// recordGlobal notes the pattern in the cross-session set when the store is
+// shared, and logs an incident once per window.
+func (p *Policy) recordGlobal(ctx context.Context, key string, d *Decision, now time.Time) {
+	g, ok := p.store.(GlobalRecorder)
+	if !ok || d.Pattern == "" || p.cfg.GlobalSessions <= 0 {
+		return
+	}
+	n, incident, err := g.RecordPattern(ctx, d.Pattern, key, now, p.cfg.GlobalWindow, p.cfg.GlobalSessions)
+	if err != nil {
+		p.log.Warn().Err(err).Str("pattern", d.Pattern).Msg("cross-session record failed")
+		return
+	}
+	d.GlobalSessions = n
+	d.CrossSession = n >= p.cfg.GlobalSessions
+	if incident {
+		p.log.Warn().Str("pattern", d.Pattern).Str("category", string(d.Verdict.Category)).
+			Int("sessions", n).Dur("window", p.cfg.GlobalWindow).Msg("global loop incident: one pattern looping in many sessions")
+	}
+}
+
+// RecordCut notes that the proxy cut a degenerate stream of session key; the
+// session's next request reports it to the model. Errors are the store's;
+// the caller logs them and carries on.
+func (p *Policy) RecordCut(ctx context.Context, key string, c Cut) error {
+	if c.At.IsZero() {
+		c.At = p.now()
+	}
+	_, err := p.store.Update(ctx, key, func(st *State) error {
+		st.addCut(c)
+		st.Updated = c.At
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record cut %s: %w", key, err)
+	}
+	return nil
+}
+
+// SetMode sets (or, with "", clears) the admin mode override of session key.
+func (p *Policy) SetMode(ctx context.Context, key string, m Mode) error {
+	if m != "" {
+		if _, ok := ParseMode(string(m)); !ok {
+			return fmt.Errorf("policy: mode %q is not enforce, shadow or off", m)
+		}
+	}
+	_, err := p.store.Update(ctx, key, func(st *State) error {
+		st.Mode = m
+		st.Updated = p.now()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("set mode %s: %w", key, err)
+	}
+	return nil
+}
+
+// ResetSession forgets session key's ladder, interventions and cuts, keeping
+// its mode override.
+func (p *Policy) ResetSession(ctx context.Context, key string) error {
+	_, err := p.store.Update(ctx, key, func(st *State) error {
+		*st = State{Mode: st.Mode, Updated: p.now()}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reset session %s: %w", key, err)
+	}
+	return nil
+}

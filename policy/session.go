@@ -1,0 +1,181 @@
+package policy
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// MaxKeyLen bounds a session key in bytes. Longer client-supplied ids are
+// replaced by their hash so that keys stay cheap as map keys, redis keys and
+// header values.
+const MaxKeyLen = 128
+
+// Prefixes of keys that loopguard made up rather than read from the client.
+const (
+	// derivedPrefix marks a key hashed from the conversation's opening.
+	derivedPrefix = "h:"
+	// hashedPrefix marks a client id that was too long or held bytes that
+	// cannot go into a header value.
+	hashedPrefix = "x:"
+)
+
+// SessionKey returns the session key of a chat request: the session header's
+// value (the proxy passes the value of Config.SessionHeader, nil when absent),
+// else the body's `user`, else `metadata.session_id`, else "h:" and 16 hex
+// digits hashing the model, the first system message, the first user message
+// and the first assistant turn (its tool-call ids, or its text).
+//
+// Client ids are used as they are when they are at most MaxKeyLen printable
+// ASCII bytes; otherwise they become "x:" and the hash of the id, because the
+// key is echoed in the X-Loopguard-Session header and a CR or LF there would
+// let a request body inject response headers.
+//
+// Tool-call ids are unique per run, so two runs of the same task are two
+// sessions. The first request of a run, with no assistant turn yet, hashes
+// to a key of its own; it has no history to judge either.
+//
+// body is untrusted: SessionKey never panics and does not keep body.
+func SessionKey(header, body []byte) string {
+	if k := clientKey(header); k != "" {
+		return k
+	}
+	if k := clientKey(stringBytes(gjson.GetBytes(body, "user"))); k != "" {
+		return k
+	}
+	if k := clientKey(stringBytes(gjson.GetBytes(body, "metadata.session_id"))); k != "" {
+		return k
+	}
+	return derivedKey(body)
+}
+
+// stringBytes returns the raw text of a JSON string or number, nil for
+// anything else: an object as `user` is no session id.
+func stringBytes(r gjson.Result) []byte {
+	switch r.Type {
+	case gjson.String, gjson.Number:
+		return []byte(r.String())
+	}
+	return nil
+}
+
+// clientKey trims and checks a client-supplied id.
+func clientKey(b []byte) string {
+	b = trimSpace(b)
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > MaxKeyLen || !printable(b) {
+		h := fnv.New64a()
+		h.Write(b)
+		return hashedPrefix + hex16(h.Sum64())
+	}
+	return string(b)
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// printable reports whether b is visible ASCII or space: safe as a header
+// value and as a log field.
+func printable(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// derivedKey hashes the opening of the conversation. Each field is written
+// with its length so that moving bytes between fields changes the hash.
+func derivedKey(body []byte) string {
+	h := fnv.New64a()
+	var n [8]byte
+	field := func(s string) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field(gjson.GetBytes(body, "model").String())
+
+	var system, user, assistant string
+	var haveSystem, haveUser, haveAssistant bool
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").String() {
+		case "system", "developer":
+			if !haveSystem {
+				system, haveSystem = contentText(m.Get("content")), true
+			}
+		case "user":
+			if !haveUser {
+				user, haveUser = contentText(m.Get("content")), true
+			}
+		case "assistant":
+			if !haveAssistant {
+				assistant, haveAssistant = assistantTurn(m), true
+			}
+		}
+		return !(haveSystem && haveUser && haveAssistant)
+	})
+	field(system)
+	field(user)
+	field(assistant)
+	return derivedPrefix + hex16(h.Sum64())
+}
+
+// assistantTurn identifies the first assistant turn by its tool-call ids,
+// which are unique per run, or by its text when it made no calls.
+func assistantTurn(m gjson.Result) string {
+	var b strings.Builder
+	m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+		b.WriteString(c.Get("id").String())
+		b.WriteByte(0)
+		return true
+	})
+	if b.Len() > 0 {
+		return b.String()
+	}
+	if fc := m.Get("function_call"); fc.Exists() {
+		// Legacy function calls carry no id; name and arguments stand in.
+		return fc.Get("name").String() + "\x00" + fc.Get("arguments").String()
+	}
+	return contentText(m.Get("content"))
+}
+
+// contentText returns a message content that is a string, or the text of
+// its parts joined by newlines when it is an array of parts.
+func contentText(c gjson.Result) string {
+	if c.Type == gjson.String {
+		return c.String()
+	}
+	if !c.IsArray() {
+		return ""
+	}
+	var b strings.Builder
+	c.ForEach(func(_, p gjson.Result) bool {
+		if t := p.Get("text"); t.Type == gjson.String {
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(t.String())
+		}
+		return true
+	})
+	return b.String()
+}
+
+func hex16(v uint64) string {
+	s := strconv.FormatUint(v, 16)
+	return strings.Repeat("0", 16-len(s)) + s
+}
