@@ -150,13 +150,19 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 				keys = append(keys, k)
 			}
 		}
+		// Every occurrence of a loop call counts towards the note, also in a
+		// turn that stays because it made other calls too.
+		for j, k := range keys {
+			if m.legacy {
+				count[k] += b2i(ok)
+			} else if _, in := loop[ref{i, m.ids[j]}]; in {
+				count[k]++
+			}
+		}
 		if !ok {
 			continue
 		}
 		res, paired := results(i)
-		for _, k := range keys {
-			count[k]++
-		}
 		repeat := true
 		for _, k := range keys {
 			if _, kept := seen[k]; !kept {
@@ -271,4 +277,11 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
