@@ -1,0 +1,453 @@
+package sse
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"slices"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// ErrUpstream reports an error event inside a stream: a payload with a
+// top-level "error" member (OpenAI, vLLM, llama.cpp, Anthropic) or with
+// "type":"error" (OpenAI Responses). The payload is kept; see ErrorRaw.
+var ErrUpstream = errors.New("sse: upstream error event")
+
+// ErrInvalidChunk reports a data payload that is not a JSON object.
+var ErrInvalidChunk = errors.New("sse: chunk is not a JSON object")
+
+// Limits on what an upstream can make the accumulator track; entries beyond
+// them are ignored. Real streams stay far below (n is rarely above 8, a turn
+// rarely makes more than a few dozen parallel calls).
+const (
+	maxChoices   = 128
+	maxToolCalls = 1024
+)
+
+// Delta is what one chunk added to one choice.
+//
+// Its slices alias the accumulator's buffers; they are valid until the next
+// call to Add or Reset.
+type Delta struct {
+	// Choice is the choice's index.
+	Choice int
+	// Content is the decoded text the chunk added to delta.content.
+	Content []byte
+	// Reasoning is the decoded text the chunk added to
+	// delta.reasoning_content or delta.reasoning.
+	Reasoning []byte
+	// ToolCall is true when the chunk carried tool-call deltas for this
+	// choice.
+	ToolCall bool
+	// ToolCallStarted is the position in the choice's tool calls (see
+	// Choice.ToolCalls; it equals the wire index on well-formed streams) of
+	// the first call that began in this chunk, -1 if none began. Every call
+	// before that position is complete: servers stream calls one after the
+	// other.
+	ToolCallStarted int
+	// ToolCallsStarted is how many calls began in this chunk (Ollama sends
+	// whole calls, several may start at once).
+	ToolCallsStarted int
+	// FinishReason is the chunk's finish_reason, nil if it had none. Once it
+	// is set, every call of the choice is complete (vLLM may still put the
+	// last argument text in the same chunk; it has been added already).
+	FinishReason []byte
+}
+
+// Choice is one accumulated choice of a streamed chat completion.
+type Choice struct {
+	Index        int
+	Role         string
+	Content      string
+	Reasoning    string
+	FinishReason string
+	ToolCalls    []ToolCall
+}
+
+// ToolCall is one accumulated tool call. Arguments is the concatenated
+// argument text; it is JSON only once the call is complete.
+type ToolCall struct {
+	Index                     int
+	ID, Type, Name, Arguments string
+}
+
+// Usage is the token accounting of a stream (sent with
+// stream_options.include_usage).
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens int
+}
+
+type callState struct {
+	index               int
+	id, typ, name, args []byte
+}
+
+type choiceState struct {
+	index                            int
+	role, content, reasoning, finish []byte
+	calls                            []callState
+}
+
+// ChatAccumulator rebuilds the final message(s) of a streamed chat
+// completion from its chat.completion.chunk payloads, in every dialect the
+// proxy fronts: OpenAI, vLLM, llama.cpp and Ollama.
+//
+// The zero value is ready to use. After the first chunks have sized its
+// buffers, adding a chunk does not allocate, so one accumulator can serve a
+// whole stream and then be Reset and pooled. It is not safe for concurrent
+// use.
+type ChatAccumulator struct {
+	id, model, fingerprint []byte
+	created                int64
+	usage                  Usage
+	hasUsage               bool
+	done                   bool
+	errRaw                 []byte
+	choices                []choiceState
+	// tmpID and tmpName hold a tool-call entry's decoded id and name while
+	// the entry is matched to a call.
+	tmpID, tmpName []byte
+}
+
+// Reset empties a, keeping its buffers for reuse.
+func (a *ChatAccumulator) Reset() {
+	a.id, a.model, a.fingerprint = a.id[:0], a.model[:0], a.fingerprint[:0]
+	a.created, a.usage, a.hasUsage, a.done = 0, Usage{}, false, false
+	a.errRaw = a.errRaw[:0]
+	a.choices = a.choices[:0]
+}
+
+// Add folds one event's data into a and calls fn (if not nil) once for each
+// choice the chunk carries, in order. Empty data is ignored and "[DONE]"
+// marks the stream done. An error payload returns ErrUpstream (fn is not
+// called); data that is not a JSON object returns ErrInvalidChunk and
+// changes nothing. Add never keeps a reference to data.
+func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil
+	}
+	if string(data) == "[DONE]" {
+		a.done = true
+		return nil
+	}
+	// Validate once; the walks below then rely on well-formed JSON.
+	if !gjson.ValidBytes(data) {
+		return ErrInvalidChunk
+	}
+	// gjson reads strings; this view of data lives only during Add and
+	// nothing derived from it is kept without a copy.
+	s := unsafe.String(unsafe.SliceData(data), len(data))
+	root := gjson.Parse(s)
+	if !root.IsObject() {
+		return ErrInvalidChunk
+	}
+	var choices, usage gjson.Result
+	failed := false
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "choices":
+			choices = v
+		case "usage":
+			usage = v
+		case "error":
+			// Some servers send "error":null on healthy chunks.
+			failed = failed || (v.Type != gjson.Null && v.Type != gjson.False && v.String() != "")
+		case "type":
+			failed = failed || v.Str == "error"
+		case "id":
+			if len(a.id) == 0 {
+				a.id = append(a.id, v.Str...)
+			}
+		case "model":
+			if len(a.model) == 0 {
+				a.model = append(a.model, v.Str...)
+			}
+		case "system_fingerprint":
+			if len(a.fingerprint) == 0 {
+				a.fingerprint = append(a.fingerprint, v.Str...)
+			}
+		case "created":
+			if a.created == 0 {
+				a.created = v.Int()
+			}
+		}
+		return true
+	})
+	if failed {
+		a.errRaw = append(a.errRaw[:0], data...)
+		return ErrUpstream
+	}
+	if usage.IsObject() {
+		a.addUsage(usage)
+	}
+	if choices.IsArray() {
+		it := newArrIter(choices.Raw)
+		for it.next() {
+			a.addChoice(it.val, fn)
+		}
+	}
+	return nil
+}
+
+func (a *ChatAccumulator) addUsage(u gjson.Result) {
+	a.hasUsage = true
+	// A stream may carry usage on every chunk (vLLM continuous_usage_stats);
+	// the counts are cumulative, so the last one wins.
+	a.usage = Usage{}
+	u.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "prompt_tokens":
+			a.usage.PromptTokens = int(v.Int())
+		case "completion_tokens":
+			a.usage.CompletionTokens = int(v.Int())
+		case "total_tokens":
+			a.usage.TotalTokens = int(v.Int())
+		}
+		return true
+	})
+}
+
+// addChoice folds one element of choices.
+func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
+	if !isObject(raw) {
+		return
+	}
+	var index int
+	var delta, message, finish string
+	// llama.cpp writes finish_reason and index before delta: read the
+	// members first, then apply them.
+	it := newObjIter(raw)
+	for it.next() {
+		switch it.key {
+		case "index":
+			index, _ = parseInt(it.val)
+		case "delta":
+			delta = it.val
+		case "message":
+			message = it.val
+		case "finish_reason":
+			finish = it.val
+		}
+	}
+	if delta == "" {
+		delta = message // a whole message where a delta was expected
+	}
+	cs := a.choice(index)
+	if cs == nil {
+		return
+	}
+	d := Delta{Choice: index, ToolCallStarted: -1}
+	reasoning := false
+	it = newObjIter(delta)
+	for it.next() {
+		switch it.key {
+		case "content":
+			if isString(it.val) {
+				n := len(cs.content)
+				cs.content = appendString(cs.content, it.val)
+				d.Content = cs.content[n:]
+			}
+		case "reasoning_content", "reasoning":
+			// vLLM has sent both names with the same text: take one.
+			if isString(it.val) && !reasoning {
+				reasoning = true
+				n := len(cs.reasoning)
+				cs.reasoning = appendString(cs.reasoning, it.val)
+				d.Reasoning = cs.reasoning[n:]
+			}
+		case "role":
+			if len(cs.role) == 0 {
+				cs.role = appendString(cs.role, it.val)
+			}
+		case "tool_calls":
+			calls := newArrIter(it.val)
+			for calls.next() {
+				a.addToolCall(cs, calls.val, &d)
+			}
+		}
+	}
+	if isString(finish) && len(finish) > 2 {
+		cs.finish = appendString(cs.finish[:0], finish)
+		d.FinishReason = cs.finish
+	}
+	if fn != nil {
+		fn(d)
+	}
+}
+
+// choice returns the state of the choice with the given index, adding it if
+// new, or nil past maxChoices.
+func (a *ChatAccumulator) choice(index int) *choiceState {
+	for i := range a.choices {
+		if a.choices[i].index == index {
+			return &a.choices[i]
+		}
+	}
+	if len(a.choices) >= maxChoices {
+		return nil
+	}
+	a.choices = slices.Grow(a.choices, 1)[:len(a.choices)+1]
+	cs := &a.choices[len(a.choices)-1]
+	// Reuse the buffers of a pooled accumulator.
+	*cs = choiceState{
+		index: index, role: cs.role[:0], content: cs.content[:0],
+		reasoning: cs.reasoning[:0], finish: cs.finish[:0], calls: cs.calls[:0],
+	}
+	return cs
+}
+
+// addToolCall folds one element of delta.tool_calls.
+func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, d *Delta) {
+	if !isObject(raw) {
+		return
+	}
+	var index int
+	hasIndex := false
+	var id, typ, fnRaw, name, args string
+	it := newObjIter(raw)
+	for it.next() {
+		switch it.key {
+		case "index":
+			index, hasIndex = parseInt(it.val)
+		case "id":
+			id = it.val
+		case "type":
+			typ = it.val
+		case "function":
+			fnRaw = it.val
+		}
+	}
+	it = newObjIter(fnRaw)
+	for it.next() {
+		switch it.key {
+		case "name":
+			name = it.val
+		case "arguments":
+			args = it.val
+		}
+	}
+	a.tmpID = appendString(a.tmpID[:0], id)
+	a.tmpName = appendString(a.tmpName[:0], name)
+	d.ToolCall = true
+
+	// Find the call this entry continues: the last one with its index, or
+	// with no index at all (some servers omit it) the last call.
+	pos := -1
+	if hasIndex {
+		for i := len(cs.calls) - 1; i >= 0; i-- {
+			if cs.calls[i].index == index {
+				pos = i
+				break
+			}
+		}
+	} else if len(cs.calls) > 0 {
+		pos = len(cs.calls) - 1
+		index = cs.calls[pos].index
+	}
+	// Servers repeat id and name freely (vLLM's finish chunk, PR #31438),
+	// but an entry with a different id and a name of its own is a new call
+	// even if it reuses an index (providers that number every call 0).
+	if pos >= 0 && len(a.tmpID) > 0 && len(a.tmpName) > 0 {
+		if c := &cs.calls[pos]; len(c.id) > 0 && !bytes.Equal(c.id, a.tmpID) {
+			pos = -1
+			if !hasIndex {
+				index = len(cs.calls)
+			}
+		}
+	}
+	if pos < 0 {
+		if len(cs.calls) >= maxToolCalls {
+			return
+		}
+		pos = len(cs.calls)
+		cs.calls = slices.Grow(cs.calls, 1)[:pos+1]
+		c := &cs.calls[pos]
+		*c = callState{index: index, id: c.id[:0], typ: c.typ[:0], name: c.name[:0], args: c.args[:0]}
+		if d.ToolCallStarted < 0 {
+			d.ToolCallStarted = pos
+		}
+		d.ToolCallsStarted++
+	}
+	c := &cs.calls[pos]
+	if len(c.id) == 0 {
+		c.id = append(c.id, a.tmpID...)
+	}
+	if len(c.typ) == 0 {
+		c.typ = appendString(c.typ, typ)
+	}
+	if len(c.name) == 0 {
+		c.name = append(c.name, a.tmpName...)
+	}
+	switch {
+	case isString(args):
+		c.args = appendString(c.args, args)
+	case len(args) > 0 && (args[0] == '{' || args[0] == '['):
+		// Ollama's native API and some adapters send arguments as an
+		// object instead of JSON text.
+		c.args = append(c.args, args...)
+	}
+}
+
+// ID returns the completion id from the first chunk that had one.
+func (a *ChatAccumulator) ID() string { return string(a.id) }
+
+// Model returns the model from the first chunk that named one.
+func (a *ChatAccumulator) Model() string { return string(a.model) }
+
+// Created returns the creation time (Unix seconds) from the first chunk that
+// had one, 0 if none did.
+func (a *ChatAccumulator) Created() int64 { return a.created }
+
+// SystemFingerprint returns the system_fingerprint of the first chunk that
+// had one.
+func (a *ChatAccumulator) SystemFingerprint() string { return string(a.fingerprint) }
+
+// Usage returns the last usage reported, and whether any was.
+func (a *ChatAccumulator) Usage() (Usage, bool) { return a.usage, a.hasUsage }
+
+// Done reports whether the stream's "[DONE]" sentinel was added.
+func (a *ChatAccumulator) Done() bool { return a.done }
+
+// ErrorRaw returns the data of the last error event as received, nil if
+// there was none. The slice is owned by a and valid until the next Reset.
+func (a *ChatAccumulator) ErrorRaw() []byte {
+	if len(a.errRaw) == 0 {
+		return nil
+	}
+	return a.errRaw
+}
+
+// Choices returns the accumulated choices sorted by index, their tool calls
+// in the order they began. The result is a fresh copy owned by the caller.
+func (a *ChatAccumulator) Choices() []Choice {
+	if len(a.choices) == 0 {
+		return nil
+	}
+	out := make([]Choice, len(a.choices))
+	for i := range a.choices {
+		cs := &a.choices[i]
+		c := Choice{
+			Index:        cs.index,
+			Role:         string(cs.role),
+			Content:      string(cs.content),
+			Reasoning:    string(cs.reasoning),
+			FinishReason: string(cs.finish),
+		}
+		if len(cs.calls) > 0 {
+			c.ToolCalls = make([]ToolCall, len(cs.calls))
+			for j := range cs.calls {
+				tc := &cs.calls[j]
+				c.ToolCalls[j] = ToolCall{
+					Index: tc.index, ID: string(tc.id), Type: string(tc.typ),
+					Name: string(tc.name), Arguments: string(tc.args),
+				}
+			}
+		}
+		out[i] = c
+	}
+	slices.SortStableFunc(out, func(x, y Choice) int { return cmp.Compare(x.Index, y.Index) })
+	return out
+}

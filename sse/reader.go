@@ -1,0 +1,396 @@
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"io"
+)
+
+// ErrEventTooLarge reports an event longer than the reader's maximum. The
+// bytes read so far stay available from Reader.Buffered, so a caller can fall
+// back to copying the rest of the stream unparsed.
+var ErrEventTooLarge = errors.New("sse: event too large")
+
+// errInvalidRead reports an io.Reader that returned an impossible count.
+var errInvalidRead = errors.New("sse: reader returned invalid count")
+
+// DefaultMaxEventSize is the per-event limit NewReader uses when given a
+// maximum of zero or less. Tool calls that write whole files put megabytes of
+// arguments on one data line, so the default is generous.
+const DefaultMaxEventSize = 16 << 20
+
+// initialBufSize is the buffer a Reader starts with; it doubles up to max.
+const initialBufSize = 4 << 10
+
+// maxEmptyReads bounds consecutive (0, nil) reads, as bufio does, so a
+// misbehaving io.Reader cannot spin Next forever.
+const maxEmptyReads = 100
+
+// bom is the UTF-8 byte order mark a stream may start with (WHATWG: one
+// leading BOM is ignored).
+const bom = "\xEF\xBB\xBF"
+
+// Event is one SSE event as received: a block of lines ended by a blank line,
+// or a comment block, or the blank line of a keep-alive.
+//
+// Its slices alias the Reader's buffers and are valid until the next call to
+// Next or Reset; copy what must outlive that.
+type Event struct {
+	// Raw is the event's bytes exactly as received, terminating blank line
+	// included. Concatenating Raw of every event returned yields the stream.
+	// When an event ended with a CR that was the last byte received so far,
+	// the event is returned at once and an LF that follows (the rest of a
+	// CRLF) opens the next event's Raw.
+	Raw []byte
+	// Name is the value of the event: field, nil if absent.
+	Name []byte
+	// Data is the data: lines joined with '\n', nil if the event had no
+	// data: field (a WHATWG client dispatches an event only when it has one).
+	Data []byte
+	// ID is the value of the id: field, nil if absent.
+	ID []byte
+	// Retry is the value of a well-formed retry: field in milliseconds, -1 if
+	// absent.
+	Retry int
+	// Comment is true when the event held comment lines (":...", ": ping",
+	// a bare ":") and no field at all.
+	Comment bool
+	// Error is the value of the non-standard error: field that llama.cpp
+	// builds through 2025 sent instead of a data: payload at HTTP 200
+	// (llama.cpp PR #16109, issue #14566); spec parsers drop it. Nil if absent.
+	Error []byte
+	// Partial is true for an event cut off by the end of the stream: it has
+	// content but no terminating blank line (a WHATWG client would discard
+	// it). Its Raw and fields are still reported so a proxy can forward it.
+	Partial bool
+}
+
+// Blank reports whether the event is only line endings: an empty keep-alive
+// line, or the LF completing a CRLF split across reads.
+func (e Event) Blank() bool {
+	for _, c := range e.Raw {
+		if c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return len(e.Raw) > 0
+}
+
+// span locates a field value inside the current event's bytes; off < 0
+// means absent. Offsets count from the event's first byte so that sliding
+// the buffer keeps them valid.
+type span struct{ off, end int }
+
+var absent = span{-1, -1}
+
+// eventState is what the lines of the event being read have set so far.
+type eventState struct {
+	name, id, errf span
+	data           span // the first data line; later ones are in Reader.data
+	dataLines      int
+	retry          int
+	comments       int
+	fields         int
+}
+
+func (s *eventState) reset() {
+	*s = eventState{name: absent, id: absent, errf: absent, data: absent, retry: -1}
+}
+
+// Reader splits a byte stream into SSE events following the WHATWG
+// event-stream grammar: LF, CRLF or lone-CR line endings, comments, the
+// event/data/id/retry fields, one leading BOM. Events may be split across
+// reads at any byte.
+//
+// A Reader buffers at most max bytes of one event (plus its joined data), so
+// memory stays bounded whatever the upstream sends. It never copies an event
+// with a single data line. A Reader is not safe for concurrent use.
+type Reader struct {
+	rd   io.Reader
+	max  int
+	buf  []byte
+	r, w int    // buf[r:w] is read but not yet returned; r is the event start
+	data []byte // data lines joined, used from the second data line on
+	err  error  // sticky; returned once buffered events are drained
+	eof  bool   // rd reported io.EOF
+
+	bomChecked bool
+	crPending  bool // the last line ended with a CR that was the last byte buffered
+	line       int  // start of the next unparsed line, from r
+	searched   int  // no line ending before this offset from r: long lines are scanned once
+	ev         eventState
+}
+
+// NewReader returns a Reader of rd whose buffer grows as needed up to max
+// bytes per event (DefaultMaxEventSize if max <= 0).
+func NewReader(rd io.Reader, max int) *Reader {
+	r := &Reader{max: max}
+	if r.max <= 0 {
+		r.max = DefaultMaxEventSize
+	}
+	r.Reset(rd)
+	return r
+}
+
+// Reset makes r read a new stream from rd, keeping its maximum and, when
+// they are small, its buffers, so Readers can be pooled.
+func (r *Reader) Reset(rd io.Reader) {
+	const keep = 64 << 10 // don't let one huge event pin memory in a pool
+	buf, data := r.buf, r.data[:0]
+	if cap(buf) > keep {
+		buf = nil
+	}
+	if cap(data) > keep {
+		data = nil
+	}
+	*r = Reader{rd: rd, max: r.max, buf: buf, data: data}
+	r.ev.reset()
+}
+
+// Buffered returns the bytes read from the underlying reader but not yet
+// returned in an event. After ErrEventTooLarge or a read error they are the
+// start of the unfinished event: a proxy forwards them and then copies the
+// rest of the stream as is. The slice is valid until the next Next or Reset.
+func (r *Reader) Buffered() []byte { return r.buf[r.r:r.w] }
+
+// Next returns the next event. Bytes after the last blank line of a stream
+// come back as a final event (Raw set, fields parsed, Partial true if it had
+// content) and the call after it returns io.EOF. Other errors from the
+// underlying reader, and ErrEventTooLarge, are returned as they are, with no
+// event; the unconsumed bytes stay in Buffered. Errors are sticky.
+func (r *Reader) Next() (Event, error) {
+	for {
+		if ev, ok := r.scan(); ok {
+			return ev, nil
+		}
+		if r.err != nil {
+			if r.eof && r.r < r.w {
+				return r.trailing(), nil
+			}
+			return Event{}, r.err
+		}
+		r.fill()
+	}
+}
+
+// scan parses the lines buffered after r.line and returns the event once
+// its blank line is there.
+func (r *Reader) scan() (Event, bool) {
+	b := r.buf[r.r:r.w]
+	if !r.bomChecked {
+		n := min(len(b), len(bom))
+		if b2 := b[:n]; string(b2) != bom[:n] {
+			r.bomChecked = true
+		} else if n == len(bom) {
+			r.bomChecked = true
+			r.line = len(bom)
+		} else if !r.eof {
+			return Event{}, false // a BOM prefix: wait for the rest
+		} else {
+			r.bomChecked = true
+		}
+	}
+	for {
+		if r.crPending {
+			if r.line >= len(b) {
+				return Event{}, false
+			}
+			if b[r.line] == '\n' {
+				r.line++
+			}
+			r.crPending = false
+		}
+		from := max(r.line, r.searched)
+		i := indexEOL(b[from:])
+		if i < 0 {
+			r.searched = len(b)
+			return Event{}, false
+		}
+		start, end := r.line, from+i
+		next := end + 1
+		if b[end] == '\r' {
+			if next < len(b) {
+				if b[next] == '\n' {
+					next++
+				}
+			} else if !r.eof {
+				// Can't tell CRLF from a lone CR yet. Don't wait for the
+				// next read (it may come seconds later): take the CR as the
+				// ending and skip an LF that starts the next read.
+				r.crPending = true
+			}
+		}
+		r.line = next
+		if start == end {
+			return r.dispatch(next, false), true
+		}
+		r.parseLine(b, start, end)
+	}
+}
+
+// indexEOL returns the index of the first CR or LF in b, or -1.
+func indexEOL(b []byte) int {
+	// Two vectorised searches beat a byte loop: most streams use LF only and
+	// the CR search then runs over one line.
+	n := bytes.IndexByte(b, '\n')
+	lim := b
+	if n >= 0 {
+		lim = b[:n]
+	}
+	if c := bytes.IndexByte(lim, '\r'); c >= 0 {
+		return c
+	}
+	return n
+}
+
+// parseLine applies one non-empty line, b[start:end], to the event state.
+func (r *Reader) parseLine(b []byte, start, end int) {
+	line := b[start:end]
+	if line[0] == ':' {
+		r.ev.comments++
+		return
+	}
+	r.ev.fields++
+	name, val := line, span{end, end}
+	if c := bytes.IndexByte(line, ':'); c >= 0 {
+		name = line[:c]
+		val.off = start + c + 1
+		if val.off < end && b[val.off] == ' ' {
+			val.off++
+		}
+	}
+	switch string(name) {
+	case "data":
+		r.ev.dataLines++
+		switch r.ev.dataLines {
+		case 1:
+			r.ev.data = val
+		case 2:
+			r.data = append(r.data[:0], b[r.ev.data.off:r.ev.data.end]...)
+			fallthrough
+		default:
+			r.data = append(r.data, '\n')
+			r.data = append(r.data, b[val.off:val.end]...)
+		}
+	case "event":
+		r.ev.name = val
+	case "id":
+		// WHATWG: an id containing NULL is ignored.
+		if bytes.IndexByte(b[val.off:val.end], 0) < 0 {
+			r.ev.id = val
+		}
+	case "retry":
+		if n, ok := parseRetry(b[val.off:val.end]); ok {
+			r.ev.retry = n
+		}
+	case "error":
+		r.ev.errf = val
+	}
+	// Other field names are ignored (WHATWG); their bytes stay in Raw.
+}
+
+// parseRetry parses a retry: value, which must be ASCII digits only.
+func parseRetry(v []byte) (int, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	const limit = 1<<31 - 1
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = min(n*10+int(c-'0'), limit)
+	}
+	return n, true
+}
+
+// dispatch returns the event made of the next n buffered bytes and starts a
+// new one after them.
+func (r *Reader) dispatch(n int, partial bool) Event {
+	b := r.buf[r.r : r.r+n]
+	ev := Event{
+		Raw:     b[:n:n],
+		Name:    r.ev.name.in(b),
+		ID:      r.ev.id.in(b),
+		Error:   r.ev.errf.in(b),
+		Retry:   r.ev.retry,
+		Comment: r.ev.comments > 0 && r.ev.fields == 0,
+		Partial: partial,
+	}
+	switch r.ev.dataLines {
+	case 0:
+	case 1:
+		ev.Data = r.ev.data.in(b)
+	default:
+		ev.Data = r.data
+	}
+	r.r += n
+	r.line, r.searched = 0, 0
+	r.ev.reset()
+	return ev
+}
+
+func (s span) in(b []byte) []byte {
+	if s.off < 0 {
+		return nil
+	}
+	return b[s.off:s.end:s.end]
+}
+
+// trailing returns what is left at EOF as a final event.
+func (r *Reader) trailing() Event {
+	b := r.buf[r.r:r.w]
+	if r.crPending && r.line < len(b) && b[r.line] == '\n' {
+		r.line++
+	}
+	r.crPending = false
+	if r.line < len(b) {
+		// The last line has no ending; scan left it unparsed.
+		r.parseLine(b, r.line, len(b))
+	}
+	return r.dispatch(len(b), r.ev.fields+r.ev.comments > 0)
+}
+
+// fill reads more bytes, sliding or growing the buffer first; failures are
+// left in r.err.
+func (r *Reader) fill() {
+	if r.buf == nil {
+		r.buf = make([]byte, min(initialBufSize, r.max))
+	}
+	// Slide the unfinished event to the front when it is all that is left
+	// (free) or when the tail is too short for a useful read.
+	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
+		r.w = copy(r.buf, r.buf[r.r:r.w])
+		r.r = 0
+	}
+	if r.w == len(r.buf) {
+		if r.w-r.r >= r.max {
+			r.err = ErrEventTooLarge
+			return
+		}
+		nb := make([]byte, min(2*len(r.buf), r.max))
+		r.w = copy(nb, r.buf[r.r:r.w])
+		r.r = 0
+		r.buf = nb
+	}
+	for range maxEmptyReads {
+		n, err := r.rd.Read(r.buf[r.w:])
+		if n < 0 || n > len(r.buf)-r.w {
+			r.err = errInvalidRead
+			return
+		}
+		r.w += n
+		if err != nil {
+			if err == io.EOF {
+				r.eof = true
+			}
+			r.err = err
+			return
+		}
+		if n > 0 {
+			return
+		}
+	}
+	r.err = io.ErrNoProgress
+}
