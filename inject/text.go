@@ -24,7 +24,7 @@ const TerminatePrefix = "LOOP_DETECTED:"
 
 // DefaultWarnTemplate is the warn action's notice.
 const DefaultWarnTemplate = Marker + ` Possible loop ({{.Rule}}): {{.Brief}} happened {{.Count}} times (threshold {{.Threshold}}).` +
-	`{{if .Error}} The same error came back each time: {{.Error}}{{else if .Result}} The result did not change: {{.Result}}{{end}}` +
+	`{{if .Error}} The same error came back each time: "{{.Error}}".{{else if .Result}} The result did not change: "{{.Result}}".{{end}}` +
 	` Repeating it will not help; try a different approach.`
 
 // DefaultConstrainTemplate is the <loop-recovery> block of DESIGN.md
@@ -297,7 +297,7 @@ func summary(rule string, ev inspect.Evidence, n int) string {
 	if ev.Tool != "" {
 		what = "`" + clip(ev.Tool, n) + "`"
 	} else if ev.Element != "" {
-		what = clip(ev.Element, n)
+		what = `"` + clip(ev.Element, n) + `"`
 	}
 	s := fmt.Sprintf("%s repeated %d times", what, ev.Count)
 	if ev.NoProgress {
@@ -385,7 +385,8 @@ func clip(s string, n int) string {
 			space = false
 		}
 		if b.Len()+utf8.RuneLen(r) > n {
-			return cut(b.String(), n)
+			// Too long: make room for the ellipsis.
+			return cut(b.String()+"…", n)
 		}
 		b.WriteRune(r)
 	}
