@@ -58,25 +58,30 @@ type Delta struct {
 
 // Choice is one accumulated choice of a streamed chat completion.
 type Choice struct {
-	Index        int
-	Role         string
-	Content      string
-	Reasoning    string
-	FinishReason string
-	ToolCalls    []ToolCall
+	Index        int        `json:"index"`
+	Role         string     `json:"role,omitempty"`
+	Content      string     `json:"content"`
+	Reasoning    string     `json:"reasoning,omitempty"`
+	FinishReason string     `json:"finish_reason,omitempty"`
+	ToolCalls    []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // ToolCall is one accumulated tool call. Arguments is the concatenated
 // argument text; it is JSON only once the call is complete.
 type ToolCall struct {
-	Index                     int
-	ID, Type, Name, Arguments string
+	Index     int    `json:"index"`
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // Usage is the token accounting of a stream (sent with
 // stream_options.include_usage).
 type Usage struct {
-	PromptTokens, CompletionTokens, TotalTokens int
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
 }
 
 type callState struct {

@@ -1,0 +1,273 @@
+package sse
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// addAll feeds chunks to a fresh accumulator and returns the result and the
+// deltas seen, rendered for comparison.
+func addAll(t *testing.T, chunks []string) (*ChatAccumulator, []string, []error) {
+	t.Helper()
+	var a ChatAccumulator
+	var deltas []string
+	var errs []error
+	for _, c := range chunks {
+		err := a.Add([]byte(c), func(d Delta) {
+			deltas = append(deltas, fmt.Sprintf("c%d content=%q reasoning=%q tool=%t started=%d/%d finish=%q",
+				d.Choice, d.Content, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
+		})
+		errs = append(errs, err)
+	}
+	return &a, deltas, errs
+}
+
+func choicesJSON(t *testing.T, cs []Choice) string {
+	t.Helper()
+	b, err := json.Marshal(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestAccumulatorToolCalls(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want string // Choices() as JSON
+	}{
+		{
+			name: "fragments by index",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\":1}"}}]}}]}`,
+			},
+			want: `[{"index":0,"content":"","tool_calls":[{"index":0,"id":"c1","type":"function","name":"f","arguments":"{\"a\":1}"}]}]`,
+		},
+		{
+			name: "same index twice in one chunk (vLLM hermes)",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"c1","type":"function","index":0,"function":{"name":"f"}},{"index":0,"function":{"arguments":"{}"}}]}}]}`,
+			},
+			want: `[{"index":0,"content":"","tool_calls":[{"index":0,"id":"c1","type":"function","name":"f","arguments":"{}"}]}]`,
+		},
+		{
+			name: "repeated id, type and name are not new calls",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"}"}}]},"finish_reason":"tool_calls"}]}`,
+			},
+			want: `[{"index":0,"content":"","finish_reason":"tool_calls","tool_calls":[{"index":0,"id":"c1","type":"function","name":"f","arguments":"{}"}]}]`,
+		},
+		{
+			name: "missing id and name on later chunks (Gemma4 parser)",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"name":"g"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"[1]"}}]}}]}`,
+			},
+			want: `[{"index":0,"content":"","tool_calls":[{"index":1,"id":"","type":"","name":"g","arguments":"[1]"}]}]`,
+		},
+		{
+			name: "arguments as an object",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":{"x": [1, "}"]}}}]}}]}`,
+			},
+			want: `[{"index":0,"content":"","tool_calls":[{"index":0,"id":"c","type":"","name":"f","arguments":"{\"x\": [1, \"}\"]}"}]}]`,
+		},
+		{
+			name: "no index continues the last call",
+			give: []string{
+				`{"choices":[{"delta":{"tool_calls":[{"id":"a","function":{"name":"f","arguments":"{"}}]}}]}`,
+				`{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"}"}}]}}]}`,
+				`{"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"g","arguments":"[]"}}]}}]}`,
+			},
+			want: `[{"index":0,"content":"","tool_calls":[{"index":0,"id":"a","type":"","name":"f","arguments":"{}"},{"index":1,"id":"b","type":"","name":"g","arguments":"[]"}]}]`,
+		},
+		{
+			name: "non-object entries ignored",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"tool_calls":[1,"x",null,[],{"index":0,"function":{"name":"f"}}]}}]}`,
+			},
+			want: `[{"index":0,"content":"","tool_calls":[{"index":0,"id":"","type":"","name":"f","arguments":""}]}]`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _, errs := addAll(t, tt.give)
+			for _, err := range errs {
+				if err != nil {
+					t.Fatalf("Add: %v", err)
+				}
+			}
+			if got := choicesJSON(t, a.Choices()); got != tt.want {
+				t.Errorf("Choices() = %s; want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAccumulatorDeltas(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want []string
+	}{
+		{
+			name: "escapes decoded",
+			give: []string{`{"choices":[{"index":0,"delta":{"content":"a\"b\\c\n\u00e9\ud83d\ude00\/"}}]}`},
+			want: []string{`c0 content="a\"b\\c\né😀/" reasoning="" tool=false started=-1/0 finish=""`},
+		},
+		{
+			name: "null content and role chunk",
+			give: []string{`{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]}`},
+			want: []string{`c0 content="" reasoning="" tool=false started=-1/0 finish=""`},
+		},
+		{
+			name: "reasoning under either name, once",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"reasoning_content":"r1"}}]}`,
+				`{"choices":[{"index":0,"delta":{"reasoning":"r2","reasoning_content":"r2"}}]}`,
+				`{"choices":[{"index":0,"delta":{"reasoning_content":null,"reasoning":"r3"}}]}`,
+			},
+			want: []string{
+				`c0 content="" reasoning="r1" tool=false started=-1/0 finish=""`,
+				`c0 content="" reasoning="r2" tool=false started=-1/0 finish=""`,
+				`c0 content="" reasoning="r3" tool=false started=-1/0 finish=""`,
+			},
+		},
+		{
+			name: "two calls start in one chunk (Ollama)",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"content":"","tool_calls":[{"id":"a","index":0,"function":{"name":"f","arguments":"{}"}},{"id":"b","index":1,"function":{"name":"g","arguments":"{}"}}]}}]}`,
+			},
+			want: []string{`c0 content="" reasoning="" tool=true started=0/2 finish=""`},
+		},
+		{
+			name: "n=2 in one chunk and finish",
+			give: []string{
+				`{"choices":[{"index":1,"delta":{"content":"b"}},{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}`,
+			},
+			want: []string{
+				`c1 content="b" reasoning="" tool=false started=-1/0 finish=""`,
+				`c0 content="a" reasoning="" tool=false started=-1/0 finish="stop"`,
+			},
+		},
+		{
+			name: "usage chunk with no choices calls nothing",
+			give: []string{`{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, got, _ := addAll(t, tt.give)
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tt.want) {
+				t.Errorf("deltas =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestAccumulatorAddErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		give      string
+		wantErr   error
+		wantRaw   bool
+		wantDone  bool
+		wantDelta bool
+	}{
+		{name: "done", give: "[DONE]", wantDone: true},
+		{name: "done with spaces", give: " [DONE]\n", wantDone: true},
+		{name: "empty", give: ""},
+		{name: "openai error", give: `{"error":{"message":"x","type":"server_error"}}`, wantErr: ErrUpstream, wantRaw: true},
+		{name: "responses error", give: `{"type":"error","code":"server_error","message":"m"}`, wantErr: ErrUpstream, wantRaw: true},
+		{name: "error beside choices wins", give: `{"choices":[{"index":0,"delta":{"content":"x"}}],"error":{"message":"m"}}`, wantErr: ErrUpstream, wantRaw: true},
+		{name: "null error is no error", give: `{"error":null,"choices":[{"index":0,"delta":{"content":"x"}}]}`, wantDelta: true},
+		{name: "not json", give: `{"choices":[`, wantErr: ErrInvalidChunk},
+		{name: "array", give: `[1,2]`, wantErr: ErrInvalidChunk},
+		{name: "string", give: `"x"`, wantErr: ErrInvalidChunk},
+		{name: "choices not an array", give: `{"choices":{"index":0}}`},
+		{name: "anthropic event", give: `{"type":"message_start","message":{"id":"m"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var a ChatAccumulator
+			called := false
+			err := a.Add([]byte(tt.give), func(Delta) { called = true })
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("Add(%s) = %v; want %v", tt.give, err, tt.wantErr)
+			}
+			if got := a.ErrorRaw() != nil; got != tt.wantRaw {
+				t.Errorf("ErrorRaw() = %q; want set %t", a.ErrorRaw(), tt.wantRaw)
+			}
+			if tt.wantRaw && string(a.ErrorRaw()) != strings.TrimSpace(tt.give) {
+				t.Errorf("ErrorRaw() = %s; want %s", a.ErrorRaw(), tt.give)
+			}
+			if a.Done() != tt.wantDone {
+				t.Errorf("Done() = %t; want %t", a.Done(), tt.wantDone)
+			}
+			if called != tt.wantDelta {
+				t.Errorf("fn called = %t; want %t", called, tt.wantDelta)
+			}
+		})
+	}
+}
+
+func TestAccumulatorMetadataAndReset(t *testing.T) {
+	var a ChatAccumulator
+	chunks := []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":"x"}}],"created":5,"id":"first","model":"m1","system_fingerprint":"fp1"}`,
+		`{"id":"second","model":"m2","created":6,"system_fingerprint":"fp2","choices":[{"index":0,"delta":{"content":"y"}}],"usage":null}`,
+		`{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":5,"total_tokens":9}}`,
+	}
+	for _, c := range chunks {
+		if err := a.Add([]byte(c), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, ok := a.Usage()
+	got := fmt.Sprintf("%s %s %d %s %+v %t", a.ID(), a.Model(), a.Created(), a.SystemFingerprint(), u, ok)
+	if want := "first m1 5 fp1 {PromptTokens:4 CompletionTokens:5 TotalTokens:9} true"; got != want {
+		t.Errorf("metadata = %s; want %s", got, want)
+	}
+	if got := choicesJSON(t, a.Choices()); got != `[{"index":0,"role":"assistant","content":"xy"}]` {
+		t.Errorf("Choices() = %s", got)
+	}
+	a.Reset()
+	if a.ID() != "" || a.Choices() != nil || a.Done() || a.ErrorRaw() != nil {
+		t.Fatalf("Reset left state: id %q choices %v", a.ID(), a.Choices())
+	}
+	if _, ok := a.Usage(); ok {
+		t.Errorf("Reset left usage")
+	}
+	if err := a.Add([]byte(`{"id":"third","choices":[{"index":2,"delta":{"content":"z"}}]}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := choicesJSON(t, a.Choices()); a.ID() != "third" || got != `[{"index":2,"content":"z"}]` {
+		t.Errorf("after Reset: id %q Choices() = %s", a.ID(), got)
+	}
+}
+
+func TestAccumulatorLimits(t *testing.T) {
+	var a ChatAccumulator
+	var b strings.Builder
+	b.WriteString(`{"choices":[`)
+	for i := range maxChoices + 10 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"index":%d,"delta":{"content":"x"}}`, i*1000000007)
+	}
+	b.WriteString(`]}`)
+	calls := 0
+	if err := a.Add([]byte(b.String()), func(Delta) { calls++ }); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.Choices()); n != maxChoices || calls != maxChoices {
+		t.Errorf("choices kept %d, fn calls %d; want %d", n, calls, maxChoices)
+	}
+}
