@@ -1,28 +1,402 @@
 package inspect
 
-import "errors"
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
 
-// ErrMalformed reports a request body that is not a chat request loopguard can read.
-var ErrMalformed = errors.New("inspect: malformed chat request")
+// Engine runs the detectors with one configuration. It is safe for
+// concurrent use: it holds only the validated configuration and compiled
+// patterns, and per-call working memory comes from a pool.
+type Engine struct {
+	cfg      Config
+	patterns []*regexp.Regexp
+	pool     sync.Pool // *work
+}
 
-// Parse builds the trajectory of a chat-completions request body.
-// TEMPORARY CONTRACT STUB: replaced by the real builder.
-func Parse(body []byte) (*Trajectory, error) { return &Trajectory{}, nil }
+// NewEngine validates cfg and returns an engine. All problems are reported
+// together, each by its TOML key.
+func NewEngine(cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg}
+	for _, p := range cfg.ErrorPatterns {
+		e.patterns = append(e.patterns, regexp.MustCompile(p)) // validated above
+	}
+	e.pool.New = func() any { return &work{} }
+	return e, nil
+}
 
-// Engine runs the detectors with one configuration. It is safe for concurrent use.
-type Engine struct{ cfg Config }
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
 
-// NewEngine validates cfg and returns an engine.
-func NewEngine(cfg Config) (*Engine, error) { return &Engine{cfg: cfg}, nil }
+// Parse is the package Parse with the engine's MetadataArgs left out of
+// fingerprints.
+func (e *Engine) Parse(body []byte) (*Trajectory, error) {
+	meta := e.cfg.MetadataArgs
+	if meta == nil {
+		meta = defaultMetadataArgs
+	}
+	return parse(body, meta)
+}
 
-// Inspect runs every detector over t and aggregates their findings.
-func (e *Engine) Inspect(t *Trajectory) Verdict { return Verdict{} }
+// ev is one tool call as the detectors see it.
+type ev struct {
+	step, call int
+	c          *Call
+	fp         uint64
+	res        uint64 // ResultFingerprint, 0 when there is no result
+	err        uint64 // ErrorSignature, 0 when not an error
+	isErr      bool
+	meaningful bool // error with a message, not only an exit status
+	neg        bool // empty or "not found" answer of a search
+	ack        bool // short successful acknowledgement
+}
 
-// Brief renders the pattern for a log line: "bash(git status) x5".
-func (v Verdict) Brief() string { return "" }
+// work is the per-Inspect scratch memory.
+type work struct {
+	evs   []ev
+	toks  []uint64
+	toks2 []uint64
+	tmp   []byte
+	cs    canonScratch
+}
 
-// Summary renders one sentence for people.
-func (v Verdict) Summary() string { return "" }
+// Inspect runs every detector over t and aggregates their findings. A nil
+// or empty trajectory yields the zero Verdict.
+func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
+	if t == nil || len(t.Steps) == 0 {
+		return Verdict{}
+	}
+	defer func() {
+		// Fail open: a detector bug must not break the request.
+		if r := recover(); r != nil {
+			v = Verdict{}
+		}
+	}()
+	w := e.pool.Get().(*work)
+	defer e.pool.Put(w)
+	lim := e.cfg.resolve(t.Model)
+	in := &inspection{e: e, t: t, lim: &lim, w: w}
+	in.collect()
+	var dets []Detection
+	for _, d := range detectors {
+		if !lim.enabled(d.cat) {
+			continue
+		}
+		if det, ok := d.fn(in); ok && det.Score > 0 {
+			det.Category = d.cat
+			det.Score = clamp01(det.Score)
+			dets = append(dets, det)
+		}
+	}
+	return aggregate(dets, &lim)
+}
 
-// Full renders the evidence for the model.
-func (v Verdict) Full() string { return "" }
+type detector struct {
+	cat Category
+	fn  func(*inspection) (Detection, bool)
+}
+
+var detectors = []detector{
+	{ToolRepetition, (*inspection).toolRepetition},
+	{ToolCycle, (*inspection).toolCycle},
+	{ParamDrift, (*inspection).paramDrift},
+	{SameResult, (*inspection).sameResult},
+	{ErrorCycle, (*inspection).errorCycle},
+	{WhackAMole, (*inspection).whackAMole},
+	{TestFixCycle, (*inspection).testFixCycle},
+	{EditUndo, (*inspection).editUndo},
+	{OutputRepetition, (*inspection).outputRepetition},
+	{SummaryLoop, (*inspection).summaryLoop},
+}
+
+// inspection is one Inspect call's state.
+type inspection struct {
+	e   *Engine
+	t   *Trajectory
+	lim *limits
+	w   *work
+	// evs are the counted calls from Trajectory.Start on (at most
+	// maxEvents of the latest); win is the index in evs where the window
+	// of the last Window steps begins.
+	evs []ev
+	win int
+}
+
+// maxEvents bounds how far back the consecutive rules look: a run longer
+// than this is long past every threshold anyway.
+const maxEvents = 256
+
+func (in *inspection) collect() {
+	t, w := in.t, in.w
+	evs := w.evs[:0]
+	start := max(0, min(t.Start, len(t.Steps)))
+	winStart := max(start, len(t.Steps)-in.lim.Window)
+	in.win = -1
+	recanon := !slices.Equal(t.meta, in.metadata())
+	for s := start; s < len(t.Steps); s++ {
+		if s == winStart {
+			in.win = len(evs)
+		}
+		st := &t.Steps[s]
+		for k := range st.Calls {
+			c := &st.Calls[k]
+			if in.e.cfg.ignored(c.Name) {
+				continue
+			}
+			x := ev{step: s, call: k, c: c, fp: c.Fingerprint}
+			if recanon {
+				x.fp = in.refingerprint(c)
+			}
+			if c.HasResult {
+				x.res = c.ResultFingerprint | 1
+				x.isErr = c.IsError
+				x.err = c.ErrorSignature
+				if !x.isErr && len(in.e.patterns) > 0 && in.matchesPattern(c.Result) {
+					x.isErr = true
+					x.err = hashString("pattern\x00"+c.Name) | 1
+				}
+				x.meaningful = x.isErr && strings.Contains(c.ErrorText, ": ") && !strings.HasSuffix(c.ErrorText, ": ")
+				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
+				x.ack = !x.isErr && !x.neg && len(strings.TrimSpace(stripReturnCode(c.Result))) <= 80
+			}
+			evs = append(evs, x)
+		}
+	}
+	if in.win < 0 {
+		in.win = len(evs)
+	}
+	if len(evs) > maxEvents {
+		drop := len(evs) - maxEvents
+		evs = evs[drop:]
+		in.win = max(0, in.win-drop)
+	}
+	w.evs = evs
+	in.evs = evs
+}
+
+func (in *inspection) metadata() []string {
+	if in.e.cfg.MetadataArgs == nil {
+		return defaultMetadataArgs
+	}
+	return in.e.cfg.MetadataArgs
+}
+
+// refingerprint recomputes a call's fingerprint for an engine whose
+// MetadataArgs differ from those the trajectory was parsed with.
+func (in *inspection) refingerprint(c *Call) uint64 {
+	p := parseJSON(c.Args)
+	if !p.IsObject() {
+		return c.Fingerprint
+	}
+	in.w.tmp = in.w.cs.appendCanonical(in.w.tmp[:0], p, 0, in.metadata())
+	return uint64(newFNV().str(c.Name).byte(0).bytes(in.w.tmp))
+}
+
+func (in *inspection) matchesPattern(s string) bool {
+	for _, re := range in.e.patterns {
+		if re.MatchString(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// searchLike reports calls whose empty answer means "nothing found".
+func searchLike(c *Call) bool {
+	n := strings.ToLower(c.Name)
+	for _, w := range [...]string{"search", "grep", "find", "glob", "query", "lookup", "list", "ls"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	f := c.Primary
+	if i := strings.IndexByte(f, ' '); i >= 0 {
+		f = f[:i]
+	}
+	switch f {
+	case "grep", "rg", "ag", "ack", "find", "fd", "locate", "ls", "git grep":
+		return true
+	}
+	return false
+}
+
+// sameOutcome reports whether two calls ended the same way: the same
+// normalised result, or the same error signature.
+func sameOutcome(a, b *ev) bool {
+	if a.res == 0 || b.res == 0 {
+		return false
+	}
+	if a.res == b.res {
+		return true
+	}
+	return a.isErr && b.isErr && a.err == b.err && a.meaningful
+}
+
+func clamp01(f float64) float64 {
+	switch {
+	case f < 0:
+		return 0
+	case f > 1:
+		return 1
+	}
+	return f
+}
+
+// grow returns base + step*(n-thr), capped: scores grow with the count
+// beyond the threshold.
+func grow(base, step float64, n, thr int, capAt float64) float64 {
+	return min(capAt, base+step*float64(n-thr))
+}
+
+// Scores. A rule at its trigger with no-progress evidence (the result did
+// not change, the same error came back) scores above Single (0.9); with
+// arguments alone it stays at warning level (<= 0.85).
+const (
+	strongBase = 0.92
+	strongStep = 0.02
+	warnBase   = 0.76
+	warnStep   = 0.03
+	warnCap    = 0.85
+)
+
+// evidence fills the call-derived fields of an Evidence from events.
+func (in *inspection) evidence(idx []int) Evidence {
+	var ev Evidence
+	if len(idx) == 0 {
+		return ev
+	}
+	ev.Calls = make([]CallRef, 0, len(idx))
+	ev.Steps = make([]int, 0, len(idx))
+	for _, i := range idx {
+		x := &in.evs[i]
+		st := &in.t.Steps[x.step]
+		ev.Calls = append(ev.Calls, CallRef{Step: x.step, Message: st.Message, ToolCallID: x.c.ID, Name: x.c.Name, Args: x.c.Args})
+		if n := len(ev.Steps); n == 0 || ev.Steps[n-1] != x.step {
+			ev.Steps = append(ev.Steps, x.step)
+		}
+	}
+	slices.Sort(ev.Steps)
+	ev.Steps = slices.Compact(ev.Steps)
+	ev.First, ev.Last = ev.Steps[0], ev.Steps[len(ev.Steps)-1]
+	ev.Count = len(idx)
+	last := in.evs[idx[len(idx)-1]].c
+	ev.Tool = last.Name
+	ev.Args = last.Args
+	ev.Element = callElement(last)
+	return ev
+}
+
+// withOutcome adds the unchanged result or error of call c to ev.
+func withOutcome(ev *Evidence, c *Call) {
+	if c == nil || !c.HasResult {
+		return
+	}
+	if c.IsError {
+		ev.Error = c.ErrorText
+	}
+	ev.Result = shorten(collapseSpace(normalizedText(c.Result)), 300)
+}
+
+func normalizedText(s string) string {
+	if len(s) > 4096 {
+		s = s[:4096]
+	}
+	return string(appendNormalized(nil, s))
+}
+
+// aggregate applies the DESIGN rules: any score > Single, or two or more
+// > Pair, or the weighted combination > Combined.
+func aggregate(dets []Detection, lim *limits) Verdict {
+	if len(dets) == 0 {
+		return Verdict{}
+	}
+	slices.SortStableFunc(dets, func(a, b Detection) int {
+		switch {
+		case a.Score > b.Score:
+			return -1
+		case a.Score < b.Score:
+			return 1
+		}
+		return 0
+	})
+	v := Verdict{Detections: dets, Category: dets[0].Category, Confidence: dets[0].Score}
+	pairs, combined := 0, 0.0
+	for _, d := range dets {
+		if d.Score > lim.Pair {
+			pairs++
+		}
+		combined += lim.weight(d.Category) * d.Score
+	}
+	v.Loop = dets[0].Score > lim.single || pairs >= 2 || min(combined, 1) > lim.Combined
+	v.PatternKey = patternKey(&dets[0])
+	return v
+}
+
+// patternKey hashes what loops, not where: category, tool and the
+// element's stable identity (canonical arguments, error text or text
+// snippet), never call ids or step numbers.
+func patternKey(d *Detection) string {
+	h := newFNV().str(string(d.Category)).byte(0).str(d.Evidence.Tool).byte(0)
+	switch d.Category {
+	case ToolCycle:
+		// The cycle's members in sorted order: the same cycle seen one call
+		// later starts at another phase.
+		args := make([]string, 0, len(d.Evidence.Calls))
+		for _, c := range d.Evidence.Calls {
+			args = append(args, c.Name+"\x00"+c.Args)
+		}
+		slices.Sort(args)
+		args = slices.Compact(args)
+		for _, a := range args {
+			h = h.str(a).byte(0)
+		}
+	case ErrorCycle, WhackAMole, TestFixCycle:
+		h = h.str(d.Evidence.Error)
+		if d.Category == TestFixCycle {
+			h = h.byte(0).str(d.Evidence.Args)
+		}
+	case OutputRepetition, SummaryLoop:
+		h = h.str(d.Evidence.Element)
+	case ParamDrift, EditUndo, SameResult:
+		h = h.str(d.Evidence.Element)
+	default:
+		h = h.str(d.Evidence.Args)
+	}
+	return strconv.FormatUint(uint64(h), 16)
+}
+
+// shorten cuts s to at most n bytes on a rune boundary, marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && cut < len(s) && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// callElement renders a call as `tool(primary or args)`, arguments cut to
+// 40 bytes so that logs never carry long argument content.
+func callElement(c *Call) string {
+	a := c.Primary
+	if a == "" {
+		a = c.Args
+		if a == "{}" {
+			a = ""
+		}
+	}
+	return c.Name + "(" + shorten(collapseSpace(a), 40) + ")"
+}
+
+func (d Detection) String() string {
+	return fmt.Sprintf("%s %.2f %s x%d", d.Category, d.Score, d.Evidence.Element, d.Evidence.Count)
+}

@@ -15,6 +15,9 @@ type Trajectory struct {
 	Start int
 	// Messages is the number of messages in the request.
 	Messages int
+
+	// meta is the metadata-argument list the fingerprints were made with.
+	meta []string
 }
 
 // Step is one assistant turn.

@@ -1,0 +1,323 @@
+package inspect
+
+import (
+	"slices"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// FNV-1a 64: stable across processes and replicas (PatternKey and the
+// session store's fingerprints are compared between them), unlike maphash.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+type fnv uint64
+
+func newFNV() fnv { return fnvOffset }
+
+func (h fnv) str(s string) fnv {
+	for i := 0; i < len(s); i++ {
+		h ^= fnv(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+func (h fnv) bytes(b []byte) fnv {
+	for _, c := range b {
+		h ^= fnv(c)
+		h *= fnvPrime
+	}
+	return h
+}
+
+func (h fnv) byte(c byte) fnv {
+	h ^= fnv(c)
+	h *= fnvPrime
+	return h
+}
+
+func hashString(s string) uint64 { return uint64(newFNV().str(s)) }
+
+// arena hands out immutable strings carved from large byte chunks, so a
+// Trajectory costs a handful of allocations instead of one per string.
+// Bytes already handed out are never written again; a full chunk is left
+// alone (strings still point into it) and a new one started.
+type arena struct{ buf []byte }
+
+func newArena(size int) *arena {
+	if size < 4096 {
+		size = 4096
+	}
+	return &arena{buf: make([]byte, 0, size)}
+}
+
+// reserve makes room for n more bytes without moving what was handed out.
+func (a *arena) reserve(n int) {
+	if cap(a.buf)-len(a.buf) >= n {
+		return
+	}
+	size := 64 << 10
+	if n > size {
+		size = n
+	}
+	a.buf = make([]byte, 0, size)
+}
+
+// mark returns the current end, to be passed to since after appending.
+func (a *arena) mark() int { return len(a.buf) }
+
+// since returns the bytes appended after mark as a string.
+func (a *arena) since(m int) string {
+	if len(a.buf) == m {
+		return ""
+	}
+	b := a.buf[m:]
+	return unsafe.String(&b[0], len(b))
+}
+
+// copy stores s in the arena.
+func (a *arena) copy(s string) string {
+	if s == "" {
+		return ""
+	}
+	a.reserve(len(s))
+	m := a.mark()
+	a.buf = append(a.buf, s...)
+	return a.since(m)
+}
+
+// str returns the value of a gjson string (or the raw text of any other
+// value) as an arena string. Unescaping is done here because gjson
+// allocates a fresh string for every escaped value.
+func (a *arena) str(r gjson.Result) string {
+	if r.Type != gjson.String {
+		if r.Type == gjson.Null || !r.Exists() {
+			return ""
+		}
+		return a.copy(strings.TrimSpace(r.Raw))
+	}
+	raw := r.Raw
+	if len(raw) < 2 || raw[0] != '"' {
+		return a.copy(r.Str)
+	}
+	raw = raw[1 : len(raw)-1]
+	a.reserve(len(raw))
+	m := a.mark()
+	a.buf = appendUnescaped(a.buf, raw)
+	return a.since(m)
+}
+
+// appendUnescaped decodes the body of a JSON string (without quotes).
+// Bad escapes are kept as they are: a malformed argument string must not
+// fail the whole request, the body was validated already anyway.
+func appendUnescaped(dst []byte, s string) []byte {
+	for {
+		i := strings.IndexByte(s, '\\')
+		if i < 0 {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:i]...)
+		s = s[i:]
+		if len(s) < 2 {
+			return append(dst, s...)
+		}
+		switch c := s[1]; c {
+		case '"', '\\', '/':
+			dst = append(dst, c)
+		case 'n':
+			dst = append(dst, '\n')
+		case 't':
+			dst = append(dst, '\t')
+		case 'r':
+			dst = append(dst, '\r')
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'u':
+			r, n := decodeU(s)
+			if n == 0 {
+				dst = append(dst, s[:2]...)
+				s = s[2:]
+				continue
+			}
+			dst = utf8.AppendRune(dst, r)
+			s = s[n:]
+			continue
+		default:
+			dst = append(dst, s[:2]...)
+		}
+		s = s[2:]
+	}
+}
+
+// decodeU decodes \uXXXX (with a following low surrogate when needed) and
+// returns the rune and the bytes consumed, 0 if s does not start with one.
+func decodeU(s string) (rune, int) {
+	hex4 := func(s string) (rune, bool) {
+		if len(s) < 4 {
+			return 0, false
+		}
+		var r rune
+		for i := 0; i < 4; i++ {
+			c := s[i]
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	r, ok := hex4(s[2:])
+	if !ok {
+		return 0, 0
+	}
+	if r >= 0xD800 && r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+		if lo, ok := hex4(s[8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+			return (r-0xD800)<<10 | (lo - 0xDC00) + 0x10000, 12
+		}
+	}
+	if r >= 0xD800 && r < 0xE000 {
+		return utf8.RuneError, 6
+	}
+	return r, 6
+}
+
+// kv is one member of an object being canonicalised.
+type kv struct{ key, raw string }
+
+// canonScratch is reused between calls (pooled with the parser state).
+type canonScratch struct{ stack [][]kv }
+
+// appendCanonical writes v as compact JSON with object keys sorted, leaving
+// out the top-level keys in skip. Strings and numbers keep their original
+// spelling: re-encoding them would cost time and buys nothing for equality.
+func (cs *canonScratch) appendCanonical(dst []byte, v gjson.Result, depth int, skip []string) []byte {
+	switch {
+	case v.IsObject():
+		if depth >= len(cs.stack) {
+			cs.stack = append(cs.stack, make([]kv, 0, 8))
+		}
+		members := cs.stack[depth][:0]
+		v.ForEach(func(k, val gjson.Result) bool {
+			if depth == 0 && len(skip) > 0 && slices.Contains(skip, k.Str) {
+				return true
+			}
+			members = append(members, kv{k.Raw, val.Raw})
+			return true
+		})
+		slices.SortFunc(members, func(a, b kv) int { return strings.Compare(a.key, b.key) })
+		cs.stack[depth] = members
+		dst = append(dst, '{')
+		for i := range members {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, members[i].key...)
+			dst = append(dst, ':')
+			// members may be reused by a nested object: read it again by index.
+			dst = cs.appendCanonical(dst, gjson.Parse(cs.stack[depth][i].raw), depth+1, nil)
+		}
+		return append(dst, '}')
+	case v.IsArray():
+		dst = append(dst, '[')
+		first := true
+		v.ForEach(func(_, val gjson.Result) bool {
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = cs.appendCanonical(dst, val, depth+1, nil)
+			return true
+		})
+		return append(dst, ']')
+	default:
+		return append(dst, strings.TrimSpace(v.Raw)...)
+	}
+}
+
+// primaryKeys are the argument keys that name what a call acts on, most
+// telling first.
+var primaryKeys = []string{
+	"command", "cmd", "path", "file_path", "filePath", "filepath", "absolute_path", "filename", "file",
+	"target_file", "target", "notebook_path", "pattern", "query", "regex", "url", "uri", "code", "script",
+	"dir_path", "directory", "dir", "name", "id",
+}
+
+// primaryArg finds the primary argument of an arguments object. The
+// returned string is a view into args.
+func primaryArg(args gjson.Result) (key string, val gjson.Result) {
+	if !args.IsObject() {
+		return "", gjson.Result{}
+	}
+	for _, k := range primaryKeys {
+		v := args.Get(gjsonEscape(k))
+		if v.Exists() && (v.Type == gjson.String || v.IsArray()) {
+			return k, v
+		}
+	}
+	return "", gjson.Result{}
+}
+
+// gjsonEscape is a no-op for our fixed keys (none holds a gjson
+// metacharacter); it documents why Get is safe with them.
+func gjsonEscape(k string) string { return k }
+
+// shellReaders print a file, so `cat f`, `head -n 50 f` and `tail f` all
+// read f.
+var shellReaders = map[string]bool{"cat": true, "head": true, "tail": true, "less": true, "more": true, "bat": true, "nl": true}
+
+// normalizeShell returns `read FILE` for a simple paging command of one
+// file, and the command with whitespace collapsed otherwise. Pipelines,
+// redirections and command lists keep their full text: `cat f | grep x`
+// is a different question from `cat f`.
+func normalizeShell(cmd string) string {
+	cmd = strings.TrimSpace(cmd)
+	if strings.ContainsAny(cmd, "|><;&`$(\n") {
+		return collapseSpace(cmd)
+	}
+	f := strings.Fields(cmd)
+	if len(f) < 2 || !shellReaders[f[0]] {
+		return collapseSpace(cmd)
+	}
+	var file string
+	for i := 1; i < len(f); i++ {
+		a := f[i]
+		switch {
+		case a == "-n" || a == "-c" || a == "--lines" || a == "--bytes":
+			i++ // the flag's value
+		case strings.HasPrefix(a, "-"):
+		default:
+			if file != "" {
+				return collapseSpace(cmd) // several files: not one read
+			}
+			file = a
+		}
+	}
+	if file == "" {
+		return collapseSpace(cmd)
+	}
+	return "read " + strings.Trim(file, `'"`)
+}
+
+func collapseSpace(s string) string {
+	if !strings.Contains(s, "  ") && !strings.ContainsAny(s, "\t\r\n") {
+		return s
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// isShellTool reports tools whose primary argument is a shell command.
+func isShellKey(key string) bool { return key == "command" || key == "cmd" || key == "script" }

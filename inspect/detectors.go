@@ -1,0 +1,822 @@
+package inspect
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+func parseJSON(s string) gjson.Result {
+	if !gjson.Valid(s) {
+		return gjson.Result{}
+	}
+	return gjson.Parse(s)
+}
+
+// toolThresholds returns the consecutive and windowed repeat thresholds
+// for a tool, per-tool overrides applied.
+func (in *inspection) toolThresholds(tool string) (int, int) {
+	cons, win := in.lim.repeatConsecutive, in.lim.repeatInWindow
+	if o, ok := in.e.cfg.Tools[tool]; ok {
+		if o.RepeatConsecutive > 0 {
+			cons = o.RepeatConsecutive
+		}
+		if o.RepeatInWindow > 0 {
+			win = o.RepeatInWindow
+		}
+	}
+	return cons, win
+}
+
+// toolRepetition: the same call (tool + canonical arguments) back to back,
+// or often in the window, with the same normalised result. Identical calls
+// whose results keep changing are polling and never count.
+func (in *inspection) toolRepetition() (Detection, bool) {
+	evs := in.evs
+	if len(evs) == 0 {
+		return Detection{}, false
+	}
+	last := len(evs) - 1
+	L := &evs[last]
+	thr, thrWin := in.toolThresholds(L.c.Name)
+	// Trailing run of identical calls.
+	i := last
+	for i > 0 && evs[i-1].fp == L.fp {
+		i--
+	}
+	n := last - i + 1
+	if n >= thr {
+		// The longest trailing streak with one outcome; calls without a
+		// result (not sent back yet) neither break nor extend it.
+		var ref *ev
+		same, known, idx := 0, 0, []int(nil)
+		for j := last; j >= i; j-- {
+			x := &evs[j]
+			if x.res == 0 {
+				continue
+			}
+			known++
+			if ref == nil {
+				ref = x
+			}
+			if !sameOutcome(ref, x) {
+				break
+			}
+			same++
+		}
+		switch {
+		case same >= thr:
+			for j := i; j <= last; j++ {
+				idx = append(idx, j)
+			}
+			d := Detection{Score: grow(strongBase, strongStep, same, thr, 1), Evidence: in.evidence(idx)}
+			d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
+			withOutcome(&d.Evidence, ref.c)
+			return d, true
+		case known == 0:
+			for j := i; j <= last; j++ {
+				idx = append(idx, j)
+			}
+			d := Detection{Score: grow(warnBase, warnStep, n, thr, warnCap), Evidence: in.evidence(idx)}
+			d.Evidence.Threshold = thr
+			return d, true
+		}
+	}
+	// Windowed: the same call with the same non-trivial outcome, not
+	// necessarily back to back.
+	best, bestN := -1, 0
+	for a := in.win; a < len(evs); a++ {
+		x := &evs[a]
+		if x.res == 0 || (x.ack && !x.isErr) || x.neg {
+			continue
+		}
+		cnt := 0
+		for b := a; b < len(evs); b++ {
+			if evs[b].fp == x.fp && sameOutcome(x, &evs[b]) {
+				cnt++
+			}
+		}
+		if cnt > bestN {
+			best, bestN = a, cnt
+		}
+	}
+	if best < 0 {
+		return Detection{}, false
+	}
+	_, thrWin = in.toolThresholds(evs[best].c.Name)
+	if bestN < thrWin {
+		return Detection{}, false
+	}
+	var idx []int
+	for b := best; b < len(evs); b++ {
+		if evs[b].fp == evs[best].fp && sameOutcome(&evs[best], &evs[b]) {
+			idx = append(idx, b)
+		}
+	}
+	d := Detection{Score: grow(strongBase, strongStep, bestN, thrWin, 1), Evidence: in.evidence(idx)}
+	d.Evidence.Threshold, d.Evidence.NoProgress = thrWin, true
+	withOutcome(&d.Evidence, evs[best].c)
+	return d, true
+}
+
+// toolCycle: a sequence of 2..5 different calls repeating back to back
+// (A,B,A,B or A,B,C,A,B,C). It reports at CycleRepeats occurrences with a
+// low score (only a help to other rules) and fires on its own one
+// occurrence later, strongly when every position's result is unchanged.
+func (in *inspection) toolCycle() (Detection, bool) {
+	evs := in.evs
+	L := len(evs)
+	for k := 2; k <= 5; k++ {
+		if L < 2*k {
+			break
+		}
+		m := 0 // trailing matches of evs[j] == evs[j-k]
+		for j := L - 1; j-k >= 0 && evs[j].fp == evs[j-k].fp; j-- {
+			m++
+		}
+		occ := (m + k) / k
+		if occ < in.lim.CycleRepeats {
+			continue
+		}
+		// The cycle's members must not all be one call (that is
+		// tool_repetition) nor a shorter cycle (found at a smaller k).
+		distinct := false
+		for j := L - k + 1; j < L; j++ {
+			if evs[j].fp != evs[L-k].fp {
+				distinct = true
+			}
+		}
+		if !distinct {
+			return Detection{}, false
+		}
+		span := occ * k
+		first := L - span
+		known, sameAll, changed := 0, true, false
+		for j := first + k; j < L; j++ {
+			a, b := &evs[j], &evs[j-k]
+			if a.res == 0 || b.res == 0 {
+				continue
+			}
+			known++
+			if !sameOutcome(a, b) {
+				sameAll, changed = false, true
+			}
+		}
+		thr := in.lim.CycleRepeats
+		var score float64
+		noProgress := known > 0 && sameAll
+		switch {
+		case noProgress && occ > thr:
+			score = grow(0.93, strongStep, occ, thr+1, 1)
+		case noProgress:
+			score = 0.62
+		case changed: // results move: likely progress, warn only when it goes on
+			score = grow(0.45, 0.1, occ, thr, warnCap)
+		case occ > thr:
+			score = grow(0.78, warnStep, occ, thr+1, warnCap)
+		default:
+			score = 0.5
+		}
+		idx := make([]int, 0, span)
+		for j := first; j < L; j++ {
+			idx = append(idx, j)
+		}
+		d := Detection{Score: score, Evidence: in.evidence(idx)}
+		var el []string
+		for j := L - k; j < L; j++ {
+			el = append(el, callElement(evs[j].c))
+		}
+		d.Evidence.Element = shorten(strings.Join(el, " -> "), 120)
+		d.Evidence.Count, d.Evidence.Threshold, d.Evidence.NoProgress = occ, thr, noProgress
+		if noProgress {
+			withOutcome(&d.Evidence, evs[L-1].c)
+		}
+		return d, true
+	}
+	return Detection{}, false
+}
+
+// similarity is the Jaccard index of the word sets of a and b, blended
+// with a character-level comparison for short strings where one changed
+// character ("foo" vs "fo0") matters.
+func (in *inspection) similarity(a, b string) float64 {
+	if a == b {
+		return 1
+	}
+	in.w.toks = wordHashes(in.w.toks[:0], a)
+	in.w.toks2 = wordHashes(in.w.toks2[:0], b)
+	j := jaccard(in.w.toks, in.w.toks2)
+	if len(a) <= 64 && len(b) <= 64 {
+		j = max(j, 1-float64(levenshtein(a, b))/float64(max(len(a), len(b))))
+	}
+	return j
+}
+
+// wordHashes appends the sorted, deduplicated hashes of the words of s.
+func wordHashes(dst []uint64, s string) []uint64 {
+	for i := 0; i < len(s); {
+		for i < len(s) && !isWordByte(s[i]) && s[i] < 0x80 {
+			i++
+		}
+		j := i
+		for j < len(s) && (isWordByte(s[j]) || s[j] >= 0x80) {
+			j++
+		}
+		if j > i {
+			dst = append(dst, hashString(strings.ToLower(s[i:j])))
+		}
+		i = j
+	}
+	slices.Sort(dst)
+	return slices.Compact(dst)
+}
+
+// bigramHashes appends the sorted hashes of consecutive word pairs.
+func bigramHashes(dst []uint64, s string) []uint64 {
+	var prev uint64
+	have := false
+	for i := 0; i < len(s); {
+		for i < len(s) && !isWordByte(s[i]) && s[i] < 0x80 {
+			i++
+		}
+		j := i
+		for j < len(s) && (isWordByte(s[j]) || s[j] >= 0x80) {
+			j++
+		}
+		if j > i {
+			h := hashString(strings.ToLower(s[i:j]))
+			if have {
+				dst = append(dst, prev*31+h)
+			}
+			prev, have = h, true
+		}
+		i = j
+	}
+	slices.Sort(dst)
+	return slices.Compact(dst)
+}
+
+func jaccard(a, b []uint64) float64 {
+	if len(a) == 0 && len(b) == 0 {
+		return 1
+	}
+	i, j, inter := 0, 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] == b[j]:
+			inter++
+			i++
+			j++
+		case a[i] < b[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	return float64(inter) / float64(len(a)+len(b)-inter)
+}
+
+func levenshtein(a, b string) int {
+	var row [65]int
+	for j := 0; j <= len(b); j++ {
+		row[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		prev := row[0]
+		row[0] = i
+		for j := 1; j <= len(b); j++ {
+			cur := row[j]
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			row[j] = min(row[j]+1, row[j-1]+1, prev+cost)
+			prev = cur
+		}
+	}
+	return row[len(b)]
+}
+
+// paramDrift: the same tool called again and again with slightly changed
+// arguments (or on the same primary target) that keeps failing or
+// returning the same thing. Changing results (paginating, reading other
+// parts of a file) are progress.
+func (in *inspection) paramDrift() (Detection, bool) {
+	evs := in.evs
+	if len(evs) == 0 {
+		return Detection{}, false
+	}
+	L := &evs[len(evs)-1]
+	var idx []int
+	fps := 0
+	for a := in.win; a < len(evs); a++ {
+		x := &evs[a]
+		if x.c.Name != L.c.Name {
+			continue
+		}
+		if x.fp == L.fp || (L.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == L.c.PrimaryFingerprint) ||
+			in.similarity(x.c.Args, L.c.Args) >= in.lim.DriftSimilarity {
+			idx = append(idx, a)
+			if x.fp != L.fp {
+				fps++
+			}
+		}
+	}
+	thr := in.lim.DriftCount
+	if len(idx) < thr || fps == 0 {
+		return Detection{}, false
+	}
+	known, same, allErr := 0, true, true
+	var ref *ev
+	for _, a := range idx {
+		x := &evs[a]
+		if x.res == 0 {
+			continue
+		}
+		known++
+		if !x.isErr {
+			allErr = false
+		}
+		if ref == nil {
+			ref = x
+		} else if !sameOutcome(ref, x) {
+			same = false
+		}
+	}
+	var d Detection
+	switch {
+	case known > 0 && same && (ref.isErr || ref.neg || !ref.ack):
+		d.Score = grow(strongBase, strongStep, len(idx), thr, 1)
+		d.Evidence = in.evidence(idx)
+		d.Evidence.NoProgress = true
+		withOutcome(&d.Evidence, ref.c)
+	case known > 0 && allErr:
+		d.Score = grow(0.8, warnStep, len(idx), thr, warnCap)
+		d.Evidence = in.evidence(idx)
+		d.Evidence.Error = ref.c.ErrorText
+	case known == 0:
+		d.Score = grow(warnBase, warnStep, len(idx), thr, warnCap)
+		d.Evidence = in.evidence(idx)
+	default:
+		return Detection{}, false
+	}
+	d.Evidence.Threshold = thr
+	if L.c.Primary != "" {
+		d.Evidence.Element = L.c.Name + "(" + shorten(collapseSpace(L.c.Primary), 40) + ", drifting args)"
+	} else {
+		d.Evidence.Element = L.c.Name + "(drifting args)"
+	}
+	return d, true
+}
+
+// sameResult: calls of one tool with different arguments that all come
+// back with the same failure or the same empty / "not found" answer.
+// Short successful acknowledgements never count.
+func (in *inspection) sameResult() (Detection, bool) {
+	evs := in.evs
+	if len(evs) == 0 {
+		return Detection{}, false
+	}
+	L := &evs[len(evs)-1]
+	if L.res == 0 || !(L.neg || L.isErr) {
+		return Detection{}, false
+	}
+	var idx []int
+	fps := map[uint64]bool{}
+	for a := len(evs) - 1; a >= in.win; a-- {
+		x := &evs[a]
+		if x.c.Name != L.c.Name {
+			continue
+		}
+		if x.res == 0 || !(x.neg || x.isErr) || !(x.res == L.res || x.isErr && L.isErr && x.err == L.err && (L.meaningful || L.neg)) {
+			break
+		}
+		idx = append(idx, a)
+		fps[x.fp] = true
+	}
+	thr := in.lim.SameResultCount
+	if len(idx) < thr || len(fps) < 2 {
+		return Detection{}, false
+	}
+	slices.Reverse(idx)
+	// Similar arguments (foo, fo0, f00) are a stuck search; unrelated
+	// arguments all missing is exploration and needs more repeats.
+	sim := 0.0
+	for _, a := range idx[:len(idx)-1] {
+		sim += in.similarity(evs[a].c.Args, L.c.Args)
+	}
+	sim /= float64(len(idx) - 1)
+	d := Detection{Evidence: in.evidence(idx)}
+	if sim >= 0.6 {
+		d.Score = grow(strongBase, strongStep, len(idx), thr, 1)
+	} else {
+		d.Score = grow(0.72, 0.06, len(idx), thr, 0.96)
+	}
+	d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
+	d.Evidence.Element = L.c.Name + "(varying args) -> same result"
+	withOutcome(&d.Evidence, L.c)
+	return d, true
+}
+
+// recentError returns the index of the latest error among the last three
+// calls, -1 if none: a loop of errors is current only while errors keep
+// coming.
+func (in *inspection) recentError(meaningful bool) int {
+	for a := len(in.evs) - 1; a >= max(0, len(in.evs)-3); a-- {
+		if in.evs[a].isErr && (!meaningful || in.evs[a].meaningful) {
+			return a
+		}
+	}
+	return -1
+}
+
+// errorCycle: the same error signature (type + normalised message) again
+// and again in the window, whatever call produced it.
+func (in *inspection) errorCycle() (Detection, bool) {
+	evs := in.evs
+	r := in.recentError(true)
+	if r < 0 {
+		return Detection{}, false
+	}
+	sig := evs[r].err
+	var idx []int
+	for a := in.win; a <= r; a++ {
+		if evs[a].isErr && evs[a].err == sig {
+			idx = append(idx, a)
+		}
+	}
+	thr := in.lim.errorCount
+	if len(idx) < thr {
+		return Detection{}, false
+	}
+	d := Detection{Score: grow(strongBase, strongStep, len(idx), thr, 1), Evidence: in.evidence(idx)}
+	d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
+	d.Evidence.Error = evs[r].c.ErrorText
+	d.Evidence.Element = shorten(evs[r].c.ErrorText, 80)
+	withOutcome(&d.Evidence, evs[r].c)
+	return d, true
+}
+
+// whackAMole: two or more errors taking turns (A,B,A,B or A,B,C,A,B,C):
+// each fix brings the previous failure back.
+func (in *inspection) whackAMole() (Detection, bool) {
+	evs := in.evs
+	r := in.recentError(true)
+	if r < 0 {
+		return Detection{}, false
+	}
+	// The window's meaningful errors, consecutive duplicates collapsed.
+	var seq []uint64
+	var at []int
+	for a := in.win; a <= r; a++ {
+		x := &evs[a]
+		if !x.isErr || !x.meaningful {
+			continue
+		}
+		if n := len(seq); n > 0 && seq[n-1] == x.err {
+			at[n-1] = a
+			continue
+		}
+		seq = append(seq, x.err)
+		at = append(at, a)
+	}
+	for p := 2; p <= 3; p++ {
+		m := 0
+		for j := len(seq) - 1; j-p >= 0 && seq[j] == seq[j-p]; j-- {
+			m++
+		}
+		cycles := (m + p) / p
+		if cycles < in.lim.WhackCycles {
+			continue
+		}
+		distinct := true
+		for a := len(seq) - p; a < len(seq); a++ {
+			for b := a + 1; b < len(seq); b++ {
+				if seq[a] == seq[b] {
+					distinct = false
+				}
+			}
+		}
+		if !distinct {
+			continue
+		}
+		var idx []int
+		var errs []string
+		for j := len(seq) - cycles*p; j < len(seq); j++ {
+			idx = append(idx, at[j])
+		}
+		for j := len(seq) - p; j < len(seq); j++ {
+			errs = append(errs, evs[at[j]].c.ErrorText)
+		}
+		d := Detection{Score: grow(strongBase, 0.03, cycles, in.lim.WhackCycles, 1), Evidence: in.evidence(idx)}
+		d.Evidence.Count, d.Evidence.Threshold, d.Evidence.NoProgress = cycles, in.lim.WhackCycles, true
+		d.Evidence.Error = strings.Join(errs, " | ")
+		d.Evidence.Element = shorten(d.Evidence.Error, 100)
+		return d, true
+	}
+	return Detection{}, false
+}
+
+// testFixCycle: the same test or build command failing run after run,
+// with other work in between. The same failure every time is no progress;
+// a different failure every time is debugging and stays below warning.
+func (in *inspection) testFixCycle() (Detection, bool) {
+	evs := in.evs
+	r := in.recentError(false)
+	if r < 0 {
+		return Detection{}, false
+	}
+	fp := evs[r].fp
+	var idx []int
+	for a := r; a >= 0; a-- {
+		x := &evs[a]
+		if x.fp != fp || x.res == 0 {
+			continue
+		}
+		if !x.isErr {
+			break
+		}
+		idx = append(idx, a)
+	}
+	thr := in.lim.testFixCount
+	if len(idx) < thr {
+		return Detection{}, false
+	}
+	slices.Reverse(idx)
+	// How often does the most common failure come back?
+	top := 0
+	for _, a := range idx {
+		c := 0
+		for _, b := range idx {
+			if evs[a].err == evs[b].err {
+				c++
+			}
+		}
+		top = max(top, c)
+	}
+	d := Detection{Evidence: in.evidence(idx)}
+	switch {
+	case top == len(idx):
+		d.Score = grow(0.93, strongStep, len(idx), thr, 1)
+		d.Evidence.NoProgress = true
+	case 2*top > len(idx):
+		d.Score = grow(0.8, warnStep, len(idx), thr, warnCap)
+	default:
+		d.Score = grow(0.5, 0.04, len(idx), thr, 0.68)
+	}
+	d.Evidence.Threshold = thr
+	d.Evidence.Error = evs[r].c.ErrorText
+	withOutcome(&d.Evidence, evs[r].c)
+	return d, true
+}
+
+// editPairs are the (old, new) argument names of replace-style edit tools.
+var editPairs = [...][2]string{
+	{"old_str", "new_str"}, {"old_string", "new_string"}, {"oldText", "newText"}, {"old_text", "new_text"},
+	{"search", "replace"}, {"old", "new"}, {"find", "replace"},
+}
+
+var pathKeys = [...]string{"path", "file_path", "filePath", "target_file", "filename", "file", "absolute_path"}
+var contentKeys = [...]string{"content", "file_text", "contents", "text", "code"}
+
+type edit struct {
+	a        int // event index
+	path     string
+	old, new uint64 // for replace edits
+	content  uint64 // for whole-file writes
+}
+
+// editUndo: an edit that swaps back an earlier edit of the same file (old
+// and new exchanged), or a file's written content going back to an
+// earlier version. One revert is common (removing a debug print) and only
+// reported; the change applied again after its revert is a loop.
+func (in *inspection) editUndo() (Detection, bool) {
+	evs := in.evs
+	var edits []edit
+	for a := range evs {
+		x := &evs[a]
+		if x.isErr || !strings.Contains(x.c.Args, `"`) {
+			continue
+		}
+		p := parseJSON(x.c.Args)
+		if !p.IsObject() {
+			continue
+		}
+		var path string
+		for _, k := range pathKeys {
+			if v := p.Get(k); v.Type == gjson.String {
+				path = v.Str
+				break
+			}
+		}
+		if path == "" {
+			continue
+		}
+		e := edit{a: a, path: path}
+		for _, kp := range editPairs {
+			o, n := p.Get(kp[0]), p.Get(kp[1])
+			if o.Type == gjson.String && n.Type == gjson.String {
+				e.old, e.new = hashString(o.Str)|1, hashString(n.Str)|1
+				break
+			}
+		}
+		if e.old == 0 {
+			for _, k := range contentKeys {
+				if v := p.Get(k); v.Type == gjson.String {
+					e.content = hashString(v.Str) | 1
+					break
+				}
+			}
+			if e.content == 0 {
+				continue
+			}
+		}
+		edits = append(edits, e)
+	}
+	// Count reverts per file.
+	bestPath, best, bestIdx := "", 0, []int(nil)
+	for j := range edits {
+		ej := &edits[j]
+		reverts := 0
+		var idx []int
+		for i := 0; i < j; i++ {
+			ei := &edits[i]
+			if ei.path != ej.path {
+				continue
+			}
+			if ej.old != 0 && ej.old == ei.new && ej.new == ei.old {
+				reverts++
+				idx = append(idx, ei.a)
+			}
+		}
+		if ej.content != 0 {
+			// content history of this file up to j: A,B,A counts each return
+			var seen []uint64
+			for i := 0; i <= j; i++ {
+				ei := &edits[i]
+				if ei.path != ej.path || ei.content == 0 {
+					continue
+				}
+				if n := len(seen); n > 0 && seen[n-1] != ei.content && slices.Contains(seen[:n-1], ei.content) {
+					reverts++
+				}
+				seen = append(seen, ei.content)
+				idx = append(idx, ei.a)
+			}
+		}
+		if reverts > best {
+			idx = append(idx, ej.a)
+			slices.Sort(idx)
+			best, bestPath, bestIdx = reverts, ej.path, slices.Compact(idx)
+		}
+	}
+	thr := in.lim.EditUndoCount
+	if best < thr {
+		return Detection{}, false
+	}
+	d := Detection{Evidence: in.evidence(bestIdx)}
+	if best > thr {
+		d.Score = grow(0.93, strongStep, best, thr+1, 1)
+		d.Evidence.NoProgress = true
+	} else {
+		d.Score = 0.5
+	}
+	d.Evidence.Count, d.Evidence.Threshold = best, thr
+	d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
+	return d, true
+}
+
+// textStep is an assistant text the text rules compare.
+type textStep struct {
+	step int
+	text string
+}
+
+// minWords keeps short answers ("Done.", "OK, continuing.") out of the text
+// rules: they legitimately repeat.
+const minWords = 8
+
+func wordCount(s string) int { return len(strings.Fields(s)) }
+
+// outputRepetition: assistant text that nearly repeats recent assistant
+// text. Narration beside tool calls is left to the tool rules unless it is
+// long: "Let me run the tests again" is not a loop by itself.
+func (in *inspection) outputRepetition() (Detection, bool) {
+	t := in.t
+	start := max(0, min(t.Start, len(t.Steps)))
+	var texts []textStep
+	for s := len(t.Steps) - 1; s >= start && len(texts) < 6; s-- {
+		st := &t.Steps[s]
+		txt := strings.TrimSpace(st.Text)
+		wc := wordCount(txt)
+		if wc < minWords || (len(st.Calls) > 0 && wc < 40) {
+			if len(texts) == 0 && s < len(t.Steps)-2 {
+				return Detection{}, false // the latest texts are not recent: nothing current
+			}
+			continue
+		}
+		texts = append(texts, textStep{s, txt})
+	}
+	if len(texts) < 2 {
+		return Detection{}, false
+	}
+	last := texts[0]
+	var idxSteps []int
+	simLast := in.textSimilarity(last.text, texts[1].text)
+	near := 0
+	for _, o := range texts[1:] {
+		if in.textSimilarity(last.text, o.text) >= in.lim.OutputSimilar2 {
+			near++
+			idxSteps = append(idxSteps, o.step)
+		}
+	}
+	var score float64
+	count := near + 1
+	switch {
+	case near >= 2:
+		score = grow(strongBase, strongStep, count, 3, 1)
+	case simLast >= in.lim.OutputSimilarLast:
+		score = 0.8
+	default:
+		return Detection{}, false
+	}
+	idxSteps = append(idxSteps, last.step)
+	slices.Sort(idxSteps)
+	d := Detection{Score: score}
+	d.Evidence = textEvidence(last.text, idxSteps, 2)
+	d.Evidence.NoProgress = near >= 2
+	return d, true
+}
+
+func textEvidence(text string, steps []int, thr int) Evidence {
+	return Evidence{
+		Element:   `"` + shorten(collapseSpace(text), 60) + `"`,
+		Result:    shorten(collapseSpace(text), 300),
+		Count:     len(steps),
+		Threshold: thr,
+		First:     steps[0],
+		Last:      steps[len(steps)-1],
+		Steps:     steps,
+	}
+}
+
+// textSimilarity blends word-set and word-bigram Jaccard: word sets alone
+// call a shuffled text a copy, bigrams alone punish one changed word.
+func (in *inspection) textSimilarity(a, b string) float64 {
+	if a == b {
+		return 1
+	}
+	in.w.toks = wordHashes(in.w.toks[:0], a)
+	in.w.toks2 = wordHashes(in.w.toks2[:0], b)
+	w := jaccard(in.w.toks, in.w.toks2)
+	in.w.toks = bigramHashes(in.w.toks[:0], a)
+	in.w.toks2 = bigramHashes(in.w.toks2[:0], b)
+	return (w + jaccard(in.w.toks, in.w.toks2)) / 2
+}
+
+// summaryLoop: in a session that uses tools, the latest assistant turns
+// carry only text (summaries, plans, "I will now...") with no tool call:
+// the agent talks instead of working.
+func (in *inspection) summaryLoop() (Detection, bool) {
+	t := in.t
+	usesTools := false
+	for s := range t.Steps {
+		if len(t.Steps[s].Calls) > 0 {
+			usesTools = true
+			break
+		}
+	}
+	if !usesTools {
+		return Detection{}, false
+	}
+	start := max(0, min(t.Start, len(t.Steps)))
+	var steps []int
+	for s := len(t.Steps) - 1; s >= start && len(t.Steps[s].Calls) == 0; s-- {
+		steps = append(steps, s)
+	}
+	thr := in.lim.SummaryCount
+	if len(steps) < thr {
+		return Detection{}, false
+	}
+	slices.Reverse(steps)
+	// Are the texts saying the same thing?
+	simSum, pairs := 0.0, 0
+	for i := 1; i < len(steps); i++ {
+		simSum += in.textSimilarity(t.Steps[steps[i]].Text, t.Steps[steps[i-1]].Text)
+		pairs++
+	}
+	d := Detection{}
+	lastText := strings.TrimSpace(t.Steps[steps[len(steps)-1]].Text)
+	d.Evidence = textEvidence(lastText, steps, thr)
+	if lastText == "" {
+		d.Evidence.Element = "(empty reply)"
+	}
+	if simSum/float64(pairs) >= 0.5 {
+		d.Score = grow(strongBase, strongStep, len(steps), thr, 1)
+		d.Evidence.NoProgress = true
+	} else {
+		d.Score = grow(warnBase, warnStep, len(steps), thr, warnCap)
+	}
+	return d, true
+}

@@ -1,0 +1,559 @@
+package inspect
+
+import (
+	"strings"
+)
+
+// appendNormalized writes s with its volatile parts replaced, so that two
+// runs of the same command that differ only in when, where and as which
+// process they ran compare equal: ANSI colour codes, timestamps and dates,
+// UUIDs, hex ids (8+ hex digits), memory addresses, durations, PIDs, temp
+// paths and trailing whitespace. Other numbers are kept: "3 failed" and
+// "2 failed" are different results.
+func appendNormalized(dst []byte, s string) []byte {
+	lineStart := len(dst)
+	_ = lineStart
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == 0x1b: // ANSI escape: ESC [ params final-byte
+			j := i + 1
+			if j < len(s) && s[j] == '[' {
+				j++
+				for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
+					j++
+				}
+				j++
+			}
+			i = min(j, len(s))
+			continue
+		case c == '\r':
+			i++
+			continue
+		case c == '\n':
+			dst = trimTrailingBlank(dst)
+			dst = append(dst, '\n')
+			i++
+			continue
+		case c == '/' && (i == 0 || !isWordByte(s[i-1])):
+			if n := tempPathLen(s[i:]); n > 0 {
+				dst = append(dst, "<tmp>"...)
+				i += n
+				continue
+			}
+		case isWordByte(c) && (i == 0 || !isWordByte(s[i-1])):
+			if repl, n := volatileToken(s, i); n > 0 {
+				dst = append(dst, repl...)
+				i += n
+				continue
+			}
+			// Copy the whole word so no rule fires inside it.
+			j := i
+			for j < len(s) && isWordByte(s[j]) {
+				j++
+			}
+			dst = append(dst, s[i:j]...)
+			i = j
+			continue
+		}
+		dst = append(dst, c)
+		i++
+	}
+	return trimTrailingBlank(dst)
+}
+
+func trimTrailingBlank(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func isWordByte(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_'
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isHex(c byte) bool { return isDigit(c) || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// tempPathLen returns the length of a temporary path at the start of s.
+func tempPathLen(s string) int {
+	for _, p := range [...]string{"/tmp/", "/var/tmp/", "/var/folders/", "/private/tmp/", "/dev/shm/"} {
+		if strings.HasPrefix(s, p) {
+			n := len(p)
+			for n < len(s) && !strings.ContainsRune(" \t\n'\":,;)]}>", rune(s[n])) {
+				n++
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// volatileToken recognises a volatile token starting at word boundary i
+// and returns its replacement and length.
+func volatileToken(s string, i int) (string, int) {
+	t := s[i:]
+	// 0x7ffd1234 memory addresses and hex literals.
+	if len(t) > 3 && t[0] == '0' && (t[1] == 'x' || t[1] == 'X') && isHex(t[2]) {
+		n := 2
+		for n < len(t) && isHex(t[n]) {
+			n++
+		}
+		if n >= 6 {
+			return "<addr>", n
+		}
+	}
+	if n := uuidLen(t); n > 0 {
+		return "<uuid>", n
+	}
+	if isDigit(t[0]) {
+		if n := dateTimeLen(t); n > 0 {
+			return "<ts>", n
+		}
+		if n := durationLen(t); n > 0 {
+			return "<dur>", n
+		}
+	}
+	// hex ids: a word of 8+ hex digits with at least one digit (git
+	// hashes, container ids); plain words like "deadbeef" stay.
+	n, digits := 0, 0
+	for n < len(t) && isHex(t[n]) {
+		if isDigit(t[n]) {
+			digits++
+		}
+		n++
+	}
+	if n >= 8 && digits > 0 && (n == len(t) || !isWordByte(t[n])) {
+		if digits == n && n < 10 {
+			return "", 0 // a plain number (line count, size): keep it
+		}
+		return "<hex>", n
+	}
+	// Epoch timestamps in seconds or milliseconds.
+	if digits == n && n >= 10 && (n == len(t) || !isWordByte(t[n])) {
+		return "<ts>", n
+	}
+	// pid 1234, pid=1234, PID: 1234
+	if len(t) >= 3 && strings.EqualFold(t[:3], "pid") && (len(t) == 3 || !isWordByte(t[3])) {
+		j := 3
+		for j < len(t) && (t[j] == ' ' || t[j] == '=' || t[j] == ':') {
+			j++
+		}
+		k := j
+		for k < len(t) && isDigit(t[k]) {
+			k++
+		}
+		if k > j {
+			return "pid <pid>", k
+		}
+	}
+	return "", 0
+}
+
+func uuidLen(t string) int {
+	if len(t) < 36 {
+		return 0
+	}
+	for i := 0; i < 36; i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if t[i] != '-' {
+				return 0
+			}
+		default:
+			if !isHex(t[i]) {
+				return 0
+			}
+		}
+	}
+	return 36
+}
+
+func digitsAt(t string, i, n int) bool {
+	if i+n > len(t) {
+		return false
+	}
+	for k := i; k < i+n; k++ {
+		if !isDigit(t[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// dateTimeLen matches 2024-01-31, 2024-01-31T12:00:00.123Z, 12:00:00(.123)
+// and 2024/01/31 at the start of t.
+func dateTimeLen(t string) int {
+	n := 0
+	if digitsAt(t, 0, 4) && len(t) > 7 && (t[4] == '-' || t[4] == '/') && digitsAt(t, 5, 2) && len(t) > 8 && t[7] == t[4] && digitsAt(t, 8, 2) {
+		n = 10
+		if len(t) > n+1 && (t[n] == 'T' || t[n] == ' ') && digitsAt(t, n+1, 2) && len(t) > n+3 && t[n+3] == ':' {
+			n++
+		} else {
+			return n
+		}
+	}
+	// hh:mm(:ss(.fff))
+	j := n
+	k := j
+	for k < len(t) && k-j < 2 && isDigit(t[k]) {
+		k++
+	}
+	if k == j || k >= len(t) || t[k] != ':' || !digitsAt(t, k+1, 2) {
+		if n > 0 {
+			return n - 1
+		}
+		return 0
+	}
+	k += 3
+	if k < len(t) && t[k] == ':' && digitsAt(t, k+1, 2) {
+		k += 3
+	}
+	if k < len(t) && (t[k] == '.' || t[k] == ',') && k+1 < len(t) && isDigit(t[k+1]) {
+		k++
+		for k < len(t) && isDigit(t[k]) {
+			k++
+		}
+	}
+	if k < len(t) && t[k] == 'Z' {
+		k++
+	} else if k+5 < len(t)+1 && k < len(t) && (t[k] == '+' || t[k] == '-') && digitsAt(t, k+1, 2) {
+		k += 3
+		if k < len(t) && t[k] == ':' {
+			k++
+		}
+		if digitsAt(t, k, 2) {
+			k += 2
+		}
+	}
+	if k < len(t) && isWordByte(t[k]) {
+		return 0
+	}
+	return k
+}
+
+var durationUnits = [...]string{"seconds", "second", "secs", "sec", "ms", "µs", "us", "ns", "minutes", "mins", "min", "s", "m", "h"}
+
+// durationLen matches 0.53s, 12ms, 3.2 seconds, 1m30s at the start of t.
+func durationLen(t string) int {
+	k := 0
+	matched := false
+	for {
+		j := k
+		for j < len(t) && isDigit(t[j]) {
+			j++
+		}
+		if j == k {
+			break
+		}
+		frac := false
+		if j+1 < len(t) && t[j] == '.' && isDigit(t[j+1]) {
+			j++
+			for j < len(t) && isDigit(t[j]) {
+				j++
+			}
+			frac = true
+		}
+		sp := j
+		if sp < len(t) && t[sp] == ' ' {
+			sp++
+		}
+		unit := ""
+		for _, u := range durationUnits {
+			at := j
+			if len(u) > 2 { // long units may follow a space: "3.2 seconds"
+				at = sp
+			}
+			if strings.HasPrefix(t[at:], u) && (at+len(u) == len(t) || !isWordByte(t[at+len(u)]) || isDigit(t[at+len(u)])) {
+				// a bare "m"/"h"/"s" needs a fraction or a following number (1m30s) to be a duration
+				if len(u) == 1 && !frac && !(at+1 < len(t) && isDigit(t[at+1])) && u != "s" {
+					continue
+				}
+				unit = u
+				k = at + len(u)
+				break
+			}
+		}
+		if unit == "" {
+			break
+		}
+		matched = true
+	}
+	if !matched {
+		return 0
+	}
+	return k
+}
+
+// errorInfo is the classification of one tool result.
+type errorInfo struct {
+	isError bool
+	kind    string // error type: exception name, "exit", "error", marker
+	line    string // the error line as found (a view into the result)
+}
+
+// classifyError decides whether a tool result reports a failure. Only the
+// head and the tail are read: markers sit at the start (exit codes, "Error:")
+// or at the end (the exception line of a traceback), and results can be
+// hundreds of kilobytes.
+func classifyError(s string) errorInfo {
+	const headN, tailN = 1024, 2048
+	head, tail := s, ""
+	if len(s) > headN+tailN {
+		head, tail = s[:headN], s[len(s)-tailN:]
+	}
+	var ei errorInfo
+	exit := exitCode(head)
+	if exit == "" && tail != "" {
+		exit = exitCode(tail)
+	}
+	if exit != "" && exit != "0" {
+		ei.isError, ei.kind = true, "exit "+exit
+	}
+	// A traceback's last exception line names the error.
+	if strings.Contains(head, "Traceback (most recent call last)") || strings.Contains(tail, "Traceback (most recent call last)") {
+		ei.isError = true
+		if k, l := lastException(s, tail); k != "" {
+			ei.kind, ei.line = k, l
+			return ei
+		}
+		ei.kind = "Traceback"
+	}
+	if k, l := markerLine(head); k != "" {
+		ei.isError, ei.kind, ei.line = true, k, l
+		return ei
+	}
+	if tail != "" {
+		if k, l := markerLine(tail); k != "" {
+			ei.isError, ei.kind, ei.line = true, k, l
+			return ei
+		}
+	}
+	if ei.isError && ei.line == "" {
+		ei.line = lastOutputLine(s)
+	}
+	return ei
+}
+
+// exitCode finds a process exit status: <returncode>1</returncode>,
+// "exit code 1", "Exit code: 1", "exit status 2", "exited with code 1".
+func exitCode(s string) string {
+	if i := strings.Index(s, "<returncode>"); i >= 0 {
+		j := i + len("<returncode>")
+		k := j
+		for k < len(s) && (isDigit(s[k]) || s[k] == '-') {
+			k++
+		}
+		if k > j {
+			return s[j:k]
+		}
+	}
+	for _, p := range [...]string{"exit code", "Exit code", "exit status", "Exit status", "exited with code", "Exit Code", "exitCode"} {
+		i := strings.Index(s, p)
+		if i < 0 {
+			continue
+		}
+		j := i + len(p)
+		for j < len(s) && (s[j] == ' ' || s[j] == ':' || s[j] == '=' || s[j] == '"') {
+			j++
+		}
+		k := j
+		for k < len(s) && (isDigit(s[k]) || s[k] == '-') {
+			k++
+		}
+		if k > j {
+			return s[j:k]
+		}
+	}
+	return ""
+}
+
+// lastException finds the last "FooError: message" line.
+func lastException(s, tail string) (string, string) {
+	if tail == "" {
+		tail = s
+	}
+	for rest := tail; rest != ""; {
+		i := strings.LastIndexByte(rest, '\n')
+		line := strings.TrimSpace(rest[i+1:])
+		if i < 0 {
+			rest = ""
+		} else {
+			rest = rest[:i]
+		}
+		if k := exceptionName(line); k != "" {
+			return k, line
+		}
+	}
+	return "", ""
+}
+
+// exceptionName returns "ValueError" for "ValueError: bad" or
+// "pkg.mod.CustomException: x", "" otherwise.
+func exceptionName(line string) string {
+	i := strings.IndexByte(line, ':')
+	if i <= 0 {
+		if isExceptionIdent(line) {
+			return line // "KeyboardInterrupt"
+		}
+		return ""
+	}
+	name := line[:i]
+	if j := strings.LastIndexByte(name, '.'); j >= 0 {
+		name = name[j+1:]
+	}
+	if isExceptionIdent(name) && strings.IndexByte(line[:i], ' ') < 0 {
+		return name
+	}
+	return ""
+}
+
+func isExceptionIdent(s string) bool {
+	if s == "" || s[0] < 'A' || s[0] > 'Z' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isWordByte(s[i]) {
+			return false
+		}
+	}
+	return strings.HasSuffix(s, "Error") || strings.HasSuffix(s, "Exception") || s == "KeyboardInterrupt" || s == "SystemExit" || strings.HasSuffix(s, "Failure")
+}
+
+// errorMarkers are substrings that make a line an error line, with the
+// error type they stand for. Checked in order.
+var errorMarkers = [...]struct{ sub, kind string }{
+	{"panic: ", "panic"},
+	{"SyntaxError", "SyntaxError"},
+	{"command not found", "command not found"},
+	{"No such file or directory", "ENOENT"},
+	{"Permission denied", "EACCES"},
+	{"old_str not found", "edit no match"},
+	{"old_string not found", "edit no match"},
+	{"did not appear verbatim", "edit no match"},
+	{"No replacement was performed", "edit no match"},
+	{"could not find", "not found"},
+	{"Could not find", "not found"},
+	{"FAILED", "FAILED"},
+	{"fatal: ", "fatal"},
+}
+
+// markerLine scans the lines of s for an error marker.
+func markerLine(s string) (string, string) {
+	for rest := s; rest != ""; {
+		i := strings.IndexByte(rest, '\n')
+		var line string
+		if i < 0 {
+			line, rest = rest, ""
+		} else {
+			line, rest = rest[:i], rest[i+1:]
+		}
+		t := strings.TrimSpace(line)
+		if t == "" {
+			continue
+		}
+		t = strings.TrimPrefix(t, "<output>")
+		if hasPrefixFold(t, "error:") || hasPrefixFold(t, "error ") || strings.HasPrefix(t, "ERROR") || strings.HasPrefix(t, "E   ") {
+			return "error", t
+		}
+		if k := exceptionName(t); k != "" {
+			return k, t
+		}
+		for _, m := range errorMarkers {
+			if strings.Contains(t, m.sub) {
+				return m.kind, t
+			}
+		}
+	}
+	return "", ""
+}
+
+func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
+
+// lastOutputLine is the last non-empty line, ignoring the mini-swe-agent
+// wrapper tags: a failing script's last words usually say why.
+func lastOutputLine(s string) string {
+	for rest := s; rest != ""; {
+		i := strings.LastIndexByte(rest, '\n')
+		line := strings.TrimSpace(rest[i+1:])
+		if i < 0 {
+			rest = ""
+		} else {
+			rest = rest[:i]
+		}
+		if line == "" || line == "</output>" || line == "<output>" || strings.HasPrefix(line, "<returncode>") {
+			continue
+		}
+		return line
+	}
+	return ""
+}
+
+// appendErrorSig writes the normalised error message: volatile parts
+// replaced as in results, then paths and digit runs (line numbers, counts)
+// removed, so the same failure at another line or in another temp file has
+// one signature. tmp is scratch space; the grown scratch is returned.
+func appendErrorSig(dst, tmp []byte, line string) ([]byte, []byte) {
+	tmp = appendNormalized(tmp[:0], line)
+	start := len(dst)
+	for i := 0; i < len(tmp); {
+		c := tmp[i]
+		if isDigit(c) {
+			for i < len(tmp) && isDigit(tmp[i]) {
+				i++
+			}
+			dst = append(dst, '#')
+			continue
+		}
+		if c == '/' || (c == '.' && i+1 < len(tmp) && tmp[i+1] == '/') {
+			// A path runs to the next blank or quote; back up over the
+			// word before the slash that belongs to it.
+			for len(dst) > start && !isPathStop(dst[len(dst)-1]) {
+				dst = dst[:len(dst)-1]
+			}
+			for i < len(tmp) && !isPathStop(tmp[i]) {
+				i++
+			}
+			dst = append(dst, "<path>"...)
+			continue
+		}
+		dst = append(dst, c)
+		i++
+	}
+	return dst, tmp
+}
+
+func isPathStop(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '"' || c == '\'' || c == ',' || c == '(' || c == ')' || c == '`' || c == ':'
+}
+
+// negativeResult reports an empty or "nothing found" result: the
+// no-progress answer of a search that keeps missing.
+func negativeResult(s string) bool {
+	t := strings.TrimSpace(s)
+	t = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(stripReturnCode(t), "<output>"), "</output>"))
+	if t == "" {
+		return true
+	}
+	if len(t) > 200 {
+		return false
+	}
+	l := strings.ToLower(t)
+	for _, p := range [...]string{"no matches", "no match found", "not found", "no results", "0 results", "no files found", "no such file", "nothing found", "found 0", "0 matches", "does not exist", "no file"} {
+		if strings.Contains(l, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func stripReturnCode(t string) string {
+	if strings.HasPrefix(t, "<returncode>") {
+		if i := strings.Index(t, "</returncode>"); i >= 0 {
+			return strings.TrimSpace(t[i+len("</returncode>"):])
+		}
+	}
+	return t
+}
