@@ -1,18 +1,538 @@
 package inspect
 
-// Degeneration watches one stream of generated text (content or reasoning)
-// for degenerate repetition. TEMPORARY CONTRACT STUB.
-type Degeneration struct{ n int64 }
+import (
+	"strings"
+	"unicode/utf8"
+)
 
-// NewDegeneration returns a detector for one stream.
-func NewDegeneration(cfg StreamConfig) *Degeneration { return &Degeneration{} }
+// How Degeneration finds repetition.
+//
+// Every byte is appended to a ring of the last Window bytes. A rolling hash of
+// the last degK bytes, with digits folded to '0', is looked up in a small table
+// that remembers where each hash last ended; a hit at distance d <= MaxPhrase
+// whose bytes really match (hashes collide) makes d the candidate period. From
+// then on each byte costs one comparison with the byte d earlier, which extends
+// two runs: shapeRun (digits folded, "the same line shape") and exactRun (byte
+// for byte). A mismatch drops the candidate and the next lookup finds a new
+// one. The most recent occurrence of a k-gram is the nearest, so the detector
+// locks onto the smallest period of a repetition, which is what gemini-cli's
+// 50-char chunk counting approximates with more work. Everything is O(1) per
+// byte except a verification and a bounded back-extension on each new lock.
+//
+// A run is judged against a threshold chosen by what repeats and where:
+// character runs ("aaaa", period 1), word runs ("the the ", period below
+// MinPhrase) and phrases (MinPhrase..MaxPhrase); prose or structured text
+// (code fences tracked over the accumulated text, tables, lists, headings,
+// quotes, indented code, JSON, lines of numbers); and units of words, of
+// symbols, or of whitespace and divider characters. Structure raises the
+// threshold, it never switches detection off: gemini-cli's exemptions left an
+// identical table row repeated forever undetected (field notes, PRs #5144,
+// #5820, #6893).
+
+const (
+	degK         = 16 // bytes hashed to find a candidate period
+	degTableBits = 11
+	degHashBase  = 0x01000193 // FNV prime, used as the polynomial base
+	degElemMax   = 80         // longest Evidence.Element, in bytes
+	degShortElem = 24         // short units are shown repeated up to this length
+
+	scoreExact = 0.97 // byte-identical copies: the stream is cut on this
+	scoreShape = 0.93 // copies differing only in digits
+)
+
+// DefaultStreamConfig returns the token_degeneration defaults documented on
+// StreamConfig.
+func DefaultStreamConfig() StreamConfig {
+	return StreamConfig{
+		MinPhrase:              20,
+		MaxPhrase:              200,
+		Repeats:                8,
+		StructuredRepeats:      30,
+		ShapeRepeats:           16,
+		StructuredShapeRepeats: 300,
+		CharRun:                100,
+		WordRun:                12,
+		StructuredRun:          1000,
+		Window:                 4096,
+	}
+}
+
+// normalized fills zero or negative fields from DefaultStreamConfig and keeps
+// the fields consistent with each other, so any TOML input yields a working
+// detector.
+func (c StreamConfig) normalized() StreamConfig {
+	def := DefaultStreamConfig()
+	pick := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	c.MinPhrase = pick(c.MinPhrase, def.MinPhrase)
+	c.MaxPhrase = pick(c.MaxPhrase, def.MaxPhrase)
+	c.Repeats = max(pick(c.Repeats, def.Repeats), 2)
+	c.StructuredRepeats = max(pick(c.StructuredRepeats, def.StructuredRepeats), 2)
+	c.ShapeRepeats = max(pick(c.ShapeRepeats, def.ShapeRepeats), 2)
+	c.StructuredShapeRepeats = max(pick(c.StructuredShapeRepeats, def.StructuredShapeRepeats), 2)
+	c.CharRun = max(pick(c.CharRun, def.CharRun), 2)
+	c.WordRun = max(pick(c.WordRun, def.WordRun), 2)
+	c.StructuredRun = max(pick(c.StructuredRun, def.StructuredRun), 2)
+	c.Window = pick(c.Window, def.Window)
+	// The position table stores 16-bit positions, so distances must stay
+	// well below 1<<16.
+	c.MaxPhrase = min(c.MaxPhrase, 1<<14)
+	c.MinPhrase = min(c.MinPhrase, c.MaxPhrase)
+	c.Window = max(c.Window, 2*(c.MaxPhrase+degK))
+	c.Window = min(c.Window, 1<<20)
+	w := 64
+	for w < c.Window {
+		w <<= 1
+	}
+	c.Window = w
+	return c
+}
+
+// Degeneration watches one stream of generated text (a choice's content or
+// its reasoning, each with its own instance) for degenerate repetition: a
+// phrase of MinPhrase..MaxPhrase bytes repeated back to back, lines of the
+// same shape (differing only in numbers), and character or word runs.
+//
+// Memory is fixed at creation (about Window + 4 KiB); Write does not allocate.
+// A Degeneration is not safe for concurrent use. Reset makes it reusable for
+// another stream, e.g. from a sync.Pool.
+type Degeneration struct {
+	cfg   StreamConfig
+	buf   []byte // ring of the last len(buf) raw bytes
+	mask  int64
+	table [1 << degTableBits]uint16 // k-gram hash -> end position (mod 1<<16) where it last ended
+	pos   int64                     // bytes written so far
+	hash  uint32                    // rolling hash of the last degK folded bytes
+	baseK uint32                    // degHashBase^degK, removes the byte leaving the k-gram
+
+	period   int64 // candidate period; 0 when none
+	shapeRun int64 // consecutive positions equal to the byte period earlier, digits folded
+	exactRun int64 // the same, byte for byte
+	class    unitClass
+
+	// Markdown structure of the accumulated text.
+	lead       bool  // still in the line's leading whitespace
+	indent     int   // columns of leading whitespace
+	lineStruct bool  // the current line is a table row, list item, heading, fence...
+	ticks      int   // fence characters seen at the start of the line
+	tickChar   byte  // '`' or '~'
+	fence      bool  // inside a fenced code block
+	json       int8  // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
+	lastStruct int64 // end position of the last byte in structured text
+
+	fired     bool
+	shape     bool // fired on folded digits, not identical copies
+	offset    int64
+	count     int
+	threshold int
+	elem      [degElemMax]byte
+	elemLen   int
+}
+
+// unitClass says what a repeated unit is made of; it is computed once per
+// candidate period, when a run first gets long enough to matter.
+type unitClass uint8
+
+const (
+	classUnknown unitClass = iota
+	classWords             // has letters: prose thresholds apply outside structure
+	classSymbols           // digits and punctuation: "0, 0, 0", "0x00, "
+	classDivider           // whitespace, rules and box drawing
+)
+
+// NewDegeneration returns a detector for one stream. Zero fields of cfg take
+// their defaults (DefaultStreamConfig).
+func NewDegeneration(cfg StreamConfig) *Degeneration {
+	cfg = cfg.normalized()
+	d := &Degeneration{cfg: cfg, buf: make([]byte, cfg.Window), mask: int64(cfg.Window - 1)}
+	d.baseK = 1
+	for range degK {
+		d.baseK *= degHashBase
+	}
+	d.Reset()
+	return d
+}
+
+// Reset forgets the stream so the detector can watch a new one. The
+// configuration and the buffers are kept.
+func (d *Degeneration) Reset() {
+	d.table = [1 << degTableBits]uint16{}
+	d.pos, d.hash = 0, 0
+	d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
+	d.lead, d.indent, d.lineStruct, d.ticks, d.tickChar = true, 0, false, 0, 0
+	d.fence, d.json, d.lastStruct = false, 0, 0
+	d.fired, d.shape, d.offset, d.count, d.threshold, d.elemLen = false, false, 0, 0, 0, 0
+}
 
 // Write feeds the next text delta. It reports true once the stream is
-// confidently degenerate; later calls keep returning true.
-func (d *Degeneration) Write(p []byte) bool { d.n += int64(len(p)); return false }
+// confidently degenerate; later calls keep returning true and ignore p.
+// Deltas may split lines, fences and UTF-8 sequences anywhere: the result
+// depends only on the concatenated text.
+func (d *Degeneration) Write(p []byte) bool {
+	if d.fired {
+		return true
+	}
+	for _, c := range p {
+		if d.step(c) {
+			d.fired = true
+			return true
+		}
+	}
+	return false
+}
 
-// Detection returns the finding once Write has reported true.
-func (d *Degeneration) Detection() Detection { return Detection{} }
+// step consumes one byte and reports whether the stream is now degenerate.
+func (d *Degeneration) step(c byte) bool {
+	pos := d.pos
+	d.structure(c, pos)
+	d.buf[pos&d.mask] = c
+	n := foldDigit[c]
+	var out byte
+	if pos >= degK {
+		out = foldDigit[d.buf[(pos-degK)&d.mask]]
+	}
+	d.hash = d.hash*degHashBase + uint32(n) - uint32(out)*d.baseK
+	end := pos + 1
+	d.pos = end
 
-// Offset is the byte offset in the stream's text where the degeneration began.
-func (d *Degeneration) Offset() int64 { return 0 }
+	fire := false
+	if d.period > 0 {
+		o := d.buf[(pos-d.period)&d.mask]
+		if foldDigit[o] == n {
+			d.shapeRun++
+			if o == c {
+				d.exactRun++
+			} else {
+				d.exactRun = 0
+			}
+			fire = d.check()
+		} else {
+			d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
+		}
+	}
+	if end < degK {
+		return false
+	}
+	slot := (d.hash * 0x9E3779B1) >> (32 - degTableBits)
+	if d.period == 0 {
+		dist := int64(uint16(end) - d.table[slot])
+		if dist > 0 && dist <= int64(d.cfg.MaxPhrase) && end-dist >= degK && d.lock(end, dist) {
+			fire = d.check()
+		}
+	}
+	d.table[slot] = uint16(end)
+	return fire
+}
+
+// lock makes dist the candidate period if the last degK bytes really repeat
+// at that distance (the hash table holds stale and colliding entries), and
+// extends both runs backwards so that the copies before the lock count too.
+// The extension is bounded by MaxPhrase, which keeps a new lock O(MaxPhrase).
+func (d *Degeneration) lock(end, dist int64) bool {
+	for j := int64(1); j <= degK; j++ {
+		if foldDigit[d.buf[(end-j)&d.mask]] != foldDigit[d.buf[(end-j-dist)&d.mask]] {
+			return false
+		}
+	}
+	d.period, d.class = dist, classUnknown
+	d.shapeRun = d.extend(end, dist, 0, degK+int64(d.cfg.MaxPhrase), true)
+	d.exactRun = d.extend(end, dist, 0, d.shapeRun, false)
+	return true
+}
+
+// extend counts how far back from end-run-1 the text keeps repeating at
+// distance p, starting from a run of length run and stopping at limit
+// positions, at the start of the stream or at the oldest byte in the ring.
+func (d *Degeneration) extend(end, p, run, limit int64, fold bool) int64 {
+	oldest := max(end-int64(len(d.buf)), 0)
+	for run < limit {
+		x := end - run - 1
+		if x-p < oldest {
+			break
+		}
+		a, b := d.buf[x&d.mask], d.buf[(x-p)&d.mask]
+		if fold {
+			a, b = foldDigit[a], foldDigit[b]
+		}
+		if a != b {
+			break
+		}
+		run++
+	}
+	return run
+}
+
+// check decides whether the current run is degenerate. It is called for each
+// byte that extends a run, so the common case returns after a comparison.
+func (d *Degeneration) check() bool {
+	p := d.period
+	copies := (d.shapeRun + p) / p
+	if copies < 2 || d.shapeRun+p < d.minSpan(p) {
+		return false
+	}
+	if d.class == classUnknown {
+		d.class = d.classify(p)
+	}
+	// Units without words ("0, 0, ", "0x00, ") are data, not chanting.
+	structured := d.class == classSymbols || d.json == 1 || d.lastStruct > d.pos-p
+	exact := int((d.exactRun + p) / p)
+	var need, needShape int
+	switch {
+	case d.class == classDivider:
+		need = ceilDiv(d.cfg.StructuredRun, int(p))
+	case p == 1 && d.json != 1 && d.lastStruct <= d.pos-p:
+		need = d.cfg.CharRun // "aaaa", "!!!!"
+	case int(p) < d.cfg.MinPhrase && structured:
+		need = ceilDiv(d.cfg.StructuredRun, int(p))
+	case int(p) < d.cfg.MinPhrase:
+		need = max(d.cfg.WordRun, ceilDiv(d.cfg.CharRun/2, int(p)))
+	case structured:
+		need, needShape = d.cfg.StructuredRepeats, d.cfg.StructuredShapeRepeats
+	default:
+		need, needShape = d.cfg.Repeats, d.cfg.ShapeRepeats
+	}
+	switch {
+	case exact >= need:
+		d.fire(d.exactRun, exact, need, false)
+		return true
+	case needShape > 0 && int(copies) >= needShape:
+		d.fire(d.shapeRun, int(copies), needShape, true)
+		return true
+	}
+	return false
+}
+
+// minSpan is a lower bound of the bytes any threshold needs for period p, so
+// that check can skip classification until a run could matter.
+func (d *Degeneration) minSpan(p int64) int64 {
+	switch {
+	case p == 1:
+		return int64(d.cfg.CharRun)
+	case int(p) < d.cfg.MinPhrase:
+		return max(int64(d.cfg.WordRun)*p, int64(d.cfg.CharRun/2))
+	default:
+		return int64(min(d.cfg.Repeats, d.cfg.ShapeRepeats)) * p
+	}
+}
+
+// classify looks at the last p bytes, one copy of the unit. Multibyte UTF-8
+// counts as letters except sequences led by 0xE2 (punctuation, arrows, box
+// drawing) and four-byte ones (emoji), which count as symbols.
+func (d *Degeneration) classify(p int64) unitClass {
+	divider, words := true, false
+	prev := d.buf[(d.pos-p-1)&d.mask] // the unit repeats, so its last byte precedes it
+	for x := d.pos - p; x < d.pos; x++ {
+		c := d.buf[x&d.mask]
+		switch {
+		case isLetter(c):
+			divider = false
+			if isLetter(prev) {
+				words = true
+			}
+		case c >= 0xC2 && c <= 0xDF, c >= 0xE3 && c <= 0xEF:
+			divider, words = false, true
+		case c == 0xE2 || (c >= 0x80 && c <= 0xBF) || dividerByte[c]:
+		default:
+			divider = false
+		}
+		prev = c
+	}
+	switch {
+	case words:
+		return classWords
+	case divider:
+		return classDivider
+	}
+	return classSymbols
+}
+
+// fire records the detection: where the run began, its count and threshold,
+// and one copy of the unit aligned with that start.
+func (d *Degeneration) fire(run int64, count, threshold int, shape bool) {
+	p := d.period
+	run = d.extend(d.pos, p, run, int64(len(d.buf)), shape)
+	start := d.pos - run - p
+	start = d.align(start, p)
+	d.offset, d.count, d.threshold, d.shape = start, max(count, int((run+p)/p)), threshold, shape
+	// The last whole copy that starts in phase with start is in the ring.
+	s := start + ((d.pos-p-start)/p)*p
+	unit := min(int(p), degElemMax)
+	reps := 1
+	if int(p) < degShortElem {
+		reps = min(ceilDiv(degShortElem, int(p)), d.count)
+	}
+	n := 0
+	for r := 0; r < reps && n < degElemMax; r++ {
+		for i := 0; i < unit && n < degElemMax; i++ {
+			c := d.buf[(s+int64(i))&d.mask]
+			if c < 0x20 || c == 0x7F {
+				c = ' ' // evidence goes into headers and one-line notices
+			}
+			d.elem[n] = c
+			n++
+		}
+	}
+	d.elemLen = n
+	if int(p) > degElemMax {
+		d.elemLen = -n // shortened: Detection appends an ellipsis
+	}
+}
+
+// align picks which rotation of the unit the offset and the evidence start
+// with. Any rotation is a correct answer, since the run is periodic, but the
+// exact start of the periodicity is often a byte or two early (the text before
+// the loop ended like the unit does, e.g. ". " or a blank line). Within the
+// first copy it prefers, in order: the start of a non-empty line, the start of
+// a sentence, a word boundary; ties go to the earliest.
+func (d *Degeneration) align(start, p int64) int64 {
+	oldest := max(d.pos-int64(len(d.buf)), 1)
+	best, bestScore := start, 0
+	for k := int64(0); k < p; k++ {
+		x := start + k - 1
+		if x < oldest {
+			continue
+		}
+		score := 0
+		switch c := d.buf[x&d.mask]; {
+		case c == '\n' && d.buf[(x+1)&d.mask] != '\n':
+			score = 3
+		case c == ' ' && x > oldest && strings.IndexByte(".!?", d.buf[(x-1)&d.mask]) >= 0:
+			score = 2
+		case c < 0x80 && !isLetter(c) && (c < '0' || c > '9'):
+			score = 1
+		}
+		if score > bestScore {
+			best, bestScore = start+k, score
+			if score == 3 {
+				break
+			}
+		}
+	}
+	return best
+}
+
+// Detection returns the finding once Write has reported true, and the zero
+// Detection before. Evidence.Element is one copy of the repeated unit
+// (shortened to about 80 bytes, control characters shown as spaces; short
+// units repeated a few times), Count the copies seen and Threshold the count
+// that fired.
+func (d *Degeneration) Detection() Detection {
+	if !d.fired {
+		return Detection{}
+	}
+	n, cut := d.elemLen, false
+	if n < 0 {
+		n, cut = -n, true
+	}
+	b := d.elem[:n]
+	if cut {
+		// Back off to a rune boundary so the ellipsis does not follow half a rune.
+		for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.RuneStart(b[len(b)-1]); i++ {
+			b = b[:len(b)-1]
+		}
+		if len(b) > 0 && !utf8.FullRune(b[len(b)-1:]) {
+			b = b[:len(b)-1]
+		}
+	}
+	elem := strings.ToValidUTF8(string(b), "")
+	if cut {
+		elem += "…"
+	}
+	score := scoreExact
+	if d.shape {
+		score = scoreShape
+	}
+	return Detection{
+		Category: TokenDegeneration,
+		Score:    score,
+		Evidence: Evidence{Element: elem, Count: d.count, Threshold: d.threshold, NoProgress: true},
+	}
+}
+
+// Offset is the byte offset in the stream's text where the degeneration
+// began: the start of the first copy of the repeated unit that belongs to the
+// degenerate run (as far back as the window reaches). It is 0 before Write
+// has reported true.
+func (d *Degeneration) Offset() int64 { return d.offset }
+
+// structure follows the markdown structure of the accumulated text one byte
+// at a time, so a fence or a table row split across deltas is still seen.
+func (d *Degeneration) structure(c byte, pos int64) {
+	switch {
+	case c == '\n':
+		if d.fence || d.lineStruct || d.json == 1 {
+			d.lastStruct = pos + 1
+		}
+		d.lead, d.indent, d.lineStruct, d.ticks = true, 0, false, 0
+		return
+	case d.lead:
+		switch c {
+		case ' ':
+			d.indent++
+		case '\t':
+			d.indent += 4
+		case '\r':
+		default:
+			d.lead = false
+			if d.json == 0 {
+				d.json = -1
+				if c == '{' || c == '[' {
+					d.json = 1
+				}
+			}
+			d.lineStruct = structuredLead[c]
+			if (c == '`' || c == '~') && d.indent < 4 {
+				d.tickChar, d.ticks = c, 1
+			}
+		}
+		if d.indent >= 4 {
+			d.lineStruct = true // indented code
+		}
+	case d.ticks > 0 && d.ticks < 3:
+		if c != d.tickChar {
+			d.ticks = 0
+		} else if d.ticks++; d.ticks == 3 {
+			d.fence = !d.fence
+		}
+	}
+	if d.fence || d.lineStruct || d.json == 1 {
+		d.lastStruct = pos + 1
+	}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func isLetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+
+var (
+	// foldDigit maps every digit to '0' so that lines differing only in
+	// numbers have the same shape.
+	foldDigit [256]byte
+	// structuredLead marks the first non-blank byte of lines that are
+	// tables, lists, headings, quotes, fences, markup, JSON, dividers or
+	// data (a leading digit: numbered lists, log lines, CSV rows). 0xE2
+	// leads box drawing and typographic punctuation.
+	structuredLead [256]bool
+	// dividerByte marks ASCII bytes that make up rules and blank space.
+	dividerByte [256]bool
+)
+
+func init() {
+	for i := range foldDigit {
+		foldDigit[i] = byte(i)
+	}
+	for c := '0'; c <= '9'; c++ {
+		foldDigit[c] = '0'
+		structuredLead[c] = true
+	}
+	for _, c := range []byte("|-*+#>{}[]<`~\"=_\xE2") {
+		structuredLead[c] = true
+	}
+	for _, c := range []byte(" \t\r\n-=_*~+.#|:/\\<>^`") {
+		dividerByte[c] = true
+	}
+}
