@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -89,7 +90,7 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 		d.Urgency = Warning
 	}
 	d.Would = d.Action
-	d.Failed = failed(st, key, d.Reapplied)
+	d.Failed = failed(st, key)
 	if changed {
 		st.Updated = now
 	}
@@ -178,22 +179,21 @@ func (p *Policy) urgency(level int) Urgency {
 	return Warning
 }
 
-// failed lists the briefs of the interventions before this request's own,
-// oldest first, without duplicates.
-func failed(st *State, key string, reapplied bool) []string {
-	ivs := st.Interventions
-	if !reapplied && key != "" && len(ivs) > 0 && ivs[len(ivs)-1].Pattern == key {
-		ivs = ivs[:len(ivs)-1] // the one just recorded has not failed yet
-	}
+// failed lists the latest brief of each pattern intervened on in this
+// session, oldest first, except the current pattern, which the injected
+// block describes in full: the other approaches that already failed.
+func failed(st *State, key string) []string {
 	var out []string
-	seen := make(map[string]bool, len(ivs))
-	for _, iv := range ivs {
-		if iv.Brief == "" || seen[iv.Brief] {
+	seen := make(map[string]bool, len(st.Interventions))
+	for i := len(st.Interventions) - 1; i >= 0; i-- {
+		iv := st.Interventions[i]
+		if iv.Pattern == key || iv.Brief == "" || seen[iv.Pattern] {
 			continue
 		}
-		seen[iv.Brief] = true
+		seen[iv.Pattern] = true
 		out = append(out, iv.Brief)
 	}
+	slices.Reverse(out)
 	return out
 }
 

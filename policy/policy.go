@@ -50,8 +50,9 @@ type Decision struct {
 	// escalating: a retry of the same request, a loop reported again with
 	// no new occurrence, or active constraints re-injected.
 	Reapplied bool
-	// Failed are the briefs of this session's earlier interventions, oldest
-	// first, without duplicates: the approaches that already failed.
+	// Failed are the briefs of the other patterns this session was already
+	// warned or constrained about, oldest first, one per pattern: the
+	// approaches that already failed. The current pattern is not among them.
 	Failed []string
 	// Constraints are the patterns whose constraints are active after this
 	// decision, to be injected into this request; the current pattern is
