@@ -66,6 +66,9 @@ func NewRedisStore(rawURL string, ttl, timeout time.Duration) (*RedisStore, erro
 	// go-redis retries failed commands by default; a retry cannot fit in a
 	// 50ms budget and would only delay failing open.
 	opt.MaxRetries = -1
+	// Likewise one dial per attempt: a down server must cost one refused
+	// connection per request, not five spaced 100ms apart.
+	opt.DialerRetries = 1
 	return &RedisStore{client: redis.NewClient(opt), ttl: ttl, timeout: timeout}, nil
 }
 

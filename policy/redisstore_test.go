@@ -1,0 +1,236 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loopguard/loopguard/internal/redistest"
+	"github.com/rs/zerolog"
+)
+
+func newRedisStore(t testing.TB, url string, timeout time.Duration) *RedisStore {
+	t.Helper()
+	s, err := NewRedisStore(url, time.Hour, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestRedisStoreRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv.URL(0), time.Second)
+	ctx := context.Background()
+	if st, err := s.Load(ctx, "none"); err != nil || st.Patterns != nil || st.Resets != 0 {
+		t.Fatalf("Load(absent) = %+v, %v; want the zero State", st, err)
+	}
+	want := State{Resets: 3, Patterns: map[string]*Pattern{"p": {Level: 2, Brief: "bash(ls) x3", Active: true}},
+		Cuts: []Cut{{Category: "token_degeneration", Offset: 42}}}
+	if _, err := s.Update(ctx, "a", func(st *State) error { *st = want.Clone(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Resets != 3 || got.Patterns["p"].Level != 2 || got.Patterns["p"].Brief != "bash(ls) x3" || len(got.Cuts) != 1 {
+		t.Fatalf("Load = %+v; want %+v", got, want)
+	}
+}
+
+// Two replicas on one redis, 50 concurrent updates of one session: every
+// increment must land.
+func TestRedisStoreNoLostUpdates(t *testing.T) {
+	srv := redistest.Start(t)
+	// Generous timeout: 50 writers race for one key, each retry is a round trip.
+	replicas := []*RedisStore{newRedisStore(t, srv.URL(0), 5*time.Second), newRedisStore(t, srv.URL(0), 5*time.Second)}
+	ctx := context.Background()
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := replicas[i%2].Update(ctx, "shared", incr); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	st, err := replicas[0].Load(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Resets != n {
+		t.Fatalf("counter = %d after %d concurrent updates; want %d (lost updates)", st.Resets, n, n)
+	}
+}
+
+func TestRedisStoreTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := NewRedisStore(srv.URL(0), 150*time.Millisecond, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Update(ctx, "a", incr); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := s.client.PTTL(ctx, redisStatePrefix+"a").Result()
+	if err != nil || ttl <= 0 || ttl > 150*time.Millisecond {
+		t.Fatalf("PTTL = %v, %v; want in (0, 150ms]", ttl, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if st, _ := s.Load(ctx, "a"); st.Resets != 0 {
+		t.Fatalf("Load after TTL: Resets = %d; want 0", st.Resets)
+	}
+}
+
+func TestRedisStoreDownFailsFast(t *testing.T) {
+	// A port nobody listens on: the server is down.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s := newRedisStore(t, "redis://"+addr+"/0", 50*time.Millisecond)
+	start := time.Now()
+	if _, err := s.Update(context.Background(), "a", incr); err == nil {
+		t.Fatal("Update with redis down succeeded; want an error")
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("Update with redis down took %v; want it bounded by the 50ms timeout", el)
+	}
+}
+
+func TestRedisStoreSlowFailsFast(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv.URL(0), 50*time.Millisecond)
+	ctx := context.Background()
+	if _, err := s.Update(ctx, "a", incr); err != nil { // warm a pooled connection
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	for _, op := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"Update", func() error { _, err := s.Update(ctx, "a", incr); return err }},
+		{"Load", func() error { _, err := s.Load(ctx, "a"); return err }},
+	} {
+		start := time.Now()
+		if err := op.fn(); err == nil {
+			t.Fatalf("%s with redis stalled succeeded; want a timeout", op.name)
+		}
+		if el := time.Since(start); el > 500*time.Millisecond {
+			t.Fatalf("%s with redis stalled took %v; want it bounded by the 50ms timeout", op.name, el)
+		}
+	}
+}
+
+func TestPolicyFailsOpenOnRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv.URL(0), 50*time.Millisecond)
+	p := New(DefaultConfig(), s, zerolog.Nop())
+	srv.Stop()
+	r := loopReq(3, true)
+	d, err := p.Decide(context.Background(), "s", r.verdict(), r.trajectory(), ModeEnforce)
+	if err == nil || !d.StoreFailed || d.Action != Warn {
+		t.Fatalf("Decide with redis down = %s, StoreFailed %v, err %v; want warn, true, an error", d.Action, d.StoreFailed, err)
+	}
+}
+
+// Two replicas share the ladder through redis.
+func TestRedisLadderAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	a := New(DefaultConfig(), newRedisStore(t, srv.URL(0), time.Second), zerolog.Nop())
+	b := New(DefaultConfig(), newRedisStore(t, srv.URL(0), time.Second), zerolog.Nop())
+	ctx := context.Background()
+	want := []Action{Warn, Constrain, Terminate}
+	for i, p := range []*Policy{a, b, a} {
+		r := loopReq(3+i, true)
+		d, err := p.Decide(ctx, "s", r.verdict(), r.trajectory(), ModeEnforce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Action != want[i] {
+			t.Fatalf("request %d on replica %d: Action = %s; want %s", i, i%2, d.Action, want[i])
+		}
+	}
+}
+
+func TestGlobalDoomLoop(t *testing.T) {
+	srv := redistest.Start(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := zerolog.New(syncWriter{&mu, &logs})
+	cfg := DefaultConfig()
+	cfg.GlobalSessions = 3
+	a := New(cfg, newRedisStore(t, srv.URL(0), time.Second), logger)
+	b := New(cfg, newRedisStore(t, srv.URL(0), time.Second), logger)
+	ctx := context.Background()
+	r := loopReq(3, true)
+	for i, wantCross := range []bool{false, false, true, true} {
+		p := []*Policy{a, b}[i%2]
+		d, err := p.Decide(ctx, "session-"+strconv.Itoa(i), r.verdict(), r.trajectory(), ModeEnforce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.CrossSession != wantCross || d.GlobalSessions != i+1 {
+			t.Fatalf("session %d: CrossSession %v, GlobalSessions %d; want %v, %d", i, d.CrossSession, d.GlobalSessions, wantCross, i+1)
+		}
+	}
+	// The same session again does not count twice.
+	d, _ := a.Decide(ctx, "session-0", r.verdict(), r.trajectory(), ModeEnforce)
+	if d.GlobalSessions != 4 {
+		t.Fatalf("GlobalSessions = %d after a repeat; want 4 distinct sessions", d.GlobalSessions)
+	}
+	// Another pattern has its own count.
+	other := req{steps: 3, loop: true, last: 2, count: 3, key: "p2"}
+	if d, _ := b.Decide(ctx, "session-0", other.verdict(), other.trajectory(), ModeEnforce); d.CrossSession || d.GlobalSessions != 1 {
+		t.Fatalf("other pattern: CrossSession %v, GlobalSessions %d; want false, 1", d.CrossSession, d.GlobalSessions)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "global loop incident"); n != 1 {
+		t.Fatalf("incident logged %d times; want once per window:\n%s", n, logs.String())
+	}
+}
+
+func TestGlobalWindowExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv.URL(0), time.Second)
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range 3 {
+		if _, _, err := s.RecordPattern(ctx, "p", "s"+strconv.Itoa(i), t0, time.Minute, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, incident, err := s.RecordPattern(ctx, "p", "late", t0.Add(2*time.Minute), time.Minute, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || incident {
+		t.Fatalf("RecordPattern after the window = %d, %v; want 1, false (old sessions dropped)", n, incident)
+	}
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
