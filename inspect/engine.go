@@ -162,9 +162,11 @@ func (in *inspection) collect() {
 					x.isErr = true
 					x.err = hashString("pattern\x00"+c.Name) | 1
 				}
-				x.meaningful = x.isErr && strings.Contains(c.ErrorText, ": ") && !strings.HasSuffix(c.ErrorText, ": ")
+				// An error with only an exit status says nothing about
+				// what failed ("grep" finding nothing exits 1).
+				x.meaningful = x.isErr && !strings.HasPrefix(c.ErrorText, "exit ") || strings.Contains(c.ErrorText, ": ") && !strings.HasSuffix(c.ErrorText, ": ")
 				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
-				x.ack = !x.isErr && !x.neg && len(strings.TrimSpace(stripReturnCode(c.Result))) <= 80
+				x.ack = !x.isErr && !x.neg && isAck(c.Result)
 			}
 			evs = append(evs, x)
 		}
@@ -399,4 +401,13 @@ func callElement(c *Call) string {
 
 func (d Detection) String() string {
 	return fmt.Sprintf("%s %.2f %s x%d", d.Category, d.Score, d.Evidence.Element, d.Evidence.Count)
+}
+
+// isAck reports a short one-line success answer ("write complete", "ok",
+// "File saved."): different calls answered this way are progress, and the
+// same answer is no evidence that nothing changed.
+func isAck(res string) bool {
+	t := strings.TrimSpace(stripReturnCode(strings.TrimSpace(res)))
+	t = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(t, "<output>"), "</output>"))
+	return len(t) <= 60 && !strings.Contains(t, "\n")
 }

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"strings"
 )
 
@@ -138,7 +139,7 @@ func volatileToken(s string, i int) (string, int) {
 	// pid 1234, pid=1234, PID: 1234
 	if len(t) >= 3 && strings.EqualFold(t[:3], "pid") && (len(t) == 3 || !isWordByte(t[3])) {
 		j := 3
-		for j < len(t) && (t[j] == ' ' || t[j] == '=' || t[j] == ':') {
+		for j < len(t) && (t[j] == ' ' || t[j] == '=' || t[j] == ':' || t[j] == '"') {
 			j++
 		}
 		k := j
@@ -458,6 +459,9 @@ func markerLine(s string) (string, string) {
 		if hasPrefixFold(t, "error:") || hasPrefixFold(t, "error ") || strings.HasPrefix(t, "ERROR") || strings.HasPrefix(t, "E   ") {
 			return "error", t
 		}
+		if strings.HasPrefix(t, "FAIL ") || strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "npm ERR!") {
+			return "FAIL", t // jest, go test, npm
+		}
 		if k := exceptionName(t); k != "" {
 			return k, t
 		}
@@ -509,14 +513,31 @@ func appendErrorSig(dst, tmp []byte, line string) ([]byte, []byte) {
 		}
 		if c == '/' || (c == '.' && i+1 < len(tmp) && tmp[i+1] == '/') {
 			// A path runs to the next blank or quote; back up over the
-			// word before the slash that belongs to it.
+			// word before the slash that belongs to it. The directories
+			// go, the file name stays: "no such file: a.txt" and "...:
+			// b.txt" are different failures wherever they happened.
 			for len(dst) > start && !isPathStop(dst[len(dst)-1]) {
 				dst = dst[:len(dst)-1]
 			}
-			for i < len(tmp) && !isPathStop(tmp[i]) {
-				i++
+			j := i
+			for j < len(tmp) && !isPathStop(tmp[j]) {
+				j++
 			}
-			dst = append(dst, "<path>"...)
+			base := tmp[i:j]
+			if k := bytes.LastIndexByte(base, '/'); k >= 0 {
+				base = base[k+1:]
+			}
+			dst = append(dst, "<path>/"...)
+			for _, b := range base {
+				if isDigit(b) {
+					if n := len(dst); n == 0 || dst[n-1] != '#' {
+						dst = append(dst, '#')
+					}
+					continue
+				}
+				dst = append(dst, b)
+			}
+			i = j
 			continue
 		}
 		dst = append(dst, c)

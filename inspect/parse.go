@@ -377,9 +377,13 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 	c.IsError = true
 	p.ar.reserve(len(ei.kind) + 2 + len(ei.line) + 16)
 	m := p.ar.mark()
-	p.ar.buf = append(p.ar.buf, ei.kind...)
-	if ei.line != "" {
+	// "kind: message", without repeating a kind the line starts with
+	// ("ValueError: ValueError: x").
+	if !hasPrefixFold(ei.line, ei.kind) {
+		p.ar.buf = append(p.ar.buf, ei.kind...)
 		p.ar.buf = append(p.ar.buf, ": "...)
+	}
+	if ei.line != "" {
 		p.ar.buf, p.tmp2 = appendErrorSig(p.ar.buf, p.tmp2, ei.line)
 	}
 	if len(p.ar.buf)-m > 240 {
