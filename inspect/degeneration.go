@@ -111,6 +111,7 @@ type Degeneration struct {
 
 	period   int64 // candidate period; 0 when none
 	shapeRun int64 // consecutive positions equal to the byte period earlier, digits folded
+	checkAt  int64 // shapeRun below which no threshold can be met: check is skipped
 	exactRun int64 // the same, byte for byte
 	class    unitClass
 
@@ -209,7 +210,9 @@ func (d *Degeneration) step(c byte) bool {
 			} else {
 				d.exactRun = 0
 			}
-			fire = d.check()
+			if d.shapeRun >= d.checkAt {
+				fire = d.check()
+			}
 		} else {
 			d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
 		}
@@ -239,6 +242,7 @@ func (d *Degeneration) lock(end, dist int64) bool {
 		}
 	}
 	d.period, d.class = dist, classUnknown
+	d.checkAt = d.minSpan(dist) - dist
 	d.shapeRun = d.extend(end, dist, 0, degK+int64(d.cfg.MaxPhrase), true)
 	d.exactRun = d.extend(end, dist, 0, d.shapeRun, false)
 	return true
@@ -271,7 +275,7 @@ func (d *Degeneration) extend(end, p, run, limit int64, fold bool) int64 {
 func (d *Degeneration) check() bool {
 	p := d.period
 	copies := (d.shapeRun + p) / p
-	if copies < 2 || d.shapeRun+p < d.minSpan(p) {
+	if copies < 2 || d.shapeRun < d.checkAt {
 		return false
 	}
 	if d.class == classUnknown {

@@ -230,7 +230,7 @@ func TestDegenerationFixtures(t *testing.T) {
 // threshold.
 func TestDegenerationStructureAcrossDeltas(t *testing.T) {
 	line := "    emit(frame, PADDING_VALUE); // pad\n" // 38 bytes: a phrase, prose threshold 8
-	body := strings.Repeat(line, 20)                    // 20 copies: below the structured 30
+	body := strings.Repeat(line, 20)                   // 20 copies: below the structured 30
 	tests := []struct {
 		name   string
 		deltas []string
@@ -433,8 +433,8 @@ func replayRecord(fx streamFixture) ([]byte, error) {
 		ID      string `json:"id"`
 		Expect  string `json:"expect"`
 		Request struct {
-			Model    string              `json:"model"`
-			Stream   bool                `json:"stream"`
+			Model    string `json:"model"`
+			Stream   bool   `json:"stream"`
 			Messages []struct {
 				Role    string `json:"role"`
 				Content string `json:"content"`
