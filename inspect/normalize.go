@@ -310,7 +310,12 @@ func classifyError(s string) errorInfo {
 	if exit == "" && tail != "" {
 		exit = exitCode(tail)
 	}
-	if exit != "" && exit != "0" {
+	if exit == "0" {
+		// The process said it succeeded: error text in its output is what
+		// it printed (a repro script showing the bug), not a failed call.
+		return ei
+	}
+	if exit != "" {
 		ei.isError, ei.kind = true, "exit "+exit
 	}
 	// A traceback's last exception line names the error.
