@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
+)
+
+// Config is loopguard's whole configuration. Its TOML form is documented key by
+// key in config.example.toml; each section belongs to the package that uses it.
+type Config struct {
+	Server   ServerConfig   `toml:"server"`
+	Upstream UpstreamConfig `toml:"upstream"`
+	Stream   StreamConfig   `toml:"stream"`
+	Log      LogConfig      `toml:"log"`
+	Admin    AdminConfig    `toml:"admin"`
+	Detect   inspect.Config `toml:"detect"`
+	Policy   policy.Config  `toml:"policy"`
+	Inject   inject.Config  `toml:"inject"`
+}
+
+// ServerConfig is the listening side.
+type ServerConfig struct {
+	// Listen is the address to serve on. Default 127.0.0.1:8787.
+	Listen string `toml:"listen"`
+	// MaxBodyBytes caps a request body; larger bodies get 413. Default 64 MiB:
+	// agents resend their whole history, and base64 images exceed fasthttp's 4 MiB.
+	MaxBodyBytes int `toml:"max_body_bytes"`
+	// ReadTimeout bounds reading one request (headers and body). Default 60s.
+	ReadTimeout time.Duration `toml:"read_timeout"`
+	// IdleTimeout closes idle client keep-alive connections. Default 120s.
+	IdleTimeout time.Duration `toml:"idle_timeout"`
+	// ShutdownGrace is how long SIGTERM waits for running streams. Default 30s.
+	ShutdownGrace time.Duration `toml:"shutdown_grace"`
+}
+
+// UpstreamConfig is the LLM server loopguard forwards to.
+type UpstreamConfig struct {
+	// URL is the upstream base URL, with or without /v1
+	// (http://127.0.0.1:8000, https://api.openai.com/v1). Required.
+	URL string `toml:"url"`
+	// APIKey, when set, replaces the client's Authorization header with
+	// "Bearer <APIKey>". Empty: the client's header passes through.
+	APIKey string `toml:"api_key"`
+	// ConnectTimeout bounds dialling the upstream. Default 5s.
+	ConnectTimeout time.Duration `toml:"connect_timeout"`
+	// HeaderTimeout bounds the wait for the response headers, which for LLM
+	// servers includes queueing and prompt processing. Default 10m.
+	HeaderTimeout time.Duration `toml:"header_timeout"`
+	// IdleTimeout is the longest silence allowed between two reads of a
+	// response body (between stream events). Default 5m.
+	IdleTimeout time.Duration `toml:"idle_timeout"`
+	// RequestTimeout bounds a whole request, stream included. 0 (default): none.
+	RequestTimeout time.Duration `toml:"request_timeout"`
+	// MaxConns caps concurrent upstream connections. Default 4096.
+	MaxConns int `toml:"max_conns"`
+	// MaxIdleConnDuration closes pooled upstream connections idle this long.
+	// Default 4s: below vLLM's 5s keep-alive, so a pooled socket is never
+	// reused after the server has closed it (vLLM PR #18472).
+	MaxIdleConnDuration time.Duration `toml:"max_idle_conn_duration"`
+}
+
+// StreamConfig tunes inline inspection of streamed answers.
+type StreamConfig struct {
+	// Cut ends degenerate streams. Default true.
+	Cut bool `toml:"cut"`
+	// Tail says what the client keeps of a degenerate stream: "keep" (default:
+	// everything forwarded so far) or "trim" (hold back a short window so the
+	// repetition can be cut at its start).
+	Tail string `toml:"tail"`
+	// TrimWindow is the bytes of text held back with tail = "trim". Default 512.
+	TrimWindow int `toml:"trim_window"`
+	// FinishReason is the finish_reason of a cut stream: "stop" (default) or "length".
+	FinishReason string `toml:"finish_reason"`
+	// HoldToolCalls holds tool-call deltas until each call is complete, so a
+	// call the ladder would end is replaced instead of reaching the agent. Default false.
+	HoldToolCalls bool `toml:"hold_tool_calls"`
+	// MaxEventBytes caps one SSE event; a longer one switches the stream to
+	// raw pass-through without inspection. Default 16 MiB.
+	MaxEventBytes int `toml:"max_event_bytes"`
+}
+
+// LogConfig chooses the log output.
+type LogConfig struct {
+	// Format is "json" (default) or "console".
+	Format string `toml:"format"`
+	// Level is debug, info (default), warn or error.
+	Level string `toml:"level"`
+	// Content logs prompts and tool arguments. Default false: arguments can hold secrets.
+	Content bool `toml:"content"`
+}
+
+// AdminConfig protects loopguard's own endpoints under /loopguard/.
+type AdminConfig struct {
+	// Token, when set, is required as "Authorization: Bearer <token>". Without
+	// it the admin API answers only on loopback listeners.
+	Token string `toml:"token"`
+}
+
+// DefaultConfig returns the configuration loopguard runs with when nothing is set.
+func DefaultConfig() Config {
+	return Config{
+		Server: ServerConfig{
+			Listen:        "127.0.0.1:8787",
+			MaxBodyBytes:  64 << 20,
+			ReadTimeout:   60 * time.Second,
+			IdleTimeout:   120 * time.Second,
+			ShutdownGrace: 30 * time.Second,
+		},
+		Upstream: UpstreamConfig{
+			ConnectTimeout:      5 * time.Second,
+			HeaderTimeout:       10 * time.Minute,
+			IdleTimeout:         5 * time.Minute,
+			MaxConns:            4096,
+			MaxIdleConnDuration: 4 * time.Second,
+		},
+		Stream: StreamConfig{
+			Cut:           true,
+			Tail:          "keep",
+			TrimWindow:    512,
+			FinishReason:  "stop",
+			MaxEventBytes: 16 << 20,
+		},
+		Log:    LogConfig{Format: "json", Level: "info"},
+		Detect: inspect.DefaultConfig(),
+		Policy: policy.DefaultConfig(),
+		Inject: inject.DefaultConfig(),
+	}
+}
+
+// Validate reports every invalid key at once, each named by its TOML path.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+	}
+	if c.Upstream.URL == "" {
+		bad("upstream.url", "is required (flag -upstream, env LOOPGUARD_UPSTREAM)")
+	} else if u, err := url.Parse(c.Upstream.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("upstream.url", "%q is not an http(s) URL", c.Upstream.URL)
+	}
+	if c.Server.Listen == "" {
+		bad("server.listen", "is empty")
+	}
+	if c.Server.MaxBodyBytes <= 0 {
+		bad("server.max_body_bytes", "must be > 0, got %d", c.Server.MaxBodyBytes)
+	}
+	for key, d := range map[string]time.Duration{
+		"server.read_timeout":             c.Server.ReadTimeout,
+		"server.idle_timeout":             c.Server.IdleTimeout,
+		"server.shutdown_grace":           c.Server.ShutdownGrace,
+		"upstream.connect_timeout":        c.Upstream.ConnectTimeout,
+		"upstream.header_timeout":         c.Upstream.HeaderTimeout,
+		"upstream.idle_timeout":           c.Upstream.IdleTimeout,
+		"upstream.request_timeout":        c.Upstream.RequestTimeout,
+		"upstream.max_idle_conn_duration": c.Upstream.MaxIdleConnDuration,
+	} {
+		if d < 0 {
+			bad(key, "must not be negative, got %s", d)
+		}
+	}
+	if c.Upstream.MaxConns <= 0 {
+		bad("upstream.max_conns", "must be > 0, got %d", c.Upstream.MaxConns)
+	}
+	switch c.Stream.Tail {
+	case "keep", "trim":
+	default:
+		bad("stream.tail", "must be keep or trim, got %q", c.Stream.Tail)
+	}
+	switch c.Stream.FinishReason {
+	case "stop", "length":
+	default:
+		bad("stream.finish_reason", "must be stop or length, got %q", c.Stream.FinishReason)
+	}
+	if c.Stream.MaxEventBytes < 4096 {
+		bad("stream.max_event_bytes", "must be >= 4096, got %d", c.Stream.MaxEventBytes)
+	}
+	switch strings.ToLower(c.Log.Format) {
+	case "json", "console":
+	default:
+		bad("log.format", "must be json or console, got %q", c.Log.Format)
+	}
+	switch strings.ToLower(c.Log.Level) {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	if err := c.Detect.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Inject.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

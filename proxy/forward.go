@@ -1,0 +1,369 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/loopguard/loopguard/sse"
+	"github.com/valyala/fasthttp"
+)
+
+// responseObserver sees an upstream response as it passes. The chat pipeline
+// implements it; plain pass-through uses none.
+type responseObserver interface {
+	// header is called once with the upstream's status before anything is
+	// written, so the observer can add response headers.
+	header(status int, h *fasthttp.ResponseHeader)
+	// event handles one SSE event after the previous ones were flushed: it
+	// writes what the client should see (normally ev.Raw) to w. stop ends the
+	// stream and closes the upstream connection.
+	event(ev *sse.Event, w *bufio.Writer) (stop bool)
+	// body sees a complete non-streamed body and returns what the client gets.
+	body(status int, b []byte) []byte
+	// finish is called once when the response is over, with why it ended
+	// (nil: the upstream finished).
+	finish(cause error)
+}
+
+// hopByHop are the headers that describe one connection, not the message,
+// and must not be forwarded by a proxy (RFC 9110 section 7.6.1).
+var hopByHop = [...]string{
+	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Proxy-Connection", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func isHopByHop(k []byte, connTokens []byte) bool {
+	for _, h := range hopByHop {
+		if asciiEqualFold(k, h) {
+			return true
+		}
+	}
+	// Headers named in Connection are hop-by-hop too.
+	for len(connTokens) > 0 {
+		var tok []byte
+		tok, connTokens, _ = bytes.Cut(connTokens, []byte{','})
+		if asciiEqualFold(bytes.TrimSpace(tok), string(k)) {
+			return true
+		}
+	}
+	return false
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// bufferLimit is the largest non-streamed body read whole before answering;
+// larger ones stream through.
+const bufferLimit = 1 << 20
+
+// forward sends the client's request upstream with body as its body and
+// relays the answer. obs, when not nil, watches the response.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObserver) {
+	start := time.Now()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	s.buildUpstreamRequest(ctx, req, body, obs != nil)
+
+	resp := fasthttp.AcquireResponse()
+	err := s.up.client.Do(req, resp)
+	headerLatency := time.Since(start)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		status, code := upstreamErrorStatus(err)
+		writeError(ctx, status, "loopguard: upstream request failed: "+errorReason(err), "upstream_error", code)
+		if obs != nil {
+			obs.finish(err)
+		}
+		s.logRequest(ctx.Method(), ctx.Path(), start, status, headerLatency, 0, err)
+		return
+	}
+
+	status := resp.StatusCode()
+	ctx.Response.Header.DisableNormalizing()
+	copyResponseHeader(&ctx.Response.Header, &resp.Header)
+	ctx.SetStatusCode(status)
+	if msg := resp.Header.StatusMessage(); len(msg) > 0 {
+		ctx.Response.Header.SetStatusMessage(msg)
+	}
+
+	br := &bodyReader{r: resp.BodyStream(), idle: s.cfg.Upstream.IdleTimeout}
+	br.conn = s.up.conns.lookup(resp.LocalAddr())
+	if br.r == nil {
+		br.r = bytes.NewReader(resp.Body())
+	}
+
+	if isEventStream(resp.Header.ContentType()) {
+		s.relayStream(ctx, resp, br, obs, start, headerLatency)
+		return
+	}
+	if obs != nil {
+		obs.header(status, &ctx.Response.Header)
+	}
+
+	n := resp.Header.ContentLength()
+	if obs == nil && (n < 0 || n > bufferLimit) {
+		// Unknown or large length: stream it through without holding it.
+		method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
+		ctx.Response.SetBodyStream(&passBody{r: br, resp: resp, done: func(n int64, err error) {
+			s.logRequest(method, path, start, status, headerLatency, n, err)
+		}}, n)
+		return
+	}
+	bw := ctx.Response.BodyWriter()
+	written, err := io.Copy(bw, br)
+	closeStream(resp, err)
+	fasthttp.ReleaseResponse(resp)
+	if err != nil {
+		// The status line is not sent yet: answer with an error instead of a
+		// truncated body.
+		ctx.Response.ResetBody()
+		status, code := upstreamErrorStatus(err)
+		writeError(ctx, status, "loopguard: reading the upstream response failed: "+errorReason(err), "upstream_error", code)
+	} else if obs != nil {
+		if b := obs.body(status, ctx.Response.Body()); b != nil {
+			ctx.Response.SetBodyRaw(b)
+		}
+	}
+	if obs != nil {
+		obs.finish(err)
+	}
+	s.logRequest(ctx.Method(), ctx.Path(), start, ctx.Response.StatusCode(), headerLatency, written, err)
+}
+
+// buildUpstreamRequest copies the client's request into req: method, path
+// joined onto the upstream base, query, end-to-end headers.
+func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request, body []byte, inspected bool) {
+	in := &ctx.Request
+	req.Header.DisableNormalizing()
+	req.Header.SetNoDefaultContentType(true)
+	req.Header.SetMethodBytes(in.Header.Method())
+
+	// PathOriginal, not Path: the upstream gets the path exactly as the
+	// client wrote it, without fasthttp's normalising.
+	uri := s.up.path(req.Header.RequestURI()[:0], ctx.URI().PathOriginal())
+	if q := ctx.URI().QueryString(); len(q) > 0 {
+		uri = append(uri, '?')
+		uri = append(uri, q...)
+	}
+	req.SetRequestURIBytes(uri)
+	req.Header.SetHost(s.up.host)
+
+	conn := in.Header.Peek("Connection")
+	in.Header.VisitAll(func(k, v []byte) {
+		switch {
+		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):
+			return
+		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
+			return
+		case inspected && asciiEqualFold(k, "Accept-Encoding"):
+			// We parse what comes back; compressed SSE cannot be inspected
+			// (proxy-notes P2).
+			return
+		}
+		req.Header.AddBytesKV(k, v)
+	})
+	if s.cfg.Upstream.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.Upstream.APIKey)
+	}
+	if inspected {
+		req.Header.Set("Accept-Encoding", "identity")
+	}
+	if len(body) > 0 || in.Header.ContentLength() >= 0 && !in.Header.IsGet() && !in.Header.IsHead() {
+		req.SetBodyRaw(body)
+	}
+}
+
+func copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
+	conn := src.Peek("Connection")
+	src.VisitAll(func(k, v []byte) {
+		if isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length") {
+			return
+		}
+		dst.AddBytesKV(k, v)
+	})
+}
+
+func isEventStream(ct []byte) bool {
+	ct, _, _ = bytes.Cut(ct, []byte{';'})
+	return asciiEqualFold(bytes.TrimSpace(ct), "text/event-stream")
+}
+
+// relayStream forwards an SSE response event by event, flushing after each,
+// and owns resp until the stream ends.
+func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, br *bodyReader, obs responseObserver, start time.Time, headerLatency time.Duration) {
+	status := resp.StatusCode()
+	// nginx and similar proxies in front of us must not buffer the stream
+	// (proxy-notes P1).
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	if obs != nil {
+		obs.header(status, &ctx.Response.Header)
+	}
+	// What the stream writer needs is copied out now: RequestCtx must not be
+	// touched once the handler has returned.
+	conn := ctx.Conn()
+	method, path := string(ctx.Method()), string(ctx.Path())
+	maxEvent := s.cfg.Stream.MaxEventBytes
+
+	var cause atomic.Pointer[error]
+	abort := func(err error) {
+		if cause.CompareAndSwap(nil, &err) {
+			closeStream(resp, err)
+		}
+	}
+	var timer *time.Timer
+	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
+		timer = time.AfterFunc(d-time.Since(start), func() { abort(errDeadline) })
+	}
+
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
+		var (
+			events  int
+			written int64
+			ttfb    time.Duration
+			readErr error
+		)
+		rd := sse.NewReader(br, maxEvent)
+		for {
+			ev, err := rd.Next()
+			if len(ev.Raw) > 0 {
+				events++
+				n := w.Buffered()
+				stop := false
+				if obs != nil {
+					stop = obs.event(&ev, w)
+				} else {
+					_, _ = w.Write(ev.Raw)
+				}
+				written += int64(w.Buffered() - n)
+				if ferr := w.Flush(); ferr != nil {
+					abort(errClientGone)
+					break
+				}
+				if ttfb == 0 {
+					ttfb = time.Since(start)
+				}
+				if stop {
+					abort(errCut)
+					break
+				}
+			}
+			if err != nil {
+				if err != io.EOF {
+					readErr = err
+				}
+				break
+			}
+		}
+		c := cause.Load()
+		if readErr != nil && (c == nil || *c == errDeadline) {
+			// The upstream failed mid-stream: tell the client in-band, the
+			// only way left once the status line is sent (proxy-notes P9).
+			reason := readErr
+			if c != nil {
+				reason = *c
+			}
+			_, _ = w.Write(sseErrorEvent(reason))
+			_ = w.Flush()
+		}
+		stopWatch()
+		if timer != nil {
+			timer.Stop()
+		}
+		final := readErr
+		if c != nil {
+			final = *c
+		} else {
+			closeStream(resp, readErr)
+		}
+		fasthttp.ReleaseResponse(resp)
+		if obs != nil {
+			obs.finish(final)
+		}
+		s.log.Info().Str("method", method).Str("path", path).Int("status", status).
+			Dur("upstream_latency", headerLatency).Dur("ttfb", ttfb).Dur("duration", time.Since(start)).
+			Int64("bytes", written).Int("events", events).AnErr("end", final).Msg("stream")
+	})
+}
+
+// passBody relays a large non-streamed body; fasthttp closes it when the
+// response is written.
+type passBody struct {
+	r    io.Reader
+	resp *fasthttp.Response
+	n    int64
+	done func(n int64, err error)
+}
+
+func (p *passBody) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	return n, err
+}
+
+func (p *passBody) CloseWithError(err error) error {
+	closeStream(p.resp, err)
+	fasthttp.ReleaseResponse(p.resp)
+	p.done(p.n, err)
+	return nil
+}
+
+func (p *passBody) Close() error { return p.CloseWithError(nil) }
+
+// upstreamErrorStatus maps a failed upstream exchange to the status the client gets.
+func upstreamErrorStatus(err error) (status int, code string) {
+	var de *dialError
+	switch {
+	case errors.As(err, &de), errors.Is(err, fasthttp.ErrNoFreeConns), errors.Is(err, fasthttp.ErrConnectionClosed):
+		return fasthttp.StatusBadGateway, "upstream_unreachable"
+	case errors.Is(err, errIdle), errors.Is(err, errDeadline), isTimeout(err):
+		return fasthttp.StatusGatewayTimeout, "upstream_timeout"
+	default:
+		return fasthttp.StatusBadGateway, "upstream_error"
+	}
+}
+
+// errorReason describes err for a client without leaking internals.
+func errorReason(err error) string {
+	var de *dialError
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &de):
+		return "cannot connect to the upstream"
+	case errors.Is(err, errIdle):
+		return "the upstream sent nothing within upstream.idle_timeout"
+	case errors.Is(err, errDeadline):
+		return "the request exceeded upstream.request_timeout"
+	case isTimeout(err):
+		return "the upstream did not answer within upstream.header_timeout"
+	case errors.As(err, &oe):
+		return "connection to the upstream failed"
+	}
+	return err.Error()
+}
+
+func (s *Server) logRequest(method, path []byte, start time.Time, status int, headerLatency time.Duration, bytes int64, err error) {
+	s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", status).Dur("upstream_latency", headerLatency).Dur("duration", time.Since(start)).
+		Int64("bytes", bytes).AnErr("error", err).Msg("request")
+}

@@ -1,0 +1,409 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's HostClient cleans its pool from a goroutine that exits a
+		// few seconds after the last connection is gone.
+		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreTopFunction("time.Sleep"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// startProxy serves a proxy for upstreamURL on a loopback port and returns its base URL.
+func startProxy(t testing.TB, mutate func(*Config)) (*Server, string) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = "http://127.0.0.1:1" // replaced by mutate
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	srv, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return srv, "http://" + ln.Addr().String()
+}
+
+// recorded is what the fake upstream saw.
+type recorded struct {
+	method, uri string
+	header      http.Header
+	body        string
+}
+
+func upstreamRecorder(t *testing.T, handler http.HandlerFunc) (*httptest.Server, <-chan recorded) {
+	t.Helper()
+	ch := make(chan recorded, 16)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		ch <- recorded{r.Method, r.RequestURI, r.Header.Clone(), string(b)}
+		handler(w, r)
+	}))
+	t.Cleanup(up.Close)
+	return up, ch
+}
+
+func newClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 10 * time.Second}
+}
+
+func TestForwardPassesRequestThrough(t *testing.T) {
+	tests := []struct {
+		name     string
+		base     string // appended to the upstream's URL
+		path     string
+		wantPath string
+	}{
+		{"base without v1", "", "/v1/models?limit=2&x=%20y", "/v1/models?limit=2&x=%20y"},
+		{"base with v1, client with v1", "/v1", "/v1/embeddings", "/v1/embeddings"},
+		{"base with v1, client without", "/v1", "/embeddings", "/v1/embeddings"},
+		{"base with prefix and v1", "/openai/v1/", "/v1/files/abc", "/openai/v1/files/abc"},
+		{"unusual path kept verbatim", "", "/v1//weird/../path", "/v1//weird/../path"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Upstream", "yes")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTeapot)
+				io.WriteString(w, `{"unknown_field":[1,2,3]}`)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL + tt.base })
+			req, _ := http.NewRequest("POST", base+tt.path, strings.NewReader(`{"a": 1 }`))
+			req.Header.Set("Authorization", "Bearer client-key")
+			req.Header.Set("X-Custom", "kept")
+			req.Header.Set("Connection", "keep-alive, X-Hop")
+			req.Header.Set("X-Hop", "dropped")
+			resp, err := newClient().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+
+			if resp.StatusCode != http.StatusTeapot || string(body) != `{"unknown_field":[1,2,3]}` || resp.Header.Get("X-Upstream") != "yes" {
+				t.Errorf("response = %d %q %v; want 418, the upstream body and header", resp.StatusCode, body, resp.Header)
+			}
+			r := <-got
+			if r.uri != tt.wantPath {
+				t.Errorf("upstream path = %q; want %q", r.uri, tt.wantPath)
+			}
+			if r.body != `{"a": 1 }` || r.method != "POST" {
+				t.Errorf("upstream got %s %q; want POST and the same bytes", r.method, r.body)
+			}
+			if r.header.Get("Authorization") != "Bearer client-key" || r.header.Get("X-Custom") != "kept" {
+				t.Errorf("end-to-end headers lost: %v", r.header)
+			}
+			if r.header.Get("X-Hop") != "" || r.header.Get("User-Agent") != "Go-http-client/1.1" {
+				t.Errorf("hop-by-hop header forwarded or User-Agent changed: %v", r.header)
+			}
+		})
+	}
+}
+
+func TestForwardReplacesAuthorizationWithAPIKey(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Upstream.APIKey = "sk-server" })
+	req, _ := http.NewRequest("GET", base+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer client")
+	resp, err := newClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if h := (<-got).header.Values("Authorization"); len(h) != 1 || h[0] != "Bearer sk-server" {
+		t.Errorf("Authorization upstream = %q; want [Bearer sk-server]", h)
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	// A listener that is closed at once gives a port nobody answers on.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(3 * time.Second):
+		}
+	}))
+	defer slow.Close()
+
+	tests := []struct {
+		name       string
+		upstream   string
+		body       string
+		mutate     func(*Config)
+		wantStatus int
+		wantCode   string
+	}{
+		{"unreachable", dead, "{}", nil, 502, "upstream_unreachable"},
+		{"header timeout", slow.URL, "{}", func(c *Config) { c.Upstream.HeaderTimeout = 100 * time.Millisecond }, 504, "upstream_timeout"},
+		{"body too large", slow.URL, strings.Repeat("x", 2048), func(c *Config) { c.Server.MaxBodyBytes = 1024 }, 413, "request_too_large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, base := startProxy(t, func(c *Config) {
+				c.Upstream.URL = tt.upstream
+				if tt.mutate != nil {
+					tt.mutate(c)
+				}
+			})
+			resp, err := newClient().Post(base+"/v1/embeddings", "application/json", strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus || gjson.GetBytes(b, "error.code").String() != tt.wantCode ||
+				!gjson.GetBytes(b, "error.message").Exists() || !gjson.GetBytes(b, "error.type").Exists() {
+				t.Errorf("got %d %s; want %d with error.code %q", resp.StatusCode, b, tt.wantStatus, tt.wantCode)
+			}
+		})
+	}
+}
+
+// sseUpstream streams n events, one every gap, and reports on closed when the
+// client went away before the end and how many events were left.
+func sseUpstream(t *testing.T, n int, gap time.Duration, closed chan<- int) *httptest.Server {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		for i := 0; i < n; i++ {
+			if _, err := fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i); err != nil {
+				closed <- n - i
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				closed <- n - i - 1
+				return
+			case <-time.After(gap):
+			}
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+func TestStreamIsForwardedEventByEvent(t *testing.T) {
+	closed := make(chan int, 1)
+	up := sseUpstream(t, 5, 150*time.Millisecond, closed)
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	resp, err := newClient().Get(base + "/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("X-Accel-Buffering") != "no" || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("headers = %v; want X-Accel-Buffering: no and the upstream content type", resp.Header)
+	}
+	// The first event must arrive long before the upstream finishes (~750 ms).
+	rd := bufio.NewReader(resp.Body)
+	start := time.Now()
+	line, err := rd.ReadString('\n')
+	if err != nil || line != "data: {\"i\":0}\n" {
+		t.Fatalf("first line = %q, %v", line, err)
+	}
+	if d := time.Since(start); d > 120*time.Millisecond {
+		t.Errorf("first event took %v; the proxy is buffering", d)
+	}
+	rest, _ := io.ReadAll(rd)
+	want := "\ndata: {\"i\":1}\n\ndata: {\"i\":2}\n\ndata: {\"i\":3}\n\ndata: {\"i\":4}\n\ndata: [DONE]\n\n"
+	if string(rest) != want {
+		t.Errorf("rest = %q; want %q", rest, want)
+	}
+}
+
+func TestClientDisconnectClosesUpstream(t *testing.T) {
+	for _, gap := range []time.Duration{10 * time.Millisecond, 2 * time.Second} {
+		t.Run(gap.String(), func(t *testing.T) {
+			closed := make(chan int, 1)
+			up := sseUpstream(t, 1000, gap, closed)
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+			rd := bufio.NewReader(conn)
+			for {
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.HasPrefix(line, "data:") {
+					break
+				}
+			}
+			conn.Close()
+			start := time.Now()
+			select {
+			case left := <-closed:
+				if d := time.Since(start); d > 100*time.Millisecond {
+					t.Errorf("upstream saw the close after %v; want < 100ms", d)
+				}
+				if left == 0 {
+					t.Errorf("upstream had no events left; the test proves nothing")
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("upstream never saw the client's disconnect")
+			}
+		})
+	}
+}
+
+func TestStreamUpstreamFailureEndsWithErrorEvent(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"i\":0}\n\n")
+		w.(http.Flusher).Flush()
+		// Reset the connection mid-body, as a crashed server's kernel does.
+		// (A plain FIN without the last chunk reads as a clean end in
+		// fasthttp's chunked reader, so it cannot be told from success.)
+		c, _, _ := w.(http.Hijacker).Hijack()
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}))
+	defer up.Close()
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	resp, err := newClient().Get(base + "/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("client read failed: %v (the stream must end cleanly)", err)
+	}
+	parts := strings.SplitN(string(b), "\n\n", 3)
+	if len(parts) < 2 || parts[0] != `data: {"i":0}` || !strings.HasPrefix(parts[1], "data: {\"error\":") {
+		t.Errorf("stream = %q; want the event, then a data: {\"error\":...} event", b)
+	}
+}
+
+func TestStreamIdleTimeout(t *testing.T) {
+	closed := make(chan int, 1)
+	up := sseUpstream(t, 3, 2*time.Second, closed)
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Upstream.IdleTimeout = 200 * time.Millisecond })
+	start := time.Now()
+	resp, err := newClient().Get(base + "/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"code":"upstream_timeout"`) {
+		t.Errorf("stream = %q; want an upstream_timeout error event", b)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("idle stream ended after %v; want about 200ms", d)
+	}
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Error("upstream connection was not closed after the idle timeout")
+	}
+}
+
+func TestHealthAndReady(t *testing.T) {
+	up := httptest.NewServer(http.NotFoundHandler())
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := newClient().Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET %s = %d; want 200", p, resp.StatusCode)
+		}
+	}
+	up.Close()
+	resp, err := newClient().Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("GET /readyz with the upstream down = %d; want 503", resp.StatusCode)
+	}
+}
+
+func TestShutdownLetsRunningStreamsFinish(t *testing.T) {
+	closed := make(chan int, 1)
+	up := sseUpstream(t, 4, 100*time.Millisecond, closed)
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = up.URL
+	srv, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go srv.Serve(ln)
+	resp, err := newClient().Get("http://" + ln.Addr().String() + "/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var body []byte
+	go func() {
+		defer wg.Done()
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	wg.Wait()
+	if !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Errorf("stream cut by shutdown: %q", body)
+	}
+}

@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+)
+
+// Server is a running loopguard proxy. Create it with New, start it with
+// Serve, stop it with Shutdown.
+type Server struct {
+	cfg  Config
+	log  zerolog.Logger
+	up   *upstream
+	http *fasthttp.Server
+	chat *chatPipeline
+}
+
+// New builds a proxy for cfg, which must have passed Validate. Nothing listens
+// until Serve is called.
+func New(cfg Config, log zerolog.Logger) (*Server, error) {
+	up, err := newUpstream(cfg.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, up: up}
+	s.chat, err = newChatPipeline(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.http = &fasthttp.Server{
+		Handler:            s.handle,
+		ErrorHandler:       s.handleServerError,
+		Name:               "",
+		MaxRequestBodySize: cfg.Server.MaxBodyBytes,
+		ReadTimeout:        cfg.Server.ReadTimeout,
+		IdleTimeout:        cfg.Server.IdleTimeout,
+		// WriteTimeout stays 0: it is one deadline for the whole response and
+		// would cut long streams (proxy-notes P4).
+		ReadBufferSize:        64 << 10,
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{log},
+	}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a
+// clean shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(ln)
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections and waits for running requests and
+// streams to finish, until ctx ends. It then releases the session store.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.ShutdownWithContext(ctx)
+	s.up.client.CloseIdleConnections()
+	if cerr := s.chat.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// handle routes one request: loopguard's own endpoints, chat completions
+// through the pipeline, everything else straight to the upstream.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	switch {
+	case string(path) == "/healthz":
+		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+	case string(path) == "/readyz":
+		s.ready(ctx)
+	case ctx.IsPost() && isChatPath(path):
+		s.chat.serve(ctx, s)
+	default:
+		s.forward(ctx, ctx.Request.Body(), nil)
+	}
+}
+
+// isChatPath matches the chat-completions endpoint under any prefix
+// (/v1/chat/completions, /chat/completions, /openai/v1/chat/completions).
+func isChatPath(p []byte) bool {
+	const suffix = "/chat/completions"
+	return len(p) >= len(suffix) && string(p[len(p)-len(suffix):]) == suffix
+}
+
+// ready answers 200 when the upstream accepts a TCP connection.
+func (s *Server) ready(ctx *fasthttp.RequestCtx) {
+	timeout := s.cfg.Upstream.ConnectTimeout
+	if timeout <= 0 || timeout > 2*time.Second {
+		timeout = 2 * time.Second
+	}
+	c, err := net.DialTimeout("tcp", s.up.addr, timeout)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusServiceUnavailable, "upstream unreachable", "upstream_error", "upstream_unreachable")
+		return
+	}
+	_ = c.Close()
+	writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ready"}`))
+}
+
+// handleServerError answers what fasthttp refuses before our handler runs.
+func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds server.max_body_bytes", "invalid_request_error", "request_too_large")
+		return
+	}
+	var te interface{ Timeout() bool }
+	if errors.As(err, &te) && te.Timeout() {
+		writeError(ctx, fasthttp.StatusRequestTimeout, "timed out reading the request", "invalid_request_error", "request_timeout")
+		return
+	}
+	writeError(ctx, fasthttp.StatusBadRequest, "cannot parse the request", "invalid_request_error", "bad_request")
+}
+
+type fasthttpLogger struct{ log zerolog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug().Msgf(format, args...)
+}
