@@ -99,8 +99,8 @@ type StreamConfig struct {
 	// prose, in bytes (default 100: longer than a 64-digit zero hash).
 	CharRun int `toml:"char_run"`
 	// WordRun is how many copies of a unit shorter than MinPhrase ("the ")
-	// count as a run in prose; the run must also span CharRun/2 bytes
-	// (default 12).
+	// count as a run in prose; the run must also span CharRun bytes, so
+	// "hahaha" needs 100 bytes (default 12).
 	WordRun int `toml:"word_run"`
 	// StructuredRun is the run length in bytes for short units in structured
 	// text, whitespace and divider characters (default 1000).
@@ -160,7 +160,7 @@ func knownCategory(c string) bool {
 
 // Validate reports every bad key at once, each named by its TOML key under
 // [detect]. The stream keys are left to the streaming detector.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, why string) { errs = append(errs, fmt.Errorf("detect.%s: %s", key, why)) }
 	prob := func(key string, v float64) {

@@ -293,7 +293,7 @@ func (d *Degeneration) check() bool {
 	case int(p) < d.cfg.MinPhrase && structured:
 		need = ceilDiv(d.cfg.StructuredRun, int(p))
 	case int(p) < d.cfg.MinPhrase:
-		need = max(d.cfg.WordRun, ceilDiv(d.cfg.CharRun/2, int(p)))
+		need = max(d.cfg.WordRun, ceilDiv(d.cfg.CharRun, int(p)))
 	case structured:
 		need, needShape = d.cfg.StructuredRepeats, d.cfg.StructuredShapeRepeats
 	default:
@@ -317,7 +317,7 @@ func (d *Degeneration) minSpan(p int64) int64 {
 	case p == 1:
 		return int64(d.cfg.CharRun)
 	case int(p) < d.cfg.MinPhrase:
-		return max(int64(d.cfg.WordRun)*p, int64(d.cfg.CharRun/2))
+		return max(int64(d.cfg.WordRun)*p, int64(d.cfg.CharRun))
 	default:
 		return int64(min(d.cfg.Repeats, d.cfg.ShapeRepeats)) * p
 	}
