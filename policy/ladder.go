@@ -35,12 +35,12 @@ func (p *Pattern) newSince(pos position) bool {
 }
 
 // decide is the ladder: a pure function of the state, the verdict and the
-// history position, which it updates in st. It may run more than once per
-// request (optimistic stores retry), so it reads the clock only through now.
-func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now time.Time) Decision {
-	d := Decision{Action: None, Level: -1, Verdict: v}
+// history position, which it updates in st; changed reports whether it did.
+// It may run more than once per request (optimistic stores retry), so it
+// reads the clock only through now.
+func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now time.Time) (d Decision, changed bool) {
+	d = Decision{Action: None, Level: -1, Verdict: v}
 	pos := positionOf(t)
-	changed := false
 
 	// A cut stream is reported once, by the next request.
 	if n := len(st.Cuts); n > 0 {
@@ -94,7 +94,7 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 	if changed {
 		st.Updated = now
 	}
-	return d
+	return d, changed
 }
 
 // loop applies the ladder to the verdict's pattern and reports whether st

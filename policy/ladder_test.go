@@ -369,3 +369,16 @@ func (c *countingStore) Update(ctx context.Context, k string, fn func(*State) er
 	c.calls++
 	return c.Store.Update(ctx, k, fn)
 }
+
+func TestNoLoopWritesNothing(t *testing.T) {
+	p := New(DefaultConfig(), nil, zerolog.Nop())
+	for i := range 5 {
+		r := req{steps: 3 + i}
+		if d, err := p.Decide(context.Background(), "calm", r.verdict(), r.trajectory(), ModeEnforce); err != nil || d.Action != None {
+			t.Fatalf("Decide(no loop) = %s, %v; want none, nil", d.Action, err)
+		}
+	}
+	if n := p.Store().(*MemoryStore).Len(); n != 0 {
+		t.Fatalf("store holds %d sessions after loop-free requests; want 0", n)
+	}
+}

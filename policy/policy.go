@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -177,7 +178,7 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 		if err != nil {
 			storeErr, st = err, State{}
 		}
-		d = p.decide(&st, v, t, now)
+		d, _ = p.decide(&st, v, t, now)
 		if st.Mode != "" && st.Mode.rank() < mode.rank() {
 			mode = st.Mode
 		}
@@ -186,21 +187,28 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 			if st.Mode != "" && st.Mode.rank() < mode.rank() {
 				// An admin override: decide without writing, as shadow does.
 				c := st.Clone()
-				d = p.decide(&c, v, t, now)
+				d, _ = p.decide(&c, v, t, now)
 				d.Mode = st.Mode
 				return errOverridden
 			}
-			d = p.decide(st, v, t, now)
+			var changed bool
+			d, changed = p.decide(st, v, t, now)
 			d.Mode = mode
+			if !changed {
+				// Most requests change nothing; skipping the write keeps
+				// loop-free sessions out of the store entirely.
+				return errUnchanged
+			}
 			return nil
 		})
 		switch {
+		case err == errUnchanged:
 		case err == errOverridden:
 			mode = d.Mode
 		case err != nil:
 			storeErr = err
 			var fresh State
-			d = p.decide(&fresh, v, t, now)
+			d, _ = p.decide(&fresh, v, t, now)
 		}
 	}
 	d.Mode = mode
@@ -225,9 +233,12 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 	return d, storeErr
 }
 
-// errOverridden aborts an Update whose session is overridden to a lower
-// mode, so that nothing is written.
-var errOverridden = fmt.Errorf("policy: session mode overridden")
+// Sentinels that abort an Update so that nothing is written: the session is
+// overridden to a lower mode, or the decision changed nothing.
+var (
+	errOverridden = errors.New("policy: session mode overridden")
+	errUnchanged  = errors.New("policy: session state unchanged")
+)
 
 // recordGlobal notes the pattern in the cross-session set when the store is
 // shared, and logs an incident once per window.
