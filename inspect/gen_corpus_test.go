@@ -92,7 +92,9 @@ const sysPrompt = "You are a coding agent. Use the tools to solve the task."
 
 func loopCases() []genCase {
 	var cs []genCase
-	add := func(id, fam string, b func() *conv) { cs = append(cs, genCase{id: id, expect: "loop", family: fam, build: b}) }
+	add := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "loop", family: fam, build: b})
+	}
 	lsOut := "total 12\ndrwxr-xr-x 2 user user 4096 Jan  1 12:00 .\n-rw-r--r-- 1 user user  120 Jan  1 12:00 main.py\n-rw-r--r-- 1 user user   80 Jan  1 12:00 README.md"
 	add("openhands-ls-x4", "tool_repetition", func() *conv {
 		c := newConv(sysPrompt, "Fix the failing import in main.py")
@@ -393,7 +395,9 @@ func loopCases() []genCase {
 
 func healthyCases() []genCase {
 	var cs []genCase
-	add := func(id, fam string, b func() *conv) { cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b}) }
+	add := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
+	}
 	add("tests-after-each-different-edit", "healthy_test_after_edit", func() *conv {
 		c := newConv(sysPrompt, "Fix the three failing tests")
 		fails := []string{"3 failed, 7 passed", "2 failed, 8 passed", "1 failed, 9 passed", "10 passed"}
