@@ -76,25 +76,22 @@ func (e Event) Blank() bool {
 	return len(e.Raw) > 0
 }
 
-// span locates a field value inside the current event's bytes; off < 0
-// means absent. Offsets count from the event's first byte so that sliding
-// the buffer keeps them valid.
-type span struct{ off, end int }
-
-var absent = span{-1, -1}
+// span locates a field value inside the current event's bytes. Offsets
+// count from the event's first byte so that sliding the buffer keeps them
+// valid. The zero span is absent, so resetting state is a memclr.
+type span struct {
+	off, end int
+	set      bool
+}
 
 // eventState is what the lines of the event being read have set so far.
 type eventState struct {
 	name, id, errf span
 	data           span // the first data line; later ones are in Reader.data
 	dataLines      int
-	retry          int
+	retry          int // retry+1; 0 when absent
 	comments       int
 	fields         int
-}
-
-func (s *eventState) reset() {
-	*s = eventState{name: absent, id: absent, errf: absent, data: absent, retry: -1}
 }
 
 // Reader splits a byte stream into SSE events following the WHATWG
@@ -119,6 +116,10 @@ type Reader struct {
 	line       int  // start of the next unparsed line, from r
 	searched   int  // no line ending before this offset from r: long lines are scanned once
 	ev         eventState
+	// cr is the buf index of the next CR once found, -1 if not; buf[:crClean]
+	// past the scan position holds none. Searching CRs per read rather than
+	// per line halves the scanning of LF-only streams.
+	cr, crClean int
 }
 
 // NewReader returns a Reader of rd whose buffer grows as needed up to max
@@ -143,8 +144,7 @@ func (r *Reader) Reset(rd io.Reader) {
 	if cap(data) > keep {
 		data = nil
 	}
-	*r = Reader{rd: rd, max: r.max, buf: buf, data: data}
-	r.ev.reset()
+	*r = Reader{rd: rd, max: r.max, buf: buf, data: data, cr: -1}
 }
 
 // Buffered returns the bytes read from the underlying reader but not yet
@@ -200,8 +200,13 @@ func (r *Reader) scan() (Event, bool) {
 			}
 			r.crPending = false
 		}
+		if r.line < len(b) && b[r.line] == '\n' {
+			// Fast path: the blank LF line that ends most events.
+			r.line++
+			return r.dispatch(r.line, false), true
+		}
 		from := max(r.line, r.searched)
-		i := indexEOL(b[from:])
+		i := r.indexEOL(b[from:], r.r+from)
 		if i < 0 {
 			r.searched = len(b)
 			return Event{}, false
@@ -228,19 +233,33 @@ func (r *Reader) scan() (Event, bool) {
 	}
 }
 
-// indexEOL returns the index of the first CR or LF in b, or -1.
-func indexEOL(b []byte) int {
-	// Two vectorised searches beat a byte loop: most streams use LF only and
-	// the CR search then runs over one line.
+// indexEOL returns the index of the first CR or LF in b, which starts at
+// buf[abs], or -1.
+func (r *Reader) indexEOL(b []byte, abs int) int {
+	// Vectorised searches beat a byte loop; the CR one is remembered across
+	// lines because most streams never send a CR.
 	n := bytes.IndexByte(b, '\n')
-	lim := b
-	if n >= 0 {
-		lim = b[:n]
+	if r.cr < abs {
+		r.cr = -1
+		from := max(abs, r.crClean)
+		if c := bytes.IndexByte(r.buf[from:r.w], '\r'); c >= 0 {
+			r.cr = from + c
+		} else {
+			r.crClean = r.w
+		}
 	}
-	if c := bytes.IndexByte(lim, '\r'); c >= 0 {
-		return c
+	if r.cr >= 0 && (n < 0 || r.cr-abs < n) {
+		return r.cr - abs
 	}
 	return n
+}
+
+// shift records that the buffer's bytes moved down by d.
+func (r *Reader) shift(d int) {
+	if r.cr >= 0 {
+		r.cr -= d
+	}
+	r.crClean = max(r.crClean-d, 0)
 }
 
 // parseLine applies one non-empty line, b[start:end], to the event state.
@@ -251,7 +270,7 @@ func (r *Reader) parseLine(b []byte, start, end int) {
 		return
 	}
 	r.ev.fields++
-	name, val := line, span{end, end}
+	name, val := line, span{off: end, end: end}
 	if c := bytes.IndexByte(line, ':'); c >= 0 {
 		name = line[:c]
 		val.off = start + c + 1
@@ -261,6 +280,7 @@ func (r *Reader) parseLine(b []byte, start, end int) {
 	}
 	switch string(name) {
 	case "data":
+		val.set = true
 		r.ev.dataLines++
 		switch r.ev.dataLines {
 		case 1:
@@ -273,17 +293,20 @@ func (r *Reader) parseLine(b []byte, start, end int) {
 			r.data = append(r.data, b[val.off:val.end]...)
 		}
 	case "event":
+		val.set = true
 		r.ev.name = val
 	case "id":
 		// WHATWG: an id containing NULL is ignored.
 		if bytes.IndexByte(b[val.off:val.end], 0) < 0 {
+			val.set = true
 			r.ev.id = val
 		}
 	case "retry":
 		if n, ok := parseRetry(b[val.off:val.end]); ok {
-			r.ev.retry = n
+			r.ev.retry = n + 1
 		}
 	case "error":
+		val.set = true
 		r.ev.errf = val
 	}
 	// Other field names are ignored (WHATWG); their bytes stay in Raw.
@@ -314,7 +337,7 @@ func (r *Reader) dispatch(n int, partial bool) Event {
 		Name:    r.ev.name.in(b),
 		ID:      r.ev.id.in(b),
 		Error:   r.ev.errf.in(b),
-		Retry:   r.ev.retry,
+		Retry:   r.ev.retry - 1,
 		Comment: r.ev.comments > 0 && r.ev.fields == 0,
 		Partial: partial,
 	}
@@ -327,12 +350,12 @@ func (r *Reader) dispatch(n int, partial bool) Event {
 	}
 	r.r += n
 	r.line, r.searched = 0, 0
-	r.ev.reset()
+	r.ev = eventState{}
 	return ev
 }
 
 func (s span) in(b []byte) []byte {
-	if s.off < 0 {
+	if !s.set {
 		return nil
 	}
 	return b[s.off:s.end:s.end]
@@ -361,6 +384,7 @@ func (r *Reader) fill() {
 	// Slide the unfinished event to the front when it is all that is left
 	// (free) or when the tail is too short for a useful read.
 	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
+		r.shift(r.r)
 		r.w = copy(r.buf, r.buf[r.r:r.w])
 		r.r = 0
 	}
@@ -370,6 +394,7 @@ func (r *Reader) fill() {
 			return
 		}
 		nb := make([]byte, min(2*len(r.buf), r.max))
+		r.shift(r.r)
 		r.w = copy(nb, r.buf[r.r:r.w])
 		r.r = 0
 		r.buf = nb

@@ -1,0 +1,105 @@
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"testing"
+)
+
+func addFixtureSeeds(f *testing.F) {
+	for _, file := range fixtures(f) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if len(b) > 8<<10 {
+			continue // the long-arguments stream slows every run
+		}
+		f.Add(b, uint8(0))
+		f.Add(b, uint8(3))
+	}
+}
+
+// FuzzReader checks that the Reader never panics, that the Raw of its
+// events add up to the input byte for byte whatever the read sizes, and that
+// its buffer never grows past max.
+func FuzzReader(f *testing.F) {
+	addFixtureSeeds(f)
+	f.Add([]byte("data: a\r\n\r\ndata: b\r"), uint8(1))
+	f.Add([]byte(bom+"\r\r\n:\n"), uint8(2))
+	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
+		const max = 256
+		sizes := []int{int(split%17) + 1, int(split/17) + 1}
+		r := NewReader(&chunkReader{b: in, sizes: sizes}, max)
+		var raw []byte
+		for {
+			e, err := r.Next()
+			if cap(r.buf) > max {
+				t.Fatalf("buffer %d bytes; max %d", cap(r.buf), max)
+			}
+			if err == io.EOF {
+				break
+			}
+			if errors.Is(err, ErrEventTooLarge) {
+				// The fallback path: what is buffered plus the rest.
+				rest, _ := io.ReadAll(r.rd)
+				raw = append(append(raw, r.Buffered()...), rest...)
+				break
+			}
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if len(e.Raw) == 0 || len(e.Raw) > max {
+				t.Fatalf("event Raw of %d bytes", len(e.Raw))
+			}
+			if e.Data != nil && !bytes.Contains(e.Raw, []byte("data")) {
+				t.Fatalf("Data %q from Raw %q", e.Data, e.Raw)
+			}
+			raw = append(raw, e.Raw...)
+		}
+		if !bytes.Equal(raw, in) {
+			t.Fatalf("Raw concatenation %q; want %q", raw, in)
+		}
+	})
+}
+
+// FuzzAccumulator feeds every event of the input to a ChatAccumulator: it
+// must not panic, and what it reports must be consistent.
+func FuzzAccumulator(f *testing.F) {
+	addFixtureSeeds(f)
+	f.Add([]byte(`data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x"}}]}}]}`+"\n\n"), uint8(0))
+	f.Fuzz(func(t *testing.T, in []byte, _ uint8) {
+		var a ChatAccumulator
+		r := NewReader(bytes.NewReader(in), 1<<16)
+		for {
+			e, err := r.Next()
+			if err != nil {
+				break
+			}
+			err = a.Add(e.Data, func(d Delta) {
+				if d.ToolCallStarted < -1 || (d.ToolCallStarted >= 0) != (d.ToolCallsStarted > 0) {
+					t.Fatalf("ToolCallStarted %d with ToolCallsStarted %d", d.ToolCallStarted, d.ToolCallsStarted)
+				}
+			})
+			if errors.Is(err, ErrUpstream) && a.ErrorRaw() == nil {
+				t.Fatal("ErrUpstream without ErrorRaw")
+			}
+		}
+		cs := a.Choices()
+		if len(cs) > maxChoices {
+			t.Fatalf("%d choices", len(cs))
+		}
+		for i := 1; i < len(cs); i++ {
+			if cs[i-1].Index >= cs[i].Index {
+				t.Fatalf("choices not sorted by unique index: %d then %d", cs[i-1].Index, cs[i].Index)
+			}
+		}
+		// Every prefix of the input as one payload: Add must reject or
+		// fold any of them without panicking.
+		for i := 0; i <= len(in) && i < 512; i += 7 {
+			_ = a.Add(in[:i], nil)
+		}
+	})
+}
