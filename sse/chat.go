@@ -134,7 +134,8 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if string(data) == "[DONE]" {
+	// Like openai-python, take any data starting with [DONE] as the end.
+	if bytes.HasPrefix(data, []byte("[DONE]")) {
 		a.done = true
 		return nil
 	}
