@@ -13,12 +13,10 @@ import (
 func CallKey(scratch []byte, name, args string) (uint64, []byte) {
 	trimmed := strings.TrimSpace(args)
 	h := newFNV().str(name).byte(0)
-	if trimmed != "" && gjson.Valid(trimmed) {
-		if v := gjson.Parse(trimmed); v.IsObject() || v.IsArray() {
-			var cs canonScratch
-			scratch = cs.appendCanonical(scratch[:0], v, 0, defaultMetadataArgs)
-			return uint64(h.bytes(scratch)), scratch
-		}
+	if k := rawKind(trimmed); (k == '{' || k == '[') && gjson.Valid(trimmed) {
+		var cs canonScratch
+		scratch = cs.appendCanonical(scratch[:0], trimmed, 0, defaultMetadataArgs)
+		return uint64(h.bytes(scratch)), scratch
 	}
 	return uint64(h.str(trimmed)), scratch
 }
