@@ -5,8 +5,6 @@ import (
 	"strings"
 	"unicode/utf8"
 	"unsafe"
-
-	"github.com/tidwall/gjson"
 )
 
 // FNV-1a 64: stable across processes and replicas (PatternKey and the
@@ -89,27 +87,6 @@ func (a *arena) copy(s string) string {
 	a.reserve(len(s))
 	m := a.mark()
 	a.buf = append(a.buf, s...)
-	return a.since(m)
-}
-
-// str returns the value of a gjson string (or the raw text of any other
-// value) as an arena string. Unescaping is done here because gjson
-// allocates a fresh string for every escaped value.
-func (a *arena) str(r gjson.Result) string {
-	if r.Type != gjson.String {
-		if r.Type == gjson.Null || !r.Exists() {
-			return ""
-		}
-		return a.copy(strings.TrimSpace(r.Raw))
-	}
-	raw := r.Raw
-	if len(raw) < 2 || raw[0] != '"' {
-		return a.copy(r.Str)
-	}
-	raw = raw[1 : len(raw)-1]
-	a.reserve(len(raw))
-	m := a.mark()
-	a.buf = appendUnescaped(a.buf, raw)
 	return a.since(m)
 }
 
@@ -201,21 +178,22 @@ type kv struct{ key, raw string }
 // canonScratch is reused between calls (pooled with the parser state).
 type canonScratch struct{ stack [][]kv }
 
-// appendCanonical writes v as compact JSON with object keys sorted, leaving
-// out the top-level keys in skip. Strings and numbers keep their original
-// spelling: re-encoding them would cost time and buys nothing for equality.
-func (cs *canonScratch) appendCanonical(dst []byte, v gjson.Result, depth int, skip []string) []byte {
-	switch {
-	case v.IsObject():
+// appendCanonical writes the raw JSON value v compactly with object keys
+// sorted, leaving out the top-level keys in skip. Strings and numbers keep
+// their original spelling: re-encoding them would cost time and buys
+// nothing for equality.
+func (cs *canonScratch) appendCanonical(dst []byte, v string, depth int, skip []string) []byte {
+	switch rawKind(v) {
+	case '{':
 		if depth >= len(cs.stack) {
 			cs.stack = append(cs.stack, make([]kv, 0, 8))
 		}
 		members := cs.stack[depth][:0]
-		v.ForEach(func(k, val gjson.Result) bool {
-			if depth == 0 && len(skip) > 0 && slices.Contains(skip, k.Str) {
+		eachMember(v, func(k, val string) bool {
+			if depth == 0 && len(skip) > 0 && len(k) >= 2 && slices.Contains(skip, k[1:len(k)-1]) {
 				return true
 			}
-			members = append(members, kv{k.Raw, val.Raw})
+			members = append(members, kv{k, val})
 			return true
 		})
 		slices.SortFunc(members, func(a, b kv) int { return strings.Compare(a.key, b.key) })
@@ -225,16 +203,16 @@ func (cs *canonScratch) appendCanonical(dst []byte, v gjson.Result, depth int, s
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = append(dst, members[i].key...)
+			m := cs.stack[depth][i] // a nested object may reuse deeper levels only
+			dst = append(dst, m.key...)
 			dst = append(dst, ':')
-			// members may be reused by a nested object: read it again by index.
-			dst = cs.appendCanonical(dst, gjson.Parse(cs.stack[depth][i].raw), depth+1, nil)
+			dst = cs.appendCanonical(dst, m.raw, depth+1, nil)
 		}
 		return append(dst, '}')
-	case v.IsArray():
+	case '[':
 		dst = append(dst, '[')
 		first := true
-		v.ForEach(func(_, val gjson.Result) bool {
+		eachElement(v, func(val string) bool {
 			if !first {
 				dst = append(dst, ',')
 			}
@@ -244,7 +222,7 @@ func (cs *canonScratch) appendCanonical(dst []byte, v gjson.Result, depth int, s
 		})
 		return append(dst, ']')
 	default:
-		return append(dst, strings.TrimSpace(v.Raw)...)
+		return append(dst, strings.TrimSpace(v)...)
 	}
 }
 
@@ -256,24 +234,25 @@ var primaryKeys = []string{
 	"dir_path", "directory", "dir", "name", "id",
 }
 
-// primaryArg finds the primary argument of an arguments object. The
-// returned string is a view into args.
-func primaryArg(args gjson.Result) (key string, val gjson.Result) {
-	if !args.IsObject() {
-		return "", gjson.Result{}
+// primaryArg finds the primary argument of a raw arguments object and
+// returns its key and raw value (a string or an array).
+func primaryArg(args string) (string, string) {
+	if rawKind(args) != '{' {
+		return "", ""
 	}
-	for _, k := range primaryKeys {
-		v := args.Get(gjsonEscape(k))
-		if v.Exists() && (v.Type == gjson.String || v.IsArray()) {
-			return k, v
+	best, bestKey, bestVal := len(primaryKeys), "", ""
+	eachMember(args, func(k, v string) bool {
+		if kind := rawKind(v); kind != '"' && kind != '[' || len(k) < 2 {
+			return true
 		}
-	}
-	return "", gjson.Result{}
+		name := k[1 : len(k)-1]
+		if i := slices.Index(primaryKeys[:best], name); i >= 0 {
+			best, bestKey, bestVal = i, name, v
+		}
+		return best > 0
+	})
+	return bestKey, bestVal
 }
-
-// gjsonEscape is a no-op for our fixed keys (none holds a gjson
-// metacharacter); it documents why Get is safe with them.
-func gjsonEscape(k string) string { return k }
 
 // shellReaders print a file, so `cat f`, `head -n 50 f` and `tail f` all
 // read f.

@@ -193,11 +193,10 @@ func (in *inspection) metadata() []string {
 // refingerprint recomputes a call's fingerprint for an engine whose
 // MetadataArgs differ from those the trajectory was parsed with.
 func (in *inspection) refingerprint(c *Call) uint64 {
-	p := parseJSON(c.Args)
-	if !p.IsObject() {
+	if rawKind(c.Args) != '{' {
 		return c.Fingerprint
 	}
-	in.w.tmp = in.w.cs.appendCanonical(in.w.tmp[:0], p, 0, in.metadata())
+	in.w.tmp = in.w.cs.appendCanonical(in.w.tmp[:0], c.Args, 0, in.metadata())
 	return uint64(newFNV().str(c.Name).byte(0).bytes(in.w.tmp))
 }
 

@@ -43,16 +43,23 @@ func appendNormalized(dst []byte, s string) []byte {
 				continue
 			}
 		case isWordByte(c) && (i == 0 || !isWordByte(s[i-1])):
-			if repl, n := volatileToken(s, i); n > 0 {
-				dst = append(dst, repl...)
-				i += n
-				continue
-			}
-			// Copy the whole word so no rule fires inside it.
 			j := i
+			hexOnly := true
 			for j < len(s) && isWordByte(s[j]) {
+				hexOnly = hexOnly && isHex(s[j])
 				j++
 			}
+			// Only words that start with a digit, are all hex digits, or
+			// spell "pid" can be volatile: skip the rules for the rest,
+			// which is almost all text.
+			if isDigit(c) || hexOnly && j-i >= 8 || j-i == 3 && (c == 'p' || c == 'P') {
+				if repl, n := volatileToken(s, i); n > 0 {
+					dst = append(dst, repl...)
+					i += n
+					continue
+				}
+			}
+			// Copy the whole word so no rule fires inside it.
 			dst = append(dst, s[i:j]...)
 			i = j
 			continue
@@ -239,6 +246,17 @@ var durationUnits = [...]string{"seconds", "second", "secs", "sec", "ms", "µs",
 
 // durationLen matches 0.53s, 12ms, 3.2 seconds, 1m30s at the start of t.
 func durationLen(t string) int {
+	// Fast exit: a duration has a unit letter right after its number.
+	e := 0
+	for e < len(t) && (isDigit(t[e]) || t[e] == '.') {
+		e++
+	}
+	if e < len(t) && t[e] == ' ' {
+		e++
+	}
+	if e >= len(t) || !(t[e] >= 'a' && t[e] <= 'z' || t[e] == 0xc2) {
+		return 0
+	}
 	k := 0
 	matched := false
 	for {

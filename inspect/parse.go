@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -55,36 +56,36 @@ func parse(body []byte, meta []string) (t *Trajectory, err error) {
 	if !gjson.ValidBytes(body) {
 		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
 	}
-	root := gjson.ParseBytes(body)
-	if !root.IsObject() {
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	// One copy of the body backs every string of the trajectory.
+	p := &parser{scratch: s, ar: newArena(len(body) + len(body)/4 + 1024), meta: meta, t: &Trajectory{}}
+	src := p.ar.copy(unsafeString(body))
+	i := skipSpace(src, 0)
+	if i >= len(src) || src[i] != '{' {
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
-	var msgs, model gjson.Result
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "messages":
+	var msgs, model string
+	eachMember(src[i:], func(k, v string) bool {
+		switch {
+		case rawKeyIs(k, "messages"):
 			msgs = v
-		case "model":
+		case rawKeyIs(k, "model"):
 			model = v
 		}
 		return true
 	})
-	if !msgs.Exists() {
+	if msgs == "" {
 		return nil, fmt.Errorf("%w: no messages", ErrMalformed)
 	}
-	if !msgs.IsArray() {
+	if rawKind(msgs) != '[' {
 		return nil, fmt.Errorf("%w: messages is not an array", ErrMalformed)
 	}
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
-	p := &parser{scratch: s, ar: newArena(len(body) + len(body)/4), meta: meta, t: &Trajectory{}}
 	p.t.meta = meta
-	if model.Type == gjson.String {
-		p.t.Model = p.ar.str(model)
-	}
+	p.t.Model = p.rawStr(model)
 	p.t.Steps = make([]Step, 0, 16)
 	idx := 0
-	msgs.ForEach(func(_, m gjson.Result) bool {
+	eachElement(msgs, func(m string) bool {
 		if err = p.message(idx, m); err != nil {
 			return false
 		}
@@ -98,43 +99,56 @@ func parse(body []byte, meta []string) (t *Trajectory, err error) {
 	return p.t, nil
 }
 
-func (p *parser) message(i int, m gjson.Result) error {
-	if !m.IsObject() {
+// rawStr returns a raw JSON string's value; a string without escapes is a
+// view of the arena copy of the body, others are unescaped into the arena.
+func (p *parser) rawStr(v string) string {
+	if rawKind(v) != '"' || len(v) < 2 {
+		return ""
+	}
+	body := v[1 : len(v)-1]
+	if strings.IndexByte(body, '\\') < 0 {
+		return body // already in the arena
+	}
+	return p.ar.rawStr(v)
+}
+
+func (p *parser) message(i int, m string) error {
+	if rawKind(m) != '{' {
 		return fmt.Errorf("%w: message %d is not an object", ErrMalformed, i)
 	}
-	var role, content, toolCalls, fnCall, reasoning, toolCallID, name gjson.Result
-	m.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "role":
+	var role, content, toolCalls, fnCall, reasoning, toolCallID, name string
+	eachMember(m, func(k, v string) bool {
+		switch {
+		case rawKeyIs(k, "role"):
 			role = v
-		case "content":
+		case rawKeyIs(k, "content"):
 			content = v
-		case "tool_calls":
+		case rawKeyIs(k, "tool_calls"):
 			toolCalls = v
-		case "function_call":
+		case rawKeyIs(k, "function_call"):
 			fnCall = v
-		case "reasoning_content", "reasoning":
-			if v.Type == gjson.String {
+		case rawKeyIs(k, "reasoning_content"), rawKeyIs(k, "reasoning"):
+			if rawKind(v) == '"' {
 				reasoning = v
 			}
-		case "tool_call_id":
+		case rawKeyIs(k, "tool_call_id"):
 			toolCallID = v
-		case "name":
+		case rawKeyIs(k, "name"):
 			name = v
 		}
 		return true
 	})
-	if role.Type != gjson.String {
+	if rawKind(role) != '"' {
 		return fmt.Errorf("%w: message %d has no role", ErrMalformed, i)
 	}
-	switch role.Str {
+	switch p.rawStr(role) {
 	case "assistant":
 		p.assistant(i, content, reasoning, toolCalls, fnCall)
 		p.lastAssistant = true
 	case "tool":
 		p.toolResult(i, toolCallID, "", content)
 	case "function":
-		p.toolResult(i, gjson.Result{}, name.Str, content)
+		p.toolResult(i, "", p.rawStr(name), content)
 	case "user":
 		p.user(i, content)
 	default:
@@ -145,38 +159,50 @@ func (p *parser) message(i int, m gjson.Result) error {
 
 // text returns content as a string: a plain string, or the text parts of
 // an array joined by newlines.
-func (p *parser) text(c gjson.Result) string {
-	switch {
-	case c.Type == gjson.String:
-		return p.ar.str(c)
-	case c.IsArray():
-		p.ar.reserve(len(c.Raw))
-		m := p.ar.mark()
-		first := true
-		c.ForEach(func(_, part gjson.Result) bool {
-			var txt gjson.Result
-			if part.Type == gjson.String {
+func (p *parser) text(c string) string {
+	switch rawKind(c) {
+	case '"':
+		return p.rawStr(c)
+	case '[':
+		var parts []string
+		n := 0
+		eachElement(c, func(part string) bool {
+			txt := ""
+			switch rawKind(part) {
+			case '"':
 				txt = part
-			} else if part.IsObject() {
-				typ := part.Get("type").Str
-				if typ != "" && typ != "text" && typ != "input_text" && typ != "output_text" {
+			case '{':
+				typ := ""
+				eachMember(part, func(k, v string) bool {
+					switch {
+					case rawKeyIs(k, "type"):
+						typ = p.rawStr(v)
+					case rawKeyIs(k, "text"):
+						txt = v
+					}
 					return true
+				})
+				if typ != "" && typ != "text" && typ != "input_text" && typ != "output_text" {
+					txt = ""
 				}
-				txt = part.Get("text")
 			}
-			if txt.Type != gjson.String {
-				return true
-			}
-			if !first {
-				p.ar.buf = append(p.ar.buf, '\n')
-			}
-			first = false
-			raw := txt.Raw
-			if len(raw) >= 2 {
-				p.ar.buf = appendUnescaped(p.ar.buf, raw[1:len(raw)-1])
+			if rawKind(txt) == '"' {
+				parts = append(parts, p.rawStr(txt))
+				n += len(parts[len(parts)-1]) + 1
 			}
 			return true
 		})
+		if len(parts) == 1 {
+			return parts[0]
+		}
+		p.ar.reserve(n)
+		m := p.ar.mark()
+		for i, s := range parts {
+			if i > 0 {
+				p.ar.buf = append(p.ar.buf, '\n')
+			}
+			p.ar.buf = append(p.ar.buf, s...)
+		}
 		return p.ar.since(m)
 	}
 	return ""
@@ -191,49 +217,46 @@ func (p *parser) newCalls(n int) []Call {
 	return p.calls[start : start+n : start+n]
 }
 
-func (p *parser) assistant(i int, content, reasoning, toolCalls, fnCall gjson.Result) {
-	st := Step{Message: i, Text: p.text(content)}
-	if reasoning.Exists() {
-		st.Reasoning = p.ar.str(reasoning)
-	}
+func (p *parser) assistant(i int, content, reasoning, toolCalls, fnCall string) {
+	st := Step{Message: i, Text: p.text(content), Reasoning: p.rawStr(reasoning)}
 	n := 0
-	if toolCalls.IsArray() {
-		toolCalls.ForEach(func(_, tc gjson.Result) bool {
-			if tc.IsObject() {
+	if rawKind(toolCalls) == '[' {
+		eachElement(toolCalls, func(tc string) bool {
+			if rawKind(tc) == '{' {
 				n++
 			}
 			return true
 		})
 	}
-	if fnCall.IsObject() {
+	if rawKind(fnCall) == '{' {
 		n++
 	}
 	if n > 0 {
 		st.Calls = p.newCalls(n)
 		k := 0
-		if toolCalls.IsArray() {
-			toolCalls.ForEach(func(_, tc gjson.Result) bool {
-				if !tc.IsObject() {
+		if rawKind(toolCalls) == '[' {
+			eachElement(toolCalls, func(tc string) bool {
+				if rawKind(tc) != '{' {
 					return true
 				}
-				var id, fn gjson.Result
-				tc.ForEach(func(k, v gjson.Result) bool {
-					switch k.Str {
-					case "id":
+				var id, fn string
+				eachMember(tc, func(k, v string) bool {
+					switch {
+					case rawKeyIs(k, "id"):
 						id = v
-					case "function":
+					case rawKeyIs(k, "function"):
 						fn = v
 					}
 					return true
 				})
 				c := &st.Calls[k]
 				k++
-				c.ID = p.ar.str(id)
+				c.ID = p.rawStr(id)
 				p.function(c, fn)
 				return true
 			})
 		}
-		if fnCall.IsObject() {
+		if rawKind(fnCall) == '{' {
 			p.function(&st.Calls[k], fnCall)
 		}
 	}
@@ -241,48 +264,40 @@ func (p *parser) assistant(i int, content, reasoning, toolCalls, fnCall gjson.Re
 }
 
 // function fills a call from an OpenAI {"name","arguments"} object.
-func (p *parser) function(c *Call, fn gjson.Result) {
+func (p *parser) function(c *Call, fn string) {
 	c.ResultMessage = -1
-	var name, args gjson.Result
-	if fn.IsObject() {
-		fn.ForEach(func(k, v gjson.Result) bool {
-			switch k.Str {
-			case "name":
-				name = v
-			case "arguments":
-				args = v
-			}
-			return true
-		})
-	}
-	c.Name = p.ar.str(name)
-	var argText string
-	switch {
-	case args.Type == gjson.String:
-		argText = p.ar.str(args) // Ollama and some clients send an object instead
-	case args.Exists():
-		argText = args.Raw
-	}
+	var name, args string
+	eachMember(fn, func(k, v string) bool {
+		switch {
+		case rawKeyIs(k, "name"):
+			name = v
+		case rawKeyIs(k, "arguments"):
+			args = v
+		}
+		return true
+	})
+	c.Name = p.rawStr(name)
+	argText := args
+	if rawKind(args) == '"' {
+		argText = p.rawStr(args)
+	} // else Ollama and some clients send an object: use it as it is
 	p.setArgs(c, argText)
 }
 
 // setArgs canonicalises the argument text and computes the fingerprints.
 func (p *parser) setArgs(c *Call, argText string) {
 	trimmed := strings.TrimSpace(argText)
-	var parsed gjson.Result
-	if trimmed != "" && gjson.Valid(trimmed) {
-		parsed = gjson.Parse(trimmed)
-	}
-	if parsed.IsObject() || parsed.IsArray() {
+	k := rawKind(trimmed)
+	if (k == '{' || k == '[') && gjson.Valid(trimmed) {
 		p.ar.reserve(len(trimmed))
 		m := p.ar.mark()
-		p.ar.buf = p.cs.appendCanonical(p.ar.buf, parsed, 0, p.meta)
+		p.ar.buf = p.cs.appendCanonical(p.ar.buf, trimmed, 0, p.meta)
 		c.Args = p.ar.since(m)
-		if k, v := primaryArg(parsed); k != "" {
-			c.Primary = p.primary(k, v, c.Name)
+		if key, v := primaryArg(trimmed); key != "" {
+			c.Primary = p.primary(key, v)
 		}
 	} else {
-		c.Args = p.ar.copy(trimmed)
+		c.Args = trimmed // a view of the arena: no copy needed
 	}
 	h := newFNV().str(c.Name).byte(0).str(c.Args)
 	c.Fingerprint = uint64(h)
@@ -291,21 +306,15 @@ func (p *parser) setArgs(c *Call, argText string) {
 	}
 }
 
-func (p *parser) primary(key string, v gjson.Result, tool string) string {
+func (p *parser) primary(key, v string) string {
 	var s string
-	if v.IsArray() {
+	if rawKind(v) == '[' {
 		// ["bash","-lc","cmd"]: the command is the last element.
-		arr := v.Array()
-		if len(arr) == 0 {
-			return ""
-		}
-		last := arr[len(arr)-1]
-		if last.Type != gjson.String {
-			return ""
-		}
-		s = p.ar.str(last)
+		last := ""
+		eachElement(v, func(e string) bool { last = e; return true })
+		s = p.rawStr(last)
 	} else {
-		s = p.ar.str(v)
+		s = p.rawStr(v)
 	}
 	if isShellKey(key) {
 		n := normalizeShell(s)
@@ -318,7 +327,7 @@ func (p *parser) primary(key string, v gjson.Result, tool string) string {
 }
 
 // toolResult pairs a tool (or legacy function) message with its call.
-func (p *parser) toolResult(i int, id gjson.Result, fnName string, content gjson.Result) {
+func (p *parser) toolResult(i int, id, fnName, content string) {
 	p.lastAssistant = false
 	c := p.findCall(id, fnName)
 	if c == nil {
@@ -327,14 +336,15 @@ func (p *parser) toolResult(i int, id gjson.Result, fnName string, content gjson
 	p.setResult(c, i, p.text(content))
 }
 
-func (p *parser) findCall(id gjson.Result, fnName string) *Call {
+func (p *parser) findCall(rawID, fnName string) *Call {
 	steps := p.t.Steps
 	lo := max(0, len(steps)-64) // results follow their calls closely
-	if id.Type == gjson.String {
+	if rawKind(rawID) == '"' {
+		id := p.rawStr(rawID)
 		for s := len(steps) - 1; s >= lo; s-- {
 			for k := range steps[s].Calls {
 				c := &steps[s].Calls[k]
-				if !c.HasResult && c.ID == id.Str {
+				if !c.HasResult && c.ID == id {
 					return c
 				}
 			}
@@ -396,7 +406,7 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 // user handles a user-role message: a genuine human message starts a new
 // task; tool output sent in user role becomes the previous step's result;
 // automated nudges change nothing.
-func (p *parser) user(i int, content gjson.Result) {
+func (p *parser) user(i int, content string) {
 	txt := p.text(content)
 	afterAssistant := p.lastAssistant
 	p.lastAssistant = false
@@ -436,7 +446,7 @@ func (p *parser) attachUserResult(i int, txt string) {
 	p.tmp = appendJSONEscaped(p.tmp, cmd)
 	p.tmp = append(p.tmp, `"}`...)
 	c.ResultMessage = -1
-	p.setArgs(c, p.ar.copy(string(p.tmp)))
+	p.setArgs(c, p.ar.copy(unsafeString(p.tmp)))
 	p.setResult(c, i, txt)
 }
 
@@ -554,4 +564,13 @@ func classifyUser(txt string) userKind {
 		return userAutomated
 	}
 	return userGenuine
+}
+
+// unsafeString views b as a string without copying; the caller copies it
+// before b changes.
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }

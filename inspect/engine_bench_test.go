@@ -1,0 +1,69 @@
+package inspect
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// benchBody builds a healthy history of n turns with ~2 KB tool results
+// (200 turns is about 400 KB).
+func benchBody(n int) []byte {
+	msgs := []any{map[string]any{"role": "system", "content": "You are a coding agent."}, map[string]any{"role": "user", "content": "Port the service."}}
+	out := strings.Repeat("line of output with some words 0123\n", 55)
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		args, _ := json.Marshal(map[string]any{"command": fmt.Sprintf("sed -n '%d,%dp' src/module_%d.py", i, i+40, i%37)})
+		msgs = append(msgs, map[string]any{"role": "assistant", "content": "Looking at the next module.", "tool_calls": []any{
+			map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": fmt.Sprintf("<returncode>0</returncode>\n<output>\n%d\n%s</output>", i, out)})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
+	return b
+}
+
+func benchParseInspect(b *testing.B, turns int) {
+	body := benchBody(turns)
+	e, _ := NewEngine(DefaultConfig())
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tr, err := Parse(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v := e.Inspect(tr); v.Loop {
+			b.Fatal("healthy history reported as a loop")
+		}
+	}
+}
+
+func BenchmarkParseInspect200(b *testing.B)  { benchParseInspect(b, 200) }
+func BenchmarkParseInspect1000(b *testing.B) { benchParseInspect(b, 1000) }
+
+// BenchmarkParse200 and BenchmarkUnmarshal200 compare the gjson builder
+// with the naive encoding/json baseline on the same body.
+func BenchmarkParse200(b *testing.B) {
+	body := benchBody(200)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Parse(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUnmarshal200(b *testing.B) {
+	body := benchBody(200)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		var v map[string]any
+		if err := json.Unmarshal(body, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package inspect
+
+// A minimal walker over JSON already validated by gjson.ValidBytes. gjson's
+// ForEach and Get unescape every string value they pass (an allocation per
+// tool result); the walker only finds boundaries, and strings are unescaped
+// once, into the trajectory's arena, when they are wanted.
+
+import "strings"
+
+// skipSpace returns the index of the first non-space byte at or after i.
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// valueEnd returns the index just past the JSON value starting at i.
+func valueEnd(s string, i int) int {
+	if i >= len(s) {
+		return len(s)
+	}
+	switch s[i] {
+	case '"':
+		return stringEnd(s, i)
+	case '{', '[':
+		depth := 0
+		for i < len(s) {
+			switch s[i] {
+			case '"':
+				i = stringEnd(s, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(s)
+	default:
+		for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t' {
+			i++
+		}
+		return i
+	}
+}
+
+// stringEnd returns the index just past the string starting at i (a quote).
+// It jumps from quote to quote with IndexByte (vectorised) and counts the
+// backslashes before each: tool results are long strings.
+func stringEnd(s string, i int) int {
+	for j := i + 1; j < len(s); {
+		q := strings.IndexByte(s[j:], '"')
+		if q < 0 {
+			return len(s)
+		}
+		j += q
+		bs := 0
+		for k := j - 1; k > i && s[k] == '\\'; k-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+	return len(s)
+}
+
+// eachMember calls fn with the raw key (quoted) and raw value of every
+// member of the object obj, until fn returns false.
+func eachMember(obj string, fn func(key, val string) bool) {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return
+	}
+	i++
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] == '}' {
+			return
+		}
+		if obj[i] == ',' {
+			i++
+			continue
+		}
+		ke := stringEnd(obj, i)
+		key := obj[i:ke]
+		i = skipSpace(obj, ke)
+		if i < len(obj) && obj[i] == ':' {
+			i++
+		}
+		i = skipSpace(obj, i)
+		ve := valueEnd(obj, i)
+		if !fn(key, obj[i:ve]) {
+			return
+		}
+		i = ve
+	}
+}
+
+// eachElement calls fn with the raw text of every element of the array arr.
+func eachElement(arr string, fn func(val string) bool) {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return
+	}
+	i++
+	for {
+		i = skipSpace(arr, i)
+		if i >= len(arr) || arr[i] == ']' {
+			return
+		}
+		if arr[i] == ',' {
+			i++
+			continue
+		}
+		ve := valueEnd(arr, i)
+		if !fn(arr[i:ve]) {
+			return
+		}
+		i = ve
+	}
+}
+
+// rawKind is the first byte of a raw value: '"', '{', '[', 'n', 't', 'f'
+// or a digit/minus; 0 for an absent value.
+func rawKind(v string) byte {
+	if v == "" {
+		return 0
+	}
+	return v[0]
+}
+
+// rawKeyIs compares a raw quoted key with a plain name. Keys with escapes
+// never match: no field loopguard reads is spelt with one.
+func rawKeyIs(raw, name string) bool {
+	return len(raw) == len(name)+2 && raw[1:len(raw)-1] == name
+}
+
+// rawStr returns the unescaped value of a raw string in the arena, or ""
+// for any other kind.
+func (a *arena) rawStr(v string) string {
+	if rawKind(v) != '"' || len(v) < 2 {
+		return ""
+	}
+	body := v[1 : len(v)-1]
+	a.reserve(len(body))
+	m := a.mark()
+	a.buf = appendUnescaped(a.buf, body)
+	return a.since(m)
+}
