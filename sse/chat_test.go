@@ -72,6 +72,14 @@ func TestAccumulatorToolCalls(t *testing.T) {
 			want: `[{"index":0,"content":"","tool_calls":[{"index":1,"id":"","type":"","name":"g","arguments":"[1]"}]}]`,
 		},
 		{
+			name: "a new id without a name continues the call",
+			give: []string{
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"x1","function":{"name":"f","arguments":"{"}}]}}]}`,
+				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"x2","function":{"arguments":"}"}}]}}]}`,
+			},
+			want: `[{"index":0,"content":"","tool_calls":[{"index":0,"id":"x1","type":"","name":"f","arguments":"{}"}]}]`,
+		},
+		{
 			name: "arguments as an object",
 			give: []string{
 				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":{"x": [1, "}"]}}}]}}]}`,

@@ -254,9 +254,13 @@ func stringEqual(raw string, b []byte) bool {
 	return string(appendString(tmp[:0], raw)) == string(b)
 }
 
-// parseInt parses a JSON number token as an int, truncating a fraction;
-// ok is false for anything else.
+// parseInt parses a JSON number token as an int, truncating a fraction; a
+// quoted integer is accepted too (some adapters send "index":"0"). ok is
+// false for anything else.
 func parseInt(raw string) (int, bool) {
+	if isString(raw) {
+		raw = raw[1 : len(raw)-1]
+	}
 	i, neg := 0, false
 	if i < len(raw) && raw[i] == '-' {
 		neg, i = true, 1

@@ -65,6 +65,31 @@ func TestIterators(t *testing.T) {
 	}
 }
 
+func TestParseInt(t *testing.T) {
+	tests := []struct {
+		give   string
+		want   int
+		wantOK bool
+	}{
+		{"0", 0, true},
+		{"12", 12, true},
+		{"-3", -3, true},
+		{"1.9", 1, true},
+		{`"2"`, 2, true},
+		{"99999999999999999999999", 1 << 40, true},
+		{"null", 0, false},
+		{`""`, 0, false},
+		{"-", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseInt(tt.give)
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("parseInt(%q) = %d, %t; want %d, %t", tt.give, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}
+
 // FuzzAppendString checks the unescaper against encoding/json.
 func FuzzAppendString(f *testing.F) {
 	for _, s := range []string{`"a"`, `"\u00e9"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\\\""`, `"\/\b"`} {
