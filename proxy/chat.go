@@ -1,22 +1,254 @@
 package proxy
 
 import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
+)
+
+// Response headers on every proxied chat answer (DESIGN.md section 5).
+const (
+	HeaderSession = "X-Loopguard-Session"
+	HeaderAction  = "X-Loopguard-Action"
+	HeaderLoop    = "X-Loopguard-Loop"
+	headerMode    = "X-Loopguard-Mode"
 )
 
 // chatPipeline runs policy, inspect and inject on chat-completion requests.
 type chatPipeline struct {
-	log zerolog.Logger
+	cfg    Config
+	log    zerolog.Logger
+	engine *inspect.Engine
+	policy *policy.Policy
+	inject *inject.Injector
+	// storeTimeout bounds the policy's store calls of one request.
+	storeTimeout time.Duration
 }
 
 func newChatPipeline(cfg Config, log zerolog.Logger) (*chatPipeline, error) {
-	return &chatPipeline{log: log}, nil
-}
-
-func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server) {
-	s.forward(ctx, ctx.Request.Body(), nil)
+	engine, err := inspect.NewEngine(cfg.Detect)
+	if err != nil {
+		return nil, fmt.Errorf("detect: %w", err)
+	}
+	in, err := inject.New(cfg.Inject)
+	if err != nil {
+		return nil, fmt.Errorf("inject: %w", err)
+	}
+	store, err := policy.NewStore(cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	pol := policy.New(cfg.Policy, store, log)
+	return &chatPipeline{
+		cfg:          cfg,
+		log:          log,
+		engine:       engine,
+		policy:       pol,
+		inject:       in,
+		storeTimeout: 4 * pol.Config().StoreTimeout,
+	}, nil
 }
 
 // Close releases the session store.
-func (p *chatPipeline) Close() error { return nil }
+func (p *chatPipeline) Close() error { return p.policy.Close() }
+
+// plan is what the pipeline decided for one request.
+type plan struct {
+	key      string
+	decision policy.Decision
+	body     []byte           // the body to send upstream
+	answer   *inject.Response // loopguard's own answer; the upstream is not called
+	stream   bool
+	usage    bool // stream_options.include_usage
+	maxTok   int64
+	model    string
+}
+
+// serve handles one chat-completions request.
+func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server) {
+	body := ctx.Request.Body()
+	pl := p.decide(ctx, body)
+	if pl.answer != nil {
+		writeAnswer(ctx, pl.answer)
+		setLoopHeaders(&ctx.Response.Header, &pl)
+		p.log.Info().Str("session", pl.key).Str("action", string(pl.decision.Action)).
+			Str("category", string(pl.decision.Verdict.Category)).Str("pattern", pl.decision.Brief).
+			Msg("loop terminated without calling the upstream")
+		return
+	}
+	s.forward(ctx, pl.body, newChatObserver(p, &pl))
+}
+
+// decide runs the pipeline up to the upstream call. It fails open: whatever
+// goes wrong, the plan falls back to sending the original body unchanged.
+func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
+	pl.body = body
+	pl.decision.Action = policy.None
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
+			pl = plan{key: pl.key, body: body, decision: policy.Decision{Action: policy.None}}
+		}
+	}()
+	if !gjson.ValidBytes(body) {
+		p.failOpen("malformed_json", nil)
+		return pl
+	}
+	pl.stream = gjson.GetBytes(body, "stream").Bool()
+	pl.usage = gjson.GetBytes(body, "stream_options.include_usage").Bool()
+	pl.model = gjson.GetBytes(body, "model").String()
+	if mt := gjson.GetBytes(body, "max_completion_tokens"); mt.Exists() {
+		pl.maxTok = mt.Int()
+	} else {
+		pl.maxTok = gjson.GetBytes(body, "max_tokens").Int()
+	}
+
+	pcfg := p.policy.Config()
+	pl.key = policy.SessionKey(ctx.Request.Header.Peek(pcfg.SessionHeader), body)
+	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
+	if mode == policy.ModeOff {
+		return pl
+	}
+
+	traj, err := p.engine.Parse(body)
+	if err != nil {
+		p.failOpen("unreadable_history", err)
+		return pl
+	}
+	verdict := p.engine.Inspect(traj)
+
+	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	defer cancel()
+	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
+	if err != nil {
+		p.failOpen("policy", err)
+		return pl
+	}
+	pl.decision = d
+	if d.StoreFailed {
+		p.failOpen("store", nil)
+	}
+	if verdict.Loop {
+		p.log.Info().Str("session", pl.key).Str("category", string(verdict.Category)).
+			Float64("confidence", verdict.Confidence).Str("pattern", d.Brief).
+			Str("action", string(d.Action)).Str("would", string(d.Would)).Int("level", d.Level).
+			Msg("loop detected")
+	}
+
+	switch d.Action {
+	case policy.Terminate:
+		ans, err := p.inject.Terminate(body, loopOf(&d, false))
+		if err != nil {
+			p.failOpen("terminate", err)
+			return pl
+		}
+		pl.answer = &ans
+	case policy.None, policy.Shadow:
+		if d.Action == policy.None && (d.Cut != nil || len(d.Constraints) > 0) {
+			pl.body = p.rewrite(body, &d)
+		}
+	default:
+		pl.body = p.rewrite(body, &d)
+	}
+	return pl
+}
+
+// rewrite applies the decision's texts to body, or returns body unchanged
+// when inject cannot patch it.
+func (p *chatPipeline) rewrite(body []byte, d *policy.Decision) []byte {
+	var e inject.Edit
+	if d.Cut != nil {
+		e.Degenerated = &inject.Degeneration{Category: d.Cut.Category}
+	}
+	current := false
+	for _, c := range d.Constraints {
+		if c.Pattern == d.Pattern && (d.Action == policy.Constrain || d.Action == policy.Reset) {
+			current = true
+			e.Constraints = append(e.Constraints, loopOf(d, d.Collapse))
+			continue
+		}
+		e.Constraints = append(e.Constraints, activeConstraint(c))
+	}
+	if !current {
+		switch d.Action {
+		case policy.Warn:
+			if d.Verdict.Loop {
+				e.Warnings = append(e.Warnings, loopOf(d, false))
+			}
+		case policy.Constrain, policy.Reset:
+			e.Constraints = append(e.Constraints, loopOf(d, d.Collapse))
+		}
+	}
+	res, err := p.inject.Apply(body, e)
+	if err != nil {
+		p.failOpen("inject", err)
+		return body
+	}
+	if res.Collapsed.Saved > 0 {
+		p.log.Info().Int("turns_removed", res.Collapsed.Turns).Int("bytes_saved", res.Collapsed.Saved).Msg("history collapsed")
+	}
+	return res.Body
+}
+
+// loopOf turns policy's decision into inject's view of the current loop.
+func loopOf(d *policy.Decision, collapse bool) inject.Loop {
+	l := inject.Loop{
+		Verdict:  d.Verdict,
+		Urgency:  inject.Urgency(d.Urgency),
+		Collapse: collapse,
+		Failed:   d.Failed,
+	}
+	if d.CrossSession && d.GlobalSessions > 1 {
+		l.OtherSessions = d.GlobalSessions - 1
+	}
+	return l
+}
+
+// activeConstraint re-renders the block of a pattern constrained on an
+// earlier request whose loop has not stopped yet.
+func activeConstraint(c policy.Constraint) inject.Loop {
+	ev := inspect.Evidence{Element: c.Brief, Tool: c.Tool, Args: c.Args}
+	return inject.Loop{Verdict: inspect.Verdict{
+		Loop:       true,
+		Category:   c.Category,
+		PatternKey: c.Pattern,
+		Detections: []inspect.Detection{{Category: c.Category, Score: 1, Evidence: ev}},
+	}}
+}
+
+func (p *chatPipeline) failOpen(stage string, err error) {
+	p.log.Warn().Str("stage", stage).AnErr("error", err).Msg("fail open: request passed through unchanged")
+}
+
+// setLoopHeaders adds loopguard's headers to a chat answer.
+func setLoopHeaders(h *fasthttp.ResponseHeader, pl *plan) {
+	if pl.key != "" {
+		h.Set(HeaderSession, pl.key)
+	}
+	h.Set(HeaderAction, string(pl.decision.Action))
+	if v := pl.decision.Verdict; v.Loop {
+		h.Set(HeaderLoop, string(v.Category))
+	}
+}
+
+// writeAnswer copies loopguard's own answer onto the response.
+func writeAnswer(ctx *fasthttp.RequestCtx, a *inject.Response) {
+	ctx.Response.Reset()
+	ctx.SetStatusCode(a.Status)
+	for _, h := range a.Header {
+		ctx.Response.Header.Set(h.Name, h.Value)
+	}
+	if strings.HasPrefix(string(ctx.Response.Header.ContentType()), "text/event-stream") {
+		ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	}
+	ctx.SetBody(a.Body)
+}

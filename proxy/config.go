@@ -70,17 +70,8 @@ type UpstreamConfig struct {
 type StreamConfig struct {
 	// Cut ends degenerate streams. Default true.
 	Cut bool `toml:"cut"`
-	// Tail says what the client keeps of a degenerate stream: "keep" (default:
-	// everything forwarded so far) or "trim" (hold back a short window so the
-	// repetition can be cut at its start).
-	Tail string `toml:"tail"`
-	// TrimWindow is the bytes of text held back with tail = "trim". Default 512.
-	TrimWindow int `toml:"trim_window"`
 	// FinishReason is the finish_reason of a cut stream: "stop" (default) or "length".
 	FinishReason string `toml:"finish_reason"`
-	// HoldToolCalls holds tool-call deltas until each call is complete, so a
-	// call the ladder would end is replaced instead of reaching the agent. Default false.
-	HoldToolCalls bool `toml:"hold_tool_calls"`
 	// MaxEventBytes caps one SSE event; a longer one switches the stream to
 	// raw pass-through without inspection. Default 16 MiB.
 	MaxEventBytes int `toml:"max_event_bytes"`
@@ -122,8 +113,6 @@ func DefaultConfig() Config {
 		},
 		Stream: StreamConfig{
 			Cut:           true,
-			Tail:          "keep",
-			TrimWindow:    512,
 			FinishReason:  "stop",
 			MaxEventBytes: 16 << 20,
 		},
@@ -168,11 +157,6 @@ func (c *Config) Validate() error {
 	if c.Upstream.MaxConns <= 0 {
 		bad("upstream.max_conns", "must be > 0, got %d", c.Upstream.MaxConns)
 	}
-	switch c.Stream.Tail {
-	case "keep", "trim":
-	default:
-		bad("stream.tail", "must be keep or trim, got %q", c.Stream.Tail)
-	}
 	switch c.Stream.FinishReason {
 	case "stop", "length":
 	default:
@@ -191,14 +175,24 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
 	}
-	if err := c.Detect.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Policy.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Inject.Validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, section("detect", c.Detect.Validate()), section("policy", c.Policy.Validate()),
+		section("inject", c.Inject.Validate()))
 	return errors.Join(errs...)
+}
+
+// section prefixes each line of a package's validation error with its TOML
+// table, so every message names the full key.
+func section(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		l = strings.TrimPrefix(l, name+": ")
+		if !strings.HasPrefix(l, name+".") {
+			l = name + "." + l
+		}
+		lines[i] = l
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }

@@ -1,0 +1,283 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
+	"github.com/loopguard/loopguard/sse"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
+)
+
+// maxWatchedChoices bounds the choices (n > 1) whose text is inspected.
+const maxWatchedChoices = 4
+
+// chatObserver inspects one chat answer as it passes: every content and
+// reasoning delta feeds a degeneration detector after it was forwarded, and
+// tool calls are compared with the earlier calls of the same answer.
+type chatObserver struct {
+	p  *chatPipeline
+	pl *plan
+
+	acc     sse.ChatAccumulator
+	content [maxWatchedChoices]*inspect.Degeneration
+	reason  [maxWatchedChoices]*inspect.Degeneration
+	calls   []uint64 // CallKey of each completed tool call of choice 0
+	checked int      // tool calls of choice 0 already compared
+	scratch []byte
+	bytes   int64 // text bytes generated so far
+
+	cut       *inspect.Detection
+	cutOffset int64
+	cutAt     time.Time
+	start     time.Time
+}
+
+var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
+
+func newChatObserver(p *chatPipeline, pl *plan) *chatObserver {
+	o := observerPool.Get().(*chatObserver)
+	o.p, o.pl, o.start = p, pl, time.Now()
+	return o
+}
+
+// release returns o and its detectors to the pool.
+func (o *chatObserver) release() {
+	for i := range o.content {
+		if d := o.content[i]; d != nil {
+			d.Reset()
+		}
+		if d := o.reason[i]; d != nil {
+			d.Reset()
+		}
+	}
+	o.acc.Reset()
+	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
+	o.cut, o.cutOffset, o.cutAt = nil, 0, time.Time{}
+	o.p, o.pl = nil, nil
+	observerPool.Put(o)
+}
+
+func (o *chatObserver) header(_ int, h *fasthttp.ResponseHeader) { setLoopHeaders(h, o.pl) }
+
+func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
+	// Forward first: inspection never holds back content.
+	_, _ = w.Write(ev.Raw)
+	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
+		return false
+	}
+	if err := o.acc.Add(ev.Data, o.delta); err != nil {
+		return false // an upstream error event or a chunk we cannot read: forward only
+	}
+	if o.cut == nil {
+		return false
+	}
+	o.writeCut(w)
+	return true
+}
+
+// delta inspects what one chunk added to one choice.
+func (o *chatObserver) delta(d sse.Delta) {
+	if o.cut != nil || d.Choice < 0 || d.Choice >= maxWatchedChoices {
+		return
+	}
+	o.bytes += int64(len(d.Content) + len(d.Reasoning))
+	if len(d.Content) > 0 && o.watch(&o.content[d.Choice], d.Content) {
+		return
+	}
+	if len(d.Reasoning) > 0 && o.watch(&o.reason[d.Choice], d.Reasoning) {
+		return
+	}
+	if d.Choice == 0 && (d.ToolCall || d.FinishReason != nil) {
+		o.compareCalls(d)
+	}
+}
+
+// watch feeds text to a (lazily created) detector and records a cut.
+func (o *chatObserver) watch(slot **inspect.Degeneration, text []byte) bool {
+	if *slot == nil {
+		*slot = inspect.NewDegeneration(o.p.cfg.Detect.Stream)
+	}
+	if !(*slot).Write(text) {
+		return false
+	}
+	det := (*slot).Detection()
+	o.cut, o.cutOffset, o.cutAt = &det, (*slot).Offset(), time.Now()
+	return true
+}
+
+// compareCalls checks the tool calls completed so far in choice 0: a call
+// identical (name + canonical arguments) to an earlier one of the same answer
+// is a degenerate burst, cut right after that first duplicate.
+func (o *chatObserver) compareCalls(d sse.Delta) {
+	complete := o.checked
+	switch {
+	case d.FinishReason != nil:
+		complete = -1 // every call is complete
+	case d.ToolCallStarted >= 0:
+		complete = d.ToolCallStarted
+	}
+	choices := o.acc.Choices()
+	if len(choices) == 0 {
+		return
+	}
+	tcs := choices[0].ToolCalls
+	if complete < 0 || complete > len(tcs) {
+		complete = len(tcs)
+	}
+	for ; o.checked < complete; o.checked++ {
+		tc := tcs[o.checked]
+		var key uint64
+		key, o.scratch = inspect.CallKey(o.scratch, tc.Name, tc.Arguments)
+		for _, k := range o.calls {
+			if k == key {
+				o.cut = &inspect.Detection{
+					Category: inspect.ToolRepetition,
+					Score:    1,
+					Evidence: inspect.Evidence{Element: tc.Name, Tool: tc.Name, Count: 2, Threshold: 2},
+				}
+				o.cutAt = time.Now()
+				return
+			}
+		}
+		o.calls = append(o.calls, key)
+	}
+}
+
+// writeCut ends the client's stream well-formed after a cut: a comment
+// naming the rule, a final chunk carrying the stream's id, model and
+// created, a usage chunk if the request asked for one, and [DONE].
+func (o *chatObserver) writeCut(w *bufio.Writer) {
+	b := make([]byte, 0, 512)
+	b = append(b, ": loopguard cut category="...)
+	b = append(b, o.cut.Category...)
+	b = append(b, " offset="...)
+	b = strconv.AppendInt(b, o.cutOffset, 10)
+	b = append(b, "\n\n"...)
+
+	finish := o.p.cfg.Stream.FinishReason
+	if o.cut.Category == inspect.ToolRepetition {
+		finish = "tool_calls"
+	}
+	n := len(o.acc.Choices())
+	if n == 0 {
+		n = 1
+	}
+	for i := 0; i < n; i++ {
+		b = append(b, "data: "...)
+		b = o.appendChunkHead(b)
+		b = append(b, `"choices":[{"index":`...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, `,"delta":{},"finish_reason":`...)
+		b = strconv.AppendQuote(b, finish)
+		b = append(b, "}]}\n\n"...)
+	}
+	if o.pl.usage {
+		prompt := 0
+		if u, ok := o.acc.Usage(); ok {
+			prompt = u.PromptTokens
+		}
+		completion := estimateTokens(o.bytes)
+		b = append(b, "data: "...)
+		b = o.appendChunkHead(b)
+		b = append(b, `"choices":[],"usage":{"prompt_tokens":`...)
+		b = strconv.AppendInt(b, int64(prompt), 10)
+		b = append(b, `,"completion_tokens":`...)
+		b = strconv.AppendInt(b, int64(completion), 10)
+		b = append(b, `,"total_tokens":`...)
+		b = strconv.AppendInt(b, int64(prompt+completion), 10)
+		// completion_tokens is counted by loopguard, not by the model.
+		b = append(b, `,"estimated":true}}`+"\n\n"...)
+	}
+	b = append(b, "data: [DONE]\n\n"...)
+	_, _ = w.Write(b)
+}
+
+// appendChunkHead writes the id, object, created and model members of a
+// chunk of this stream, opening the object.
+func (o *chatObserver) appendChunkHead(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendQuote(b, o.acc.ID())
+	b = append(b, `,"object":"chat.completion.chunk","created":`...)
+	b = strconv.AppendInt(b, o.acc.Created(), 10)
+	b = append(b, `,"model":`...)
+	model := o.acc.Model()
+	if model == "" {
+		model = o.pl.model
+	}
+	b = strconv.AppendQuote(b, model)
+	return append(b, ',')
+}
+
+// estimateTokens turns generated text bytes into tokens at about four bytes a token.
+func estimateTokens(n int64) int { return int((n + 3) / 4) }
+
+// body inspects a non-streamed chat answer: a degenerate text is cut at the
+// offset where the repetition began, with finish_reason set as for streams.
+func (o *chatObserver) body(status int, b []byte) []byte {
+	if status != fasthttp.StatusOK || !o.p.cfg.Stream.Cut || !gjson.ValidBytes(b) {
+		return nil
+	}
+	out := b
+	changed := false
+	gjson.GetBytes(b, "choices").ForEach(func(i, ch gjson.Result) bool {
+		text := ch.Get("message.content")
+		if text.Type != gjson.String || i.Int() >= maxWatchedChoices {
+			return true
+		}
+		d := inspect.NewDegeneration(o.p.cfg.Detect.Stream)
+		s := text.String()
+		o.bytes += int64(len(s))
+		if !d.Write([]byte(s)) {
+			return true
+		}
+		det := d.Detection()
+		off := d.Offset()
+		if off < 0 || off > int64(len(s)) {
+			off = int64(len(s))
+		}
+		o.cut, o.cutOffset, o.cutAt = &det, off, time.Now()
+		idx := strconv.FormatInt(i.Int(), 10)
+		var err error
+		if out, err = sjson.SetBytes(out, "choices."+idx+".message.content", s[:off]); err != nil {
+			return false
+		}
+		if out, err = sjson.SetBytes(out, "choices."+idx+".finish_reason", o.p.cfg.Stream.FinishReason); err != nil {
+			return false
+		}
+		changed = true
+		return true
+	})
+	if !changed {
+		return nil
+	}
+	return out
+}
+
+// finish records a cut in the session, so the next request tells the model
+// its answer degenerated, and returns o to the pool.
+func (o *chatObserver) finish(error) {
+	if o.cut != nil && o.pl.key != "" {
+		saved := 0
+		if o.pl.maxTok > 0 {
+			saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
+		}
+		c := policy.Cut{Category: o.cut.Category, Offset: o.cutOffset, TokensSaved: saved, At: o.cutAt}
+		ctx, cancel := context.WithTimeout(context.Background(), o.p.storeTimeout)
+		if err := o.p.policy.RecordCut(ctx, o.pl.key, c); err != nil {
+			o.p.failOpen("store", err)
+		}
+		cancel()
+		o.p.log.Info().Str("session", o.pl.key).Str("category", string(c.Category)).
+			Int64("offset", c.Offset).Int("tokens_saved", saved).Msg("degenerate answer cut")
+	}
+	o.release()
+}
+
+var _ responseObserver = (*chatObserver)(nil)

@@ -1,0 +1,208 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// loopingHistory is a chat request whose agent ran the same failing command
+// n times; each call has its own id, as real runs do.
+func loopingHistory(n int, stream bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"model":"m","stream":%v,"messages":[{"role":"system","content":"You are an agent."},{"role":"user","content":"Fix the build."}`, stream)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"bash","arguments":"{\"command\":\"make build\"}"}}]}`, i)
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%d","content":"make: *** No rule to make target 'build'.  Stop.\nexit code 2"}`, i)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+const chatAnswer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`
+
+func postChat(t *testing.T, base, session, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if session != "" {
+		req.Header.Set("X-Session-ID", session)
+	}
+	resp, err := newClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func TestChatLadderWarnConstrainTerminate(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, chatAnswer)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+
+	steps := []struct {
+		calls      int
+		wantAction string
+		wantText   string // in the last message the upstream saw; "" for none
+	}{
+		{1, "none", ""},
+		{3, "warn", "[loopguard]"},
+		{4, "constrain", "<loop-recovery"},
+		{5, "terminate", ""},
+	}
+	for _, st := range steps {
+		body := loopingHistory(st.calls, false)
+		resp, answer := postChat(t, base, "ladder-1", body)
+		if a := resp.Header.Get(HeaderAction); a != st.wantAction {
+			t.Fatalf("%d calls: %s = %q; want %q (body %s)", st.calls, HeaderAction, a, st.wantAction, answer)
+		}
+		if resp.Header.Get(HeaderSession) != "ladder-1" {
+			t.Errorf("%s = %q; want the client's session id", HeaderSession, resp.Header.Get(HeaderSession))
+		}
+		if st.wantAction == "terminate" {
+			content := gjson.Get(answer, "choices.0.message.content").String()
+			if !strings.HasPrefix(content, "LOOP_DETECTED:") || resp.StatusCode != 200 || resp.Header.Get(HeaderLoop) == "" {
+				t.Errorf("terminate answer = %d %s; want 200 with LOOP_DETECTED content and %s", resp.StatusCode, answer, HeaderLoop)
+			}
+			select {
+			case r := <-got:
+				t.Errorf("terminate called the upstream: %s", r.body)
+			default:
+			}
+			continue
+		}
+		if answer != chatAnswer {
+			t.Errorf("%d calls: client got %q; want the upstream's answer unchanged", st.calls, answer)
+		}
+		sent := (<-got).body
+		if st.wantText == "" {
+			if sent != body {
+				t.Errorf("%d calls: upstream body changed with no loop:\n%s", st.calls, sent)
+			}
+			continue
+		}
+		msgs := gjson.Get(sent, "messages").Array()
+		last := msgs[len(msgs)-1].Get("content").String()
+		if !strings.Contains(last, st.wantText) {
+			t.Errorf("%d calls: last upstream message = %q; want it to contain %q", st.calls, last, st.wantText)
+		}
+	}
+}
+
+func TestChatShadowModeChangesNothingButHeaders(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, chatAnswer)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Policy.Mode = "shadow" })
+	for n := 3; n <= 8; n++ {
+		body := loopingHistory(n, false)
+		resp, answer := postChat(t, base, "shadow-1", body)
+		if sent := (<-got).body; sent != body || answer != chatAnswer {
+			t.Fatalf("%d calls: shadow mode changed traffic", n)
+		}
+		if resp.Header.Get(HeaderAction) != "shadow" || resp.Header.Get(HeaderLoop) == "" {
+			t.Errorf("%d calls: headers %v; want action shadow and the loop category", n, resp.Header)
+		}
+	}
+}
+
+func TestChatMalformedBodyPassesThrough(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(400)
+		io.WriteString(w, `{"error":{"message":"bad json"}}`)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	for _, body := range []string{`{"messages":[`, `not json`, `{"messages":"nope"}`, `[]`} {
+		resp, answer := postChat(t, base, "", body)
+		if sent := (<-got).body; sent != body {
+			t.Errorf("upstream got %q; want %q unchanged", sent, body)
+		}
+		if resp.StatusCode != 400 || answer != `{"error":{"message":"bad json"}}` {
+			t.Errorf("client got %d %q; want the upstream's answer", resp.StatusCode, answer)
+		}
+	}
+}
+
+// degenerateSSE streams a text that repeats one sentence forever, and
+// reports how many events it had left when the proxy closed the connection.
+func degenerateSSE(t *testing.T, closed chan<- int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		chunk := func(s string) string {
+			return fmt.Sprintf(`data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`+"\n\n", s)
+		}
+		io.WriteString(w, chunk("Let me check the configuration file again. "))
+		const total = 2000
+		for i := 0; i < total; i++ {
+			if _, err := io.WriteString(w, chunk("I will now read the file to see the error. ")); err != nil {
+				closed <- total - i
+				return
+			}
+			w.(http.Flusher).Flush()
+			if r.Context().Err() != nil {
+				closed <- total - i
+				return
+			}
+		}
+		closed <- 0
+	}
+}
+
+func TestChatStreamDegenerationIsCut(t *testing.T) {
+	closed := make(chan int, 1)
+	degenerate := degenerateSSE(t, closed)
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("then") == "" {
+			degenerate(w, r)
+			return
+		}
+		io.WriteString(w, chatAnswer)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+	resp, answer := postChat(t, base, "cut-1", body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if left := <-closed; left == 0 {
+		t.Errorf("upstream sent everything; the cut did not close its connection")
+	}
+	events := strings.Split(strings.TrimSuffix(answer, "\n\n"), "\n\n")
+	n := len(events)
+	if n < 4 || events[n-1] != "data: [DONE]" || !strings.HasPrefix(events[n-4], ": loopguard cut category=token_degeneration") {
+		t.Fatalf("stream end = %q; want the cut comment, finish and usage chunks, [DONE]", events[max(0, n-4):])
+	}
+	finish := strings.TrimPrefix(events[n-3], "data: ")
+	if gjson.Get(finish, "id").String() != "chatcmpl-9" || gjson.Get(finish, "created").Int() != 7 ||
+		gjson.Get(finish, "choices.0.finish_reason").String() != "stop" {
+		t.Errorf("final chunk = %s; want the stream's id, created and finish_reason stop", finish)
+	}
+	if u := gjson.Get(strings.TrimPrefix(events[n-2], "data: "), "usage.completion_tokens").Int(); u <= 0 {
+		t.Errorf("usage chunk = %s; want estimated completion tokens", events[n-2])
+	}
+
+	<-got
+
+	// The next request of the session carries the degeneration notice.
+	req, _ := http.NewRequest("POST", base+"/v1/chat/completions?then=1", strings.NewReader(
+		`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"I will now read"},{"role":"user","content":"go on"}]}`))
+	req.Header.Set("X-Session-ID", "cut-1")
+	resp, err := newClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sent := (<-got).body
+	if last := gjson.Get(sent, "messages.@reverse.0.content").String(); !strings.Contains(last, "degenerated") {
+		t.Errorf("next request's last message = %q; want the degeneration notice", last)
+	}
+}
