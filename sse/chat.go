@@ -128,7 +128,11 @@ func (a *ChatAccumulator) Reset() {
 // choice the chunk carries, in order. Empty data is ignored and "[DONE]"
 // marks the stream done. An error payload returns ErrUpstream (fn is not
 // called); data that is not a JSON object returns ErrInvalidChunk and
-// changes nothing. Add never keeps a reference to data.
+// changes nothing. Add never keeps a reference to data; the Delta given to
+// fn aliases a's buffers and is valid until the next Add or Reset.
+//
+// Memory grows with the streamed text and arguments; bounding a stream's
+// size is the caller's call (the Reader bounds each event).
 func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
