@@ -132,15 +132,7 @@ func DefaultConfig() Config {
 		SummaryCount:      3,
 		Ignore:            []string{"todo_write", "TodoWrite", "sequential_thinking", "update_plan", "think"},
 		MetadataArgs:      []string{"task_progress"},
-		Stream: StreamConfig{
-			MinPhrase:         20,
-			MaxPhrase:         200,
-			Repeats:           8,
-			StructuredRepeats: 30,
-			CharRun:           40,
-			WordRun:           12,
-			Window:            4096,
-		},
+		Stream:            DefaultStreamConfig(),
 	}
 }
 
