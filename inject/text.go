@@ -23,7 +23,7 @@ const RecoveryTag = "<loop-recovery"
 const TerminatePrefix = "LOOP_DETECTED:"
 
 // DefaultWarnTemplate is the warn action's notice.
-const DefaultWarnTemplate = Marker + ` Possible loop ({{.Rule}}): {{.Brief}} happened {{.Count}} times (threshold {{.Threshold}}).` +
+const DefaultWarnTemplate = Marker + ` Possible loop: {{.Rule}} fired on {{.Brief}} (count {{.Count}}, threshold {{.Threshold}}).` +
 	`{{if .Error}} The same error came back each time: "{{.Error}}".{{else if .Result}} The result did not change: "{{.Result}}".{{end}}` +
 	` Repeating it will not help; try a different approach.`
 
@@ -50,7 +50,7 @@ const DefaultDegeneratedTemplate = Marker + ` Your previous answer degenerated i
 
 // DefaultTerminateTemplate is the content of the LOOP_DETECTED answer.
 const DefaultTerminateTemplate = TerminatePrefix + ` {{.Rule}} — {{.Summary}}
-Pattern: {{.Brief}}, {{.Count}} times (threshold {{.Threshold}}).{{if .Error}} Repeated error: {{.Error}}{{else if .Result}} Unchanged result: {{.Result}}{{end}}
+Pattern: {{.Brief}} (count {{.Count}}, threshold {{.Threshold}}).{{if .Error}} Repeated error: {{.Error}}{{else if .Result}} Unchanged result: {{.Result}}{{end}}
 {{if .Attempts}}Attempts:
 {{range .Attempts}}- {{.}}
 {{end}}{{end}}{{if .Failed}}Approaches that failed:
@@ -108,6 +108,9 @@ type Notice struct {
 	Result  string // the result that did not change
 	Error   string // the repeated error signature
 	Snippet string // degenerated text (degeneration notice only)
+	// Full is Verdict.Full: the evidence of the strongest detections, several
+	// lines, for custom templates; at most MaxTextBytes/2.
+	Full string
 
 	Count, Threshold int
 	NoProgress       bool
@@ -129,7 +132,7 @@ type CollapseNote struct {
 
 func sampleNotice() Notice {
 	return Notice{
-		Rule: "tool_repetition", Summary: "s", Brief: "b", Element: "e", Tool: "t", Args: "{}",
+		Rule: "tool_repetition", Summary: "s", Brief: "b", Full: "f", Element: "e", Tool: "t", Args: "{}",
 		Result: "r", Error: "e", Snippet: "x", Count: 3, Threshold: 3, Urgency: "warning",
 		Constraints: []string{"c"}, Suggestions: []string{"s"}, Failed: []string{"f"}, Attempts: []string{"a"},
 		OtherSessions: 1,
@@ -231,7 +234,10 @@ func (in *Injector) notice(l Loop) Notice {
 	if nt.Brief == "" {
 		nt.Brief = brief(ev, n)
 	}
-	nt.Summary = clip(v.Summary(), 2*n)
+	// inspect's Summary names the rule first ("tool_repetition: ..."); the
+	// texts name it themselves.
+	nt.Summary = clip(strings.TrimPrefix(v.Summary(), rule+": "), 2*n)
+	nt.Full = cut(v.Full(), in.cfg.MaxTextBytes/2)
 	if nt.Summary == "" {
 		nt.Summary = summary(rule, ev, n)
 	}
@@ -280,15 +286,17 @@ func evidence(v inspect.Verdict) inspect.Evidence {
 	return inspect.Evidence{}
 }
 
-// brief stands in for Verdict.Brief when inspect leaves it empty.
+// brief stands in for Verdict.Brief when it is empty, in the same shape:
+// the element and its count, "bash(git status) x5".
 func brief(ev inspect.Evidence, n int) string {
+	suffix := " x" + strconv.Itoa(ev.Count)
 	switch {
 	case ev.Element != "":
-		return clip(ev.Element, n)
+		return clip(ev.Element, n-len(suffix)) + suffix
 	case ev.Tool != "":
-		return clip(ev.Tool+"("+ev.Args+")", n)
+		return clip(ev.Tool+"("+ev.Args+")", n-len(suffix)) + suffix
 	}
-	return "repeated output"
+	return "repeated output" + suffix
 }
 
 // summary stands in for Verdict.Summary when inspect leaves it empty.

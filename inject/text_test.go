@@ -26,9 +26,8 @@ func readVerdict(t testing.TB, name string) inspect.Verdict {
 }
 
 // goldenText compares a rendered text with its golden file. The texts quote
-// Verdict.Brief and Summary; while inspect leaves them empty our fallbacks
-// are used and the golden files pin them. Once inspect renders its own, the
-// files are regenerated with -update.
+// inspect's Verdict.Brief and Summary, so a change of their wording there
+// shows up here; regenerate with -update after reading the diff.
 func goldenText(t *testing.T, name, got string) {
 	t.Helper()
 	golden(t, filepath.Join("texts", name), []byte(got))
@@ -96,9 +95,9 @@ func TestWarning(t *testing.T) {
 		name string
 		want []string
 	}{
-		{"tool_repetition", []string{Marker + " Possible loop (tool_repetition): ", "4 times (threshold 3)", "The result did not change: \"On branch main"}},
+		{"tool_repetition", []string{Marker + " Possible loop: tool_repetition fired on bash(git status) x4", "(count 4, threshold 3)", "The result did not change: \"On branch main"}},
 		{"error_cycle", []string{"The same error came back each time: \"ModuleNotFoundError"}},
-		{"output_repetition", []string{"3 times (threshold 2)"}},
+		{"output_repetition", []string{"(count 3, threshold 2)"}},
 	}
 	in := newTestInjector(t)
 	for _, tt := range tests {
