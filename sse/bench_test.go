@@ -33,11 +33,12 @@ func benchStream() []byte {
 func BenchmarkReader500(b *testing.B) {
 	in := benchStream()
 	var src chunkReader
+	sizes := []int{4096}
 	r := NewReader(&src, 0)
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	for b.Loop() {
-		src = chunkReader{b: in, sizes: []int{4096}}
+		src = chunkReader{b: in, sizes: sizes}
 		r.Reset(&src)
 		n := 0
 		for {
