@@ -430,6 +430,24 @@ func (a *ChatAccumulator) ErrorRaw() []byte {
 	return a.errRaw
 }
 
+// ToolCallBytes returns the name and arguments so far of the tool call at
+// position pos of the choice with the given index, ok false if there is
+// none. Unlike Choices it copies nothing, so a streaming check can look at
+// each call as it completes (see Delta.ToolCallStarted) at no cost. The
+// slices alias a's buffers and are valid until the next Add or Reset.
+func (a *ChatAccumulator) ToolCallBytes(choice, pos int) (name, args []byte, ok bool) {
+	for i := range a.choices {
+		if cs := &a.choices[i]; cs.index == choice {
+			if pos < 0 || pos >= len(cs.calls) {
+				return nil, nil, false
+			}
+			c := &cs.calls[pos]
+			return c.name, c.args, true
+		}
+	}
+	return nil, nil, false
+}
+
 // Choices returns the accumulated choices sorted by index, their tool calls
 // in the order they began. The result is a fresh copy owned by the caller.
 func (a *ChatAccumulator) Choices() []Choice {

@@ -279,3 +279,26 @@ func TestAccumulatorLimits(t *testing.T) {
 		t.Errorf("choices kept %d, fn calls %d; want %d", n, calls, maxChoices)
 	}
 }
+
+func TestToolCallBytes(t *testing.T) {
+	a, _, _ := addAll(t, []string{
+		`{"choices":[{"index":1,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":"}},{"index":1,"id":"b","function":{"name":"g","arguments":"[]"}}]}}]}`,
+		`{"choices":[{"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}`,
+	})
+	tests := []struct {
+		choice, pos int
+		want        string
+	}{
+		{1, 0, `f {"x":1} true`},
+		{1, 1, `g [] true`},
+		{1, 2, ` false`},
+		{1, -1, ` false`},
+		{0, 0, ` false`},
+	}
+	for _, tt := range tests {
+		name, args, ok := a.ToolCallBytes(tt.choice, tt.pos)
+		if got := fmt.Sprintf("%s %s %t", name, args, ok); got != tt.want {
+			t.Errorf("ToolCallBytes(%d, %d) = %s; want %s", tt.choice, tt.pos, got, tt.want)
+		}
+	}
+}
