@@ -291,9 +291,9 @@ func TestToolCallBytes(t *testing.T) {
 	}{
 		{1, 0, `f {"x":1} true`},
 		{1, 1, `g [] true`},
-		{1, 2, ` false`},
-		{1, -1, ` false`},
-		{0, 0, ` false`},
+		{1, 2, `  false`},
+		{1, -1, `  false`},
+		{0, 0, `  false`},
 	}
 	for _, tt := range tests {
 		name, args, ok := a.ToolCallBytes(tt.choice, tt.pos)
