@@ -267,8 +267,12 @@ func normalizeShell(cmd string) string {
 	if strings.ContainsAny(cmd, "|><;&`$(\n") {
 		return collapseSpace(cmd)
 	}
+	first, _, _ := strings.Cut(cmd, " ")
+	if !shellReaders[first] {
+		return collapseSpace(cmd) // the common case: no allocation
+	}
 	f := strings.Fields(cmd)
-	if len(f) < 2 || !shellReaders[f[0]] {
+	if len(f) < 2 {
 		return collapseSpace(cmd)
 	}
 	var file string

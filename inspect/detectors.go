@@ -697,7 +697,17 @@ type textStep struct {
 // rules: they legitimately repeat.
 const minWords = 8
 
-func wordCount(s string) int { return len(strings.Fields(s)) }
+func wordCount(s string) int {
+	n, in := 0, false
+	for i := 0; i < len(s); i++ {
+		sp := s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'
+		if !sp && !in {
+			n++
+		}
+		in = !sp
+	}
+	return n
+}
 
 // outputRepetition: assistant text that nearly repeats recent assistant
 // text. Narration beside tool calls is left to the tool rules unless it is
