@@ -1,8 +1,17 @@
 // Package policy turns verdicts into actions.
 //
 // It runs twice in a chat request's flow: before inspection it derives the
-// session key and loads the session's state from the Store; after inspection
-// it walks the session's escalation ladder (warn -> constrain -> terminate by
-// default) for the verdict's loop pattern and records what was done. policy
-// never reads or writes HTTP; it takes bodies as bytes and returns decisions.
+// session key (SessionKey) and loads the session's state from the Store;
+// after inspection it walks the session's escalation ladder (warn ->
+// constrain -> terminate by default) for the verdict's loop pattern
+// (Policy.Decide) and records what was done. After a response the proxy
+// records stream cuts (Policy.RecordCut), which the next request reports.
+//
+// The request history is the source of truth: a State keeps only what the
+// history cannot show (ladder levels, interventions, cuts, overrides), so
+// detection survives restarts and the store may fail: Decide then decides
+// from the history alone and says so (Decision.StoreFailed).
+//
+// policy never reads or writes HTTP; it takes bodies as bytes and returns
+// decisions. It imports inspect and none of proxy, inject or fasthttp.
 package policy

@@ -50,6 +50,13 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 		changed = true
 	}
 
+	// A state written under another ladder (a config change, a replica
+	// configured differently) may hold any level: clamp, never index out of
+	// range.
+	for _, pt := range st.Patterns {
+		pt.Level = max(0, min(pt.Level, len(p.cfg.Ladder)-1))
+	}
+
 	key := ""
 	if v.Loop {
 		key = patternKey(v)

@@ -382,3 +382,21 @@ func TestNoLoopWritesNothing(t *testing.T) {
 		t.Fatalf("store holds %d sessions after loop-free requests; want 0", n)
 	}
 }
+
+func TestDecideSurvivesForeignState(t *testing.T) {
+	ctx := context.Background()
+	s := NewMemoryStore(0, 0)
+	for _, level := range []int{-5, 99} {
+		_, _ = s.Update(ctx, "s", func(st *State) error {
+			st.Patterns = map[string]*Pattern{"p1": {Level: level, Step: 1, Seen: 1, Active: true}}
+			return nil
+		})
+		p := New(DefaultConfig(), s, zerolog.Nop())
+		for _, r := range []req{{steps: 1}, loopReq(3, true), loopReq(2, false)} {
+			d, err := p.Decide(ctx, "s", r.verdict(), r.trajectory(), ModeEnforce)
+			if err != nil || d.Level >= len(DefaultLadder()) {
+				t.Fatalf("level %d: Decide = level %d, %v; want a level inside the ladder", level, d.Level, err)
+			}
+		}
+	}
+}
