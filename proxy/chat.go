@@ -71,21 +71,44 @@ type plan struct {
 	usage    bool // stream_options.include_usage
 	maxTok   int64
 	model    string
+	verdict  inspect.Verdict
+	failOpen string // the stage that failed open, "" if none
+	start    time.Time
 }
 
 // serve handles one chat-completions request.
 func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server) {
 	body := ctx.Request.Body()
 	pl := p.decide(ctx, body)
+	pl.start = time.Now()
 	if pl.answer != nil {
 		writeAnswer(ctx, pl.answer)
 		setLoopHeaders(&ctx.Response.Header, &pl)
 		p.log.Info().Str("session", pl.key).Str("action", string(pl.decision.Action)).
 			Str("category", string(pl.decision.Verdict.Category)).Str("pattern", pl.decision.Brief).
 			Msg("loop terminated without calling the upstream")
+		if s.chatDone != nil {
+			ev := pl.event()
+			ev.Terminated, ev.Status = true, pl.answer.Status
+			s.chatDone(&ev)
+		}
 		return
 	}
-	s.forward(ctx, pl.body, newChatObserver(p, &pl))
+	s.forward(ctx, pl.body, newChatObserver(p, &pl, s.chatDone))
+}
+
+// event is the ChatEvent of a plan, before the answer is known.
+func (pl *plan) event() ChatEvent {
+	return ChatEvent{
+		Session:  pl.key,
+		Model:    pl.model,
+		Stream:   pl.stream,
+		Verdict:  pl.verdict,
+		Decision: pl.decision,
+		FailOpen: pl.failOpen,
+		Start:    pl.start,
+		Duration: time.Since(pl.start),
+	}
 }
 
 // decide runs the pipeline up to the upstream call. It fails open: whatever
@@ -96,11 +119,12 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
-			pl = plan{key: pl.key, body: body, decision: policy.Decision{Action: policy.None}}
+			pl = plan{key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
+				stream: pl.stream, usage: pl.usage, model: pl.model}
 		}
 	}()
 	if !gjson.ValidBytes(body) {
-		p.failOpen("malformed_json", nil)
+		p.failOpen(&pl, "malformed_json", nil)
 		return pl
 	}
 	pl.stream = gjson.GetBytes(body, "stream").Bool()
@@ -121,21 +145,22 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 
 	traj, err := p.engine.Parse(body)
 	if err != nil {
-		p.failOpen("unreadable_history", err)
+		p.failOpen(&pl, "unreadable_history", err)
 		return pl
 	}
 	verdict := p.engine.Inspect(traj)
+	pl.verdict = verdict
 
 	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
 	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
-		p.failOpen("policy", err)
+		p.failOpen(&pl, "policy", err)
 		return pl
 	}
 	pl.decision = d
 	if d.StoreFailed {
-		p.failOpen("store", nil)
+		p.failOpen(&pl, "store", nil)
 	}
 	if verdict.Loop {
 		p.log.Info().Str("session", pl.key).Str("category", string(verdict.Category)).
@@ -148,23 +173,23 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 	case policy.Terminate:
 		ans, err := p.inject.Terminate(body, loopOf(&d, false))
 		if err != nil {
-			p.failOpen("terminate", err)
+			p.failOpen(&pl, "terminate", err)
 			return pl
 		}
 		pl.answer = &ans
 	case policy.None, policy.Shadow:
 		if d.Action == policy.None && (d.Cut != nil || len(d.Constraints) > 0) {
-			pl.body = p.rewrite(body, &d)
+			pl.body = p.rewrite(&pl, body, &d)
 		}
 	default:
-		pl.body = p.rewrite(body, &d)
+		pl.body = p.rewrite(&pl, body, &d)
 	}
 	return pl
 }
 
 // rewrite applies the decision's texts to body, or returns body unchanged
 // when inject cannot patch it.
-func (p *chatPipeline) rewrite(body []byte, d *policy.Decision) []byte {
+func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
 	var e inject.Edit
 	if d.Cut != nil {
 		e.Degenerated = &inject.Degeneration{Category: d.Cut.Category}
@@ -190,7 +215,7 @@ func (p *chatPipeline) rewrite(body []byte, d *policy.Decision) []byte {
 	}
 	res, err := p.inject.Apply(body, e)
 	if err != nil {
-		p.failOpen("inject", err)
+		p.failOpen(pl, "inject", err)
 		return body
 	}
 	if res.Collapsed.Saved > 0 {
@@ -225,7 +250,10 @@ func activeConstraint(c policy.Constraint) inject.Loop {
 	}}
 }
 
-func (p *chatPipeline) failOpen(stage string, err error) {
+func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {
+	if pl != nil {
+		pl.failOpen = stage
+	}
 	p.log.Warn().Str("stage", stage).AnErr("error", err).Msg("fail open: request passed through unchanged")
 }
 

@@ -36,14 +36,15 @@ type chatObserver struct {
 	cut       *inspect.Detection
 	cutOffset int64
 	cutAt     time.Time
-	start     time.Time
+	status    int
+	done      func(*ChatEvent)
 }
 
 var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
 
-func newChatObserver(p *chatPipeline, pl *plan) *chatObserver {
+func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
-	o.p, o.pl, o.start = p, pl, time.Now()
+	o.p, o.pl, o.done = p, pl, done
 	return o
 }
 
@@ -59,12 +60,15 @@ func (o *chatObserver) release() {
 	}
 	o.acc.Reset()
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
-	o.cut, o.cutOffset, o.cutAt = nil, 0, time.Time{}
-	o.p, o.pl = nil, nil
+	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
+	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
 
-func (o *chatObserver) header(_ int, h *fasthttp.ResponseHeader) { setLoopHeaders(h, o.pl) }
+func (o *chatObserver) header(status int, h *fasthttp.ResponseHeader) {
+	o.status = status
+	setLoopHeaders(h, o.pl)
+}
 
 func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	// Forward first: inspection never holds back content.
@@ -119,28 +123,23 @@ func (o *chatObserver) compareCalls(d sse.Delta) {
 	complete := o.checked
 	switch {
 	case d.FinishReason != nil:
-		complete = -1 // every call is complete
+		complete = int(^uint(0) >> 1) // every call is complete
 	case d.ToolCallStarted >= 0:
 		complete = d.ToolCallStarted
 	}
-	choices := o.acc.Choices()
-	if len(choices) == 0 {
-		return
-	}
-	tcs := choices[0].ToolCalls
-	if complete < 0 || complete > len(tcs) {
-		complete = len(tcs)
-	}
 	for ; o.checked < complete; o.checked++ {
-		tc := tcs[o.checked]
+		name, args, ok := o.acc.ToolCallBytes(0, o.checked)
+		if !ok {
+			return
+		}
 		var key uint64
-		key, o.scratch = inspect.CallKey(o.scratch, tc.Name, tc.Arguments)
+		key, o.scratch = inspect.CallKey(o.scratch, string(name), string(args))
 		for _, k := range o.calls {
 			if k == key {
 				o.cut = &inspect.Detection{
 					Category: inspect.ToolRepetition,
 					Score:    1,
-					Evidence: inspect.Evidence{Element: tc.Name, Tool: tc.Name, Count: 2, Threshold: 2},
+					Evidence: inspect.Evidence{Element: string(name), Tool: string(name), Count: 2, Threshold: 2},
 				}
 				o.cutAt = time.Now()
 				return
@@ -262,20 +261,29 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 
 // finish records a cut in the session, so the next request tells the model
 // its answer degenerated, and returns o to the pool.
-func (o *chatObserver) finish(error) {
+func (o *chatObserver) finish(cause error) {
+	saved := 0
+	if o.cut != nil && o.pl.maxTok > 0 {
+		saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
+	}
 	if o.cut != nil && o.pl.key != "" {
-		saved := 0
-		if o.pl.maxTok > 0 {
-			saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
-		}
 		c := policy.Cut{Category: o.cut.Category, Offset: o.cutOffset, TokensSaved: saved, At: o.cutAt}
 		ctx, cancel := context.WithTimeout(context.Background(), o.p.storeTimeout)
 		if err := o.p.policy.RecordCut(ctx, o.pl.key, c); err != nil {
-			o.p.failOpen("store", err)
+			o.p.failOpen(nil, "store", err)
 		}
 		cancel()
 		o.p.log.Info().Str("session", o.pl.key).Str("category", string(c.Category)).
 			Int64("offset", c.Offset).Int("tokens_saved", saved).Msg("degenerate answer cut")
+	}
+	if o.done != nil {
+		ev := o.pl.event()
+		ev.Status = o.status
+		if ev.Status == 0 {
+			ev.Status, _ = upstreamErrorStatus(cause)
+		}
+		ev.Cut, ev.CutOffset, ev.TokensSaved = o.cut, o.cutOffset, saved
+		o.done(&ev)
 	}
 	o.release()
 }

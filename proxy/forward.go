@@ -269,6 +269,21 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 					break
 				}
 			}
+			if err == sse.ErrEventTooLarge {
+				// One event beyond stream.max_event_bytes: stop parsing and
+				// pass the rest through as it comes (proxy-notes P8).
+				n, err := w.Write(rd.Buffered())
+				written += int64(n)
+				if err == nil {
+					var m int64
+					m, err = io.Copy(flushWriter{w}, br)
+					written += m
+				}
+				if err != nil && !errors.Is(err, io.EOF) {
+					readErr = err
+				}
+				break
+			}
 			if err != nil {
 				if err != io.EOF {
 					readErr = err
@@ -366,4 +381,16 @@ func errorReason(err error) string {
 func (s *Server) logRequest(method, path []byte, start time.Time, status int, headerLatency time.Duration, bytes int64, err error) {
 	s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", status).Dur("upstream_latency", headerLatency).Dur("duration", time.Since(start)).
 		Int64("bytes", bytes).AnErr("error", err).Msg("request")
+}
+
+// flushWriter flushes after every write, for raw pass-through of a stream
+// that could not be parsed.
+type flushWriter struct{ w *bufio.Writer }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = f.w.Flush()
+	}
+	return n, err
 }

@@ -18,16 +18,21 @@ type Server struct {
 	up   *upstream
 	http *fasthttp.Server
 	chat *chatPipeline
+	// chatDone, when set, sees every chat request's outcome (WithChatDone).
+	chatDone func(*ChatEvent)
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
 // until Serve is called.
-func New(cfg Config, log zerolog.Logger) (*Server, error) {
+func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	up, err := newUpstream(cfg.Upstream)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, up: up}
+	for _, o := range opts {
+		o(s)
+	}
 	s.chat, err = newChatPipeline(cfg, log)
 	if err != nil {
 		return nil, err

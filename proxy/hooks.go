@@ -1,0 +1,44 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
+)
+
+// ChatEvent is what the proxy did with one chat-completions request. It is
+// handed to the ChatDone hook once the answer has ended.
+type ChatEvent struct {
+	Session  string
+	Model    string
+	Stream   bool
+	Verdict  inspect.Verdict
+	Decision policy.Decision
+	// FailOpen names the stage that failed and let the request through
+	// unchanged ("malformed_json", "unreadable_history", "policy", "store",
+	// "inject", "terminate", "panic"); "" when nothing failed.
+	FailOpen string
+	// Terminated is true when loopguard answered LOOP_DETECTED itself.
+	Terminated bool
+	// Status is the HTTP status the client got.
+	Status int
+	// Cut is the degeneration that ended the answer early, nil if none;
+	// CutOffset is the byte offset in the answer's text where it began.
+	Cut         *inspect.Detection
+	CutOffset   int64
+	TokensSaved int
+	// Start is when the request arrived; Duration is until the answer ended.
+	Start    time.Time
+	Duration time.Duration
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithChatDone registers fn to be called once per chat-completions request
+// after its answer ended, from the goroutine that served it. fn must not
+// block: it runs on the request path. The event must not be retained.
+func WithChatDone(fn func(*ChatEvent)) Option {
+	return func(s *Server) { s.chatDone = fn }
+}
