@@ -53,7 +53,11 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 	// A state written under another ladder (a config change, a replica
 	// configured differently) may hold any level: clamp, never index out of
 	// range.
-	for _, pt := range st.Patterns {
+	for k, pt := range st.Patterns {
+		if pt == nil { // "null" in JSON from redis
+			delete(st.Patterns, k)
+			continue
+		}
 		pt.Level = max(0, min(pt.Level, len(p.cfg.Ladder)-1))
 	}
 
