@@ -12,21 +12,10 @@ type clientFunc func(t *testing.T, base string, stream bool) outcome
 // realClients returns the clients to drive; Node joins when available.
 func realClients(t *testing.T) map[string]clientFunc {
 	cs := map[string]clientFunc{"go-openai": goOpenAI, "openai-go": officialGo}
-	if node := nodeOrEmpty(t); node != "" {
+	if node := nodeOrSkip(t); node != "" {
 		cs["node-openai"] = func(t *testing.T, base string, stream bool) outcome { return nodeOpenAI(t, node, base, stream) }
 	}
 	return cs
-}
-
-// nodeOrEmpty is requireNode without the skip: tests that also drive Go
-// clients keep running without Node.
-func nodeOrEmpty(t *testing.T) (node string) {
-	t.Helper()
-	ok := t.Run("node available", func(t *testing.T) { node = requireNode(t) })
-	if !ok {
-		t.FailNow()
-	}
-	return node
 }
 
 // TestClientsParseFakeDirectly proves that the fake's dialects are what real

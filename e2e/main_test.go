@@ -13,5 +13,10 @@ func TestMain(m *testing.M) {
 		// by the SDKs and closed by none of them.
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		// fasthttp's worker-pool cleaner and the client's idle-conn cleaner
+		// notice a stopped server or an idle pool only at their next tick
+		// (seconds later); they exit on their own and hold no connection.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 	)
 }
