@@ -90,16 +90,9 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 		d.Constraints = append(d.Constraints, constraintOf(k, pt))
 	}
 
-	if d.Action == None && len(d.Constraints) > 0 {
-		// No loop now, but constraints stay until the agent steps past them.
-		c := d.Constraints[0]
-		d.Action, d.Level, d.Reapplied = Constrain, c.Level, true
-		d.Urgency = p.urgency(c.Level)
-	}
-	if d.Action == None && d.Cut != nil {
-		d.Action = Warn
-		d.Urgency = Warning
-	}
+	// Without a loop the action stays None: constraints still active and a
+	// pending cut ride along in d.Constraints and d.Cut, re-injected rather
+	// than counted as a new intervention.
 	d.Would = d.Action
 	d.Failed = failed(st, key)
 	if changed {

@@ -26,7 +26,9 @@ type Decision struct {
 	// Mode is the mode the request ran under, after overrides.
 	Mode Mode
 	// Action is the action to take: None, Warn, Constrain, Reset or
-	// Terminate, or Shadow in shadow mode.
+	// Terminate, or Shadow in shadow mode. Action None may still carry
+	// Constraints to re-inject and a Cut to report: a request is passed
+	// through unchanged only when all three are empty.
 	Action Action
 	// Would is the action enforce mode takes; in shadow mode the action
 	// that was not taken. Equal to Action outside shadow mode.
@@ -48,8 +50,8 @@ type Decision struct {
 	// included: the reset="N" attribute.
 	Resets int
 	// Reapplied is true when the action repeats an earlier one without
-	// escalating: a retry of the same request, a loop reported again with
-	// no new occurrence, or active constraints re-injected.
+	// escalating: a retry of the same request, or a loop reported again
+	// with no new occurrence. Nothing new is recorded then.
 	Reapplied bool
 	// Failed are the briefs of the other patterns this session was already
 	// warned or constrained about, oldest first, one per pattern: the
@@ -62,9 +64,8 @@ type Decision struct {
 	// Recovered are the pattern keys whose loops stopped with this request,
 	// for recovery accounting.
 	Recovered []string
-	// Cut is a stream cut of an earlier response not reported yet: inject
-	// tells the model its last answer degenerated. A cut alone makes the
-	// action Warn.
+	// Cut is a stream cut of an earlier response not reported yet (it is
+	// consumed now): inject tells the model its last answer degenerated.
 	Cut *Cut
 	// CrossSession is true when at least Config.GlobalSessions sessions
 	// looped on this pattern within Config.GlobalWindow; GlobalSessions
@@ -154,8 +155,9 @@ func (p *Policy) RequestMode(header string) Mode {
 // Decide never fails a request. When the store fails or times out, the
 // decision is made as for a fresh session (the history alone: a loop gets
 // the first rung), logged without content, and marked StoreFailed; the
-// store's error is also returned, for tests and metrics: the Decision is
-// valid whatever the error.
+// returned error stays nil, because the decision is still the one to apply.
+// The error is non-nil only when ctx was already done on entry: the client
+// is gone and nothing was decided.
 //
 // In shadow mode Decide reads the state, computes what enforce would do
 // (Decision.Would) and writes nothing; Action is Shadow. In off mode it
@@ -167,6 +169,9 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 	}
 	if mode == ModeOff {
 		return Decision{Mode: ModeOff, Action: None, Would: None, Level: -1}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{Mode: mode, Action: None, Would: None, Level: -1}, err
 	}
 	now := p.now()
 	var (
@@ -230,7 +235,7 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 			Int("level", d.Level).Str("category", string(v.Category)).Str("pattern", d.Pattern).
 			Bool("reapplied", d.Reapplied).Msg("loop decision")
 	}
-	return d, storeErr
+	return d, nil
 }
 
 // Sentinels that abort an Update so that nothing is written: the session is

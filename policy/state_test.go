@@ -52,8 +52,8 @@ func TestStateFixturesDecode(t *testing.T) {
 	}
 	p := New(DefaultConfig(), nil, zerolog.Nop())
 	d, _ := p.decide(&st, req{steps: 4}.verdict(), req{steps: 4}.trajectory(), p.now())
-	if d.Action != Constrain || !d.Reapplied || d.Cut == nil || len(d.Constraints) != 1 || d.Constraints[0].Tool != "bash" {
-		t.Fatalf("decide(active.json, no new step) = %s reapplied %v cut %v constraints %+v; want the constraint re-injected and the cut reported",
+	if d.Action != None || d.Reapplied || d.Cut == nil || len(d.Constraints) != 1 || d.Constraints[0].Tool != "bash" {
+		t.Fatalf("decide(active.json, no new step) = %s reapplied %v cut %v constraints %+v; want none carrying the constraint and the cut",
 			d.Action, d.Reapplied, d.Cut, d.Constraints)
 	}
 }
