@@ -1,0 +1,411 @@
+// Command load measures loopguard's cost side by side with a direct run: it
+// starts the scripted upstream (fakellm) in-process, builds loopguard and
+// runs it as a subprocess (so its CPU time can be read from /proc), then
+// reports requests/s and p50/p99 latency direct vs through loopguard for
+// non-streamed requests with a 20 KB body and for streams of 500 small SSE
+// events, loopguard's CPU microseconds per request and per SSE event, and
+// its RSS per idle open stream with many concurrent streams.
+//
+//	go run ./e2e/load [-n 2000] [-c 16] [-streams 1000] [-bin PATH]
+//
+// Linux only (/proc). Everything runs on 127.0.0.1.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/loopguard/loopguard/e2e/fakellm"
+)
+
+// clockTicks is USER_HZ, the unit of utime/stime in /proc/PID/stat; it is
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	n, c, streams, events int
+	bin                   string
+}
+
+func run() error {
+	var o options
+	flag.IntVar(&o.n, "n", 2000, "requests per non-streamed run")
+	flag.IntVar(&o.c, "c", 16, "concurrent clients")
+	flag.IntVar(&o.streams, "streams", 1000, "concurrent idle streams for the RSS measurement")
+	flag.IntVar(&o.events, "events", 500, "SSE events per stream")
+	flag.StringVar(&o.bin, "bin", "", "loopguard binary (default: go build from the repo root)")
+	flag.Parse()
+
+	fake := fakellm.New(script(o.events))
+	fake.SetRecording(false)
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() { _ = fake.Serve(fln) }()
+	defer fake.Close()
+
+	bin := o.bin
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "loopguard-load")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "loopguard")
+		root, err := repoRoot()
+		if err != nil {
+			return err
+		}
+		build := exec.Command("go", "build", "-o", bin, ".")
+		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("go build: %w", err)
+		}
+	}
+	lg, err := startLoopguard(bin, fake.URL())
+	if err != nil {
+		return err
+	}
+	defer lg.stop()
+
+	direct, proxied := fake.URL(), lg.url
+	client := &http.Client{Transport: &http.Transport{
+		DisableCompression: true, MaxIdleConns: 4 * o.c, MaxIdleConnsPerHost: 4 * o.c,
+	}}
+	body20k := chatBody(20 << 10)
+	streamBody := strings.Replace(body20k, `"stream":false`, `"stream":true`, 1)
+	nStreams := max(o.n/10, 50)
+
+	fmt.Printf("loopguard load: %d requests x %d clients (non-streamed, 20 KB request body); %d streams of %d events; %d idle streams\n\n",
+		o.n, o.c, nStreams, o.events, o.streams)
+	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
+
+	for _, w := range []struct {
+		name, body string
+		n          int
+		events     int
+	}{
+		{"chat json, 20 KB body", body20k, o.n, 0},
+		{"chat stream, 500 events", streamBody, nStreams, o.events},
+	} {
+		if err := warm(client, direct, w.body); err != nil {
+			return err
+		}
+		d, err := measure(client, direct, w.body, w.n, o.c)
+		if err != nil {
+			return fmt.Errorf("%s direct: %w", w.name, err)
+		}
+		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", w.name, "direct", d.rps, d.p50, d.p99, "")
+		if err := warm(client, proxied, w.body); err != nil {
+			return err
+		}
+		before, err := cpuTime(lg.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		p, err := measure(client, proxied, w.body, w.n, o.c)
+		if err != nil {
+			return fmt.Errorf("%s via loopguard: %w", w.name, err)
+		}
+		after, err := cpuTime(lg.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		perReq := float64((after - before).Microseconds()) / float64(w.n)
+		cpu := fmt.Sprintf("%.0f µs/req", perReq)
+		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", w.name, "loopguard", p.rps, p.p50, p.p99, cpu)
+		if w.events > 0 {
+			fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "", "", "", "", "", fmt.Sprintf("%.2f µs/event", perReq/float64(w.events+3)))
+		}
+		fmt.Printf("%-26s %-10s %10s %+10s %+10s\n", "", "added", "",
+			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
+	}
+	client.CloseIdleConnections()
+
+	rss, err := idleStreams(lg, o.streams)
+	if err != nil {
+		return fmt.Errorf("idle streams: %w", err)
+	}
+	fmt.Printf("\nidle open streams: %d through loopguard; RSS %.1f MiB -> %.1f MiB = %.1f KiB per stream\n",
+		o.streams, float64(rss[0])/(1<<20), float64(rss[1])/(1<<20), float64(rss[1]-rss[0])/1024/float64(o.streams))
+	return nil
+}
+
+// script answers by the X-Load header so one fake serves every workload.
+func script(events int) fakellm.Script {
+	is := func(v string) func(*fakellm.Request) bool {
+		return func(r *fakellm.Request) bool { return r.Header.Get("X-Load") == v }
+	}
+	// A streamed answer of `events` content deltas of 8 bytes (plus role,
+	// finish and [DONE]); non-streamed it is one small JSON body.
+	text := strings.Repeat("token_x ", events)
+	return fakellm.Script{Rules: []fakellm.Rule{
+		{Match: is("idle"), Response: fakellm.Response{Dialect: fakellm.VLLM, Content: "idle ", NeverEnd: true, Delay: time.Hour}},
+		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: text, ChunkSize: 8}},
+	}}
+}
+
+// chatBody is a chat request of about size bytes: a history of user and
+// assistant text turns (no tool calls, so nothing for detectors to flag).
+func chatBody(size int) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"fake-model","stream":false,"messages":[{"role":"system","content":"You are a helpful assistant."}`)
+	for i := 0; b.Len() < size; i++ {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		fmt.Fprintf(&b, `,{"role":%q,"content":"Turn %d: %s"}`, role, i, strings.Repeat("lorem ipsum dolor sit amet ", 8))
+	}
+	b.WriteString(`,{"role":"user","content":"Please summarise."}]}`)
+	return b.String()
+}
+
+type result struct {
+	rps      float64
+	p50, p99 time.Duration
+}
+
+func warm(c *http.Client, base, body string) error {
+	for range 20 {
+		if _, err := do(c, base, body, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// do sends one request and reads the whole answer.
+func do(c *http.Client, base, body, load string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if load != "" {
+		req.Header.Set("X-Load", load)
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return time.Since(start), err
+}
+
+// measure runs n requests over c workers and summarises their latencies.
+func measure(cl *http.Client, base, body string, n, c int) (result, error) {
+	lat := make([]time.Duration, n)
+	var next int
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n {
+					return
+				}
+				d, err := do(cl, base, body, "")
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				lat[i] = d
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return result{}, firstErr
+	}
+	slices.Sort(lat)
+	return result{
+		rps: float64(n) / elapsed.Seconds(),
+		p50: lat[n/2].Round(time.Microsecond),
+		p99: lat[n*99/100].Round(time.Microsecond),
+	}, nil
+}
+
+// idleStreams opens n streams through loopguard that each receive one event
+// and then stay silent, and returns loopguard's RSS before and with them.
+func idleStreams(lg *loopguard, n int) ([2]int64, error) {
+	var rss [2]int64
+	var err error
+	if rss[0], err = vmRSS(lg.cmd.Process.Pid); err != nil {
+		return rss, err
+	}
+	addr := strings.TrimPrefix(lg.url, "http://")
+	body := chatBody(1 << 10)
+	body = strings.Replace(body, `"stream":false`, `"stream":true`, 1)
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return rss, fmt.Errorf("stream %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		req := "POST /v1/chat/completions HTTP/1.1\r\nHost: loopguard\r\nContent-Type: application/json\r\nX-Load: idle\r\n" +
+			"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		if _, err := io.WriteString(c, req); err != nil {
+			return rss, err
+		}
+		// Wait for the first event so the stream is fully set up.
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return rss, fmt.Errorf("stream %d: %w", i, err)
+			}
+			if strings.HasPrefix(line, "data: ") {
+				break
+			}
+		}
+	}
+	rss[1], err = vmRSS(lg.cmd.Process.Pid)
+	return rss, err
+}
+
+type loopguard struct {
+	cmd *exec.Cmd
+	url string
+}
+
+// startLoopguard runs bin on a free port in front of upstream and waits for
+// /healthz.
+func startLoopguard(bin, upstream string) (*loopguard, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "-listen", addr, "-upstream", upstream)
+	cmd.Env = append(os.Environ(), "LOOPGUARD_LOG_LEVEL=warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lg := &loopguard{cmd: cmd, url: "http://" + addr}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(lg.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return lg, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	lg.stop()
+	return nil, errors.New("loopguard did not become healthy within 15s")
+}
+
+func (lg *loopguard) stop() {
+	_ = lg.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = lg.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = lg.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpuTime reads utime+stime of pid from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after ')' are
+	// state(3) ... utime(14) stime(15).
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// vmRSS reads the resident set size of pid in bytes.
+func vmRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for %d", pid)
+}
+
+// repoRoot finds the module root (the directory holding go.mod).
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the loopguard module")
+	}
+	return filepath.Dir(gomod), nil
+}
