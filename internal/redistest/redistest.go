@@ -35,6 +35,9 @@ type Server struct {
 	Addr string
 	cmd  *exec.Cmd
 	log  string
+	// done is closed when the process has exited; its goroutine (the
+	// only one) waits on the process and ends with it.
+	done chan struct{}
 }
 
 // URL returns the server's redis:// URL for database db.
@@ -85,6 +88,11 @@ func start(bin, dir string) (*Server, error) {
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
+	s.done = make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.done)
+	}()
 	if err := s.waitPing(10 * time.Second); err != nil {
 		s.Stop()
 		b, _ := os.ReadFile(s.log)
@@ -98,9 +106,9 @@ func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
-	s.Resume() // a stopped process does not die of SIGKILL until resumed on some kernels
+	s.Resume() // let a paused server run its exit path
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 
@@ -129,10 +137,11 @@ func (s *Server) waitPing(limit time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no PONG within %v: %w", limit, err)
 		}
-		if s.cmd.ProcessState != nil {
-			return errors.New("exited")
+		select {
+		case <-s.done:
+			return errors.New("exited before answering PING (port taken?)")
+		case <-time.After(20 * time.Millisecond):
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
