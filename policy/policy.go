@@ -160,7 +160,9 @@ func (p *Policy) RequestMode(header string) Mode {
 // is gone and nothing was decided.
 //
 // In shadow mode Decide reads the state, computes what enforce would do
-// (Decision.Would) and writes nothing; Action is Shadow. In off mode it
+// (Decision.Would) and writes nothing to the session; Action is Shadow. The
+// cross-session count is still recorded in shadow mode: it is detection,
+// and it changes no request. In off mode it
 // returns a None decision at once. A session's admin mode override lowers
 // mode further.
 func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *inspect.Trajectory, mode Mode) (Decision, error) {
@@ -231,7 +233,8 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 		d = Decision{Mode: ModeOff, Action: None, Would: None, Level: -1}
 	}
 	if d.Would != None {
-		p.log.Info().Str("session", key).Str("mode", string(mode)).Str("action", string(d.Would)).
+		// Debug: the proxy logs each loop once at info with its outcome.
+		p.log.Debug().Str("session", key).Str("mode", string(mode)).Str("action", string(d.Would)).
 			Int("level", d.Level).Str("category", string(v.Category)).Str("pattern", d.Pattern).
 			Bool("reapplied", d.Reapplied).Msg("loop decision")
 	}
