@@ -1,0 +1,125 @@
+package observe
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
+)
+
+// Label values are closed sets: a metric label fed from client input (the
+// request path, a model name) would let any client create unbounded series.
+// Each set maps to a small index so that the hot path finds a pre-resolved
+// child in an array instead of hashing label strings.
+
+// Path labels: the OpenAI-compatible endpoints operators care about, matched
+// by suffix so that prefixes (/v1, /openai/v1) do not multiply series.
+var pathLabels = [...]string{"chat_completions", "completions", "embeddings", "models", "responses", "messages", "other"}
+
+const pathOther = len(pathLabels) - 1
+
+var pathSuffixes = [...]string{"/chat/completions", "/completions", "/embeddings", "/models", "/responses", "/messages"}
+
+// PathLabel returns the metrics label of a request path: the endpoint name
+// for the known OpenAI-compatible endpoints, "other" for anything else.
+func PathLabel(path string) string { return pathLabels[pathIndex(path)] }
+
+func pathIndex(path string) int {
+	for i, s := range pathSuffixes {
+		if strings.HasSuffix(path, s) {
+			return i
+		}
+	}
+	return pathOther
+}
+
+// categories are the detector families in label order; "none" is a request
+// without a category, "other" one this build does not know.
+var categories = [...]inspect.Category{
+	inspect.ToolRepetition, inspect.ToolCycle, inspect.ParamDrift, inspect.SameResult,
+	inspect.ErrorCycle, inspect.WhackAMole, inspect.TestFixCycle, inspect.EditUndo,
+	inspect.OutputRepetition, inspect.SummaryLoop, inspect.TokenDegeneration,
+	"none", "other",
+}
+
+const (
+	catNone  = len(categories) - 2
+	catOther = len(categories) - 1
+	nCat     = len(categories)
+)
+
+func categoryIndex(c inspect.Category) int {
+	if c == "" {
+		return catNone
+	}
+	for i := 0; i < catNone; i++ {
+		if categories[i] == c {
+			return i
+		}
+	}
+	return catOther
+}
+
+// actions are policy's actions in label order, "other" last.
+var actions = [...]policy.Action{policy.None, policy.Warn, policy.Constrain, policy.Reset, policy.Terminate, policy.Shadow, "other"}
+
+const nAct = len(actions)
+
+func actionIndex(a policy.Action) int {
+	if a == "" {
+		return 0
+	}
+	for i := 0; i < nAct-1; i++ {
+		if actions[i] == a {
+			return i
+		}
+	}
+	return nAct - 1
+}
+
+// isIntervention reports whether a changes what the agent sees.
+func isIntervention(a policy.Action) bool {
+	switch a {
+	case policy.Warn, policy.Constrain, policy.Reset, policy.Terminate:
+		return true
+	}
+	return false
+}
+
+// maxLevel bounds the level label: ladders are a handful of rungs; deeper
+// levels share the last label.
+const maxLevel = 8
+
+var levelLabels = func() [maxLevel + 1]string {
+	var l [maxLevel + 1]string
+	for i := range l {
+		l[i] = strconv.Itoa(i)
+	}
+	l[maxLevel] = strconv.Itoa(maxLevel) + "+"
+	return l
+}()
+
+func levelIndex(level int) int {
+	return min(max(level, 0), maxLevel)
+}
+
+// Fail-open stages, as the proxy names them.
+var stages = [...]string{"malformed_json", "unreadable_history", "detector", "policy", "store", "inject", "terminate", "panic", "other"}
+
+const nStage = len(stages)
+
+func stageIndex(s string) int {
+	for i := 0; i < nStage-1; i++ {
+		if stages[i] == s {
+			return i
+		}
+	}
+	return nStage - 1
+}
+
+// Recovery outcomes.
+const (
+	outcomeRecovered   = "recovered"
+	outcomeLoopedAgain = "looped_again"
+)

@@ -1,0 +1,230 @@
+package observe
+
+import (
+	"time"
+
+	"github.com/loopguard/loopguard/policy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Options configures an Observer. The zero Options works.
+type Options struct {
+	// MaxSessions bounds the sessions the recorder keeps; the least recently
+	// seen is forgotten beyond it. Default 10000.
+	MaxSessions int
+	// Timeline is how many entries each session keeps. Default 32.
+	Timeline int
+	// Feed is how many recent entries the live feed keeps for dashboards
+	// that reconnect. Default 1024.
+	Feed int
+	// Buckets is how many one-minute stats buckets are kept. Default 60.
+	Buckets int
+	// LogContent adds the pattern's brief (which quotes the repeated call's
+	// arguments or text) to log events. Default false: arguments can hold
+	// secrets, so events carry the tool name, count and fingerprints only.
+	LogContent bool
+	// Now returns the current time; nil means time.Now. For tests.
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.Timeline <= 0 {
+		o.Timeline = DefaultTimeline
+	}
+	if o.Feed <= 0 {
+		o.Feed = DefaultFeed
+	}
+	if o.Buckets <= 0 {
+		o.Buckets = DefaultBuckets
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Observer is the proxy's one entry point into observability: it counts
+// metrics, records sessions and logs detections and interventions. A nil
+// *Observer does nothing, so the proxy may run without one.
+type Observer struct {
+	metrics    *Metrics
+	rec        *Recorder
+	log        zerolog.Logger
+	logContent bool
+	now        func() time.Time
+}
+
+// New creates an Observer whose metrics are registered with reg (nil: not
+// registered) and whose events go to log.
+func New(reg prometheus.Registerer, log zerolog.Logger, opts Options) (*Observer, error) {
+	opts.defaults()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Observer{metrics: m, rec: NewRecorder(opts, m), log: log, logContent: opts.LogContent, now: opts.Now}, nil
+}
+
+// Recorder returns the session record, for the admin API.
+func (o *Observer) Recorder() *Recorder { return o.rec }
+
+// RequestInfo is what the proxy knows about a chat request once policy has
+// decided. Strings must not alias buffers the proxy reuses: the recorder
+// keeps them.
+type RequestInfo struct {
+	// Session is the session key (policy.SessionKey).
+	Session string
+	// Model is the request's model field.
+	Model string
+	// Steps is the number of assistant turns in the history.
+	Steps int
+	// Tool and Fingerprint name the history's last tool call
+	// (inspect.Call.Name and Fingerprint); never its arguments.
+	Tool        string
+	Fingerprint uint64
+	// Decision is policy's decision; nil when none was made (mode off, or
+	// the pipeline failed open before deciding). Observer only reads it.
+	Decision *policy.Decision
+	// DetectDuration is the time spent parsing the history and running the
+	// detectors; StoreDuration the time of policy.Decide (store load and
+	// update). Zero: not measured.
+	DetectDuration time.Duration
+	StoreDuration  time.Duration
+}
+
+// ResponseInfo is what the proxy knows when a response is over: proxied,
+// passed through or answered by loopguard itself.
+type ResponseInfo struct {
+	// Session is the chat request's session key; "" for pass-through.
+	Session string
+	// Path is the request path; it is reduced to a closed label set.
+	Path string
+	// Status is the HTTP status the client got.
+	Status int
+	// Streamed is true for an SSE relay that StreamOpened counted.
+	Streamed bool
+	// UpstreamLatency is the time to the upstream's response headers (zero
+	// when the upstream was not called), TTFB the time to the first body
+	// bytes sent to the client, Duration the whole exchange.
+	UpstreamLatency time.Duration
+	TTFB            time.Duration
+	Duration        time.Duration
+	// Events counts SSE events forwarded; Bytes the body bytes written.
+	Events int
+	Bytes  int64
+	// Cut is the answer's cut; Cut.Category is "" when it was not cut.
+	Cut policy.Cut
+	// CutStoreDuration is the time policy.RecordCut took.
+	CutStoreDuration time.Duration
+}
+
+// Request records a chat request after policy's decision: detections,
+// interventions, recovery outcomes, timings, and one log event per
+// detection or intervention.
+func (o *Observer) Request(info RequestInfo) {
+	if o == nil || info.Session == "" {
+		return
+	}
+	now := o.now()
+	m := o.metrics
+	m.detect(info.DetectDuration)
+	m.store(storeDecide, info.StoreDuration)
+	if d := info.Decision; d != nil {
+		cat := categoryIndex(d.Verdict.Category)
+		act := actionIndex(d.Action)
+		if d.Verdict.Loop {
+			m.detection(cat, act)
+		}
+		if isIntervention(d.Action) {
+			m.intervention(cat, act, levelIndex(d.Level))
+			if d.Action == policy.Terminate {
+				m.termination(cat)
+			}
+		}
+		if d.Verdict.Loop || isIntervention(d.Action) {
+			o.logDecision(&info, d)
+		}
+	}
+	o.rec.request(&info, now)
+}
+
+// Response records the end of a response: status and latencies, SSE events,
+// and the cut when the answer was cut short.
+func (o *Observer) Response(info ResponseInfo) {
+	if o == nil {
+		return
+	}
+	m := o.metrics
+	m.response(pathIndex(info.Path), info.Status, info.UpstreamLatency, info.TTFB, info.Duration, info.Events)
+	if info.Streamed {
+		m.streamClosed()
+	}
+	if info.Cut.Category == "" {
+		return
+	}
+	m.cut(categoryIndex(info.Cut.Category), info.Cut.TokensSaved)
+	m.store(storeCut, info.CutStoreDuration)
+	o.rec.response(&info, o.now())
+	o.log.Info().Str("session", info.Session).Str("category", string(info.Cut.Category)).
+		Int64("offset", info.Cut.Offset).Int("tokens_saved", info.Cut.TokensSaved).
+		Msg("degenerate answer cut")
+}
+
+// StreamOpened counts an SSE relay starting; the Response with Streamed
+// set ends it.
+func (o *Observer) StreamOpened() {
+	if o != nil {
+		o.metrics.StreamOpened()
+	}
+}
+
+// FailOpen counts a request passed through unchanged because stage failed:
+// malformed_json, unreadable_history, detector, policy, store, inject,
+// terminate or panic (anything else counts as other).
+func (o *Observer) FailOpen(stage string) {
+	if o != nil {
+		o.metrics.failOpenAt(stageIndex(stage))
+	}
+}
+
+// logDecision writes one event for a detection or an intervention. Without
+// LogContent it names the pattern by tool, count and fingerprints only.
+func (o *Observer) logDecision(info *RequestInfo, d *policy.Decision) {
+	ev := o.log.Info()
+	if !ev.Enabled() {
+		return
+	}
+	ev = ev.Str("session", info.Session).Str("model", info.Model).
+		Str("category", string(d.Verdict.Category)).Float64("confidence", d.Verdict.Confidence).
+		Str("action", string(d.Action)).Str("would", string(d.Would)).Int("level", d.Level).
+		Str("mode", string(d.Mode)).Str("pattern_key", d.Pattern).Bool("reapplied", d.Reapplied)
+	if info.Fingerprint != 0 {
+		ev = ev.Hex("fingerprint", fingerprintBytes(info.Fingerprint))
+	}
+	if len(d.Verdict.Detections) > 0 {
+		e := &d.Verdict.Detections[0].Evidence
+		ev = ev.Str("tool", e.Tool).Int("count", e.Count).Int("threshold", e.Threshold).Bool("no_progress", e.NoProgress)
+	}
+	if o.logContent {
+		ev = ev.Str("pattern", d.Brief)
+	}
+	if len(d.Recovered) > 0 {
+		ev = ev.Int("recovered", len(d.Recovered))
+	}
+	msg := "loop detected"
+	if isIntervention(d.Action) {
+		msg = "loop intervention"
+	}
+	ev.Msg(msg)
+}
+
+func fingerprintBytes(f uint64) []byte {
+	b := make([]byte, 8)
+	for i := range b {
+		b[i] = byte(f >> (56 - 8*i))
+	}
+	return b
+}

@@ -1,0 +1,671 @@
+package observe
+
+import (
+	"encoding/hex"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxSessions = 10000
+	DefaultTimeline    = 32
+	DefaultFeed        = 1024
+	DefaultBuckets     = 60 // one hour of one-minute buckets
+)
+
+// BucketSize is the width of one stats bucket.
+const BucketSize = time.Minute
+
+// maxStatKeys bounds the distinct (model, category) pairs of one bucket:
+// model names come from clients, and beyond this they share "other".
+const maxStatKeys = 256
+
+// maxModelLen bounds a model name kept in memory.
+const maxModelLen = 64
+
+// Kind says what a timeline entry records.
+type Kind string
+
+// Timeline entry kinds.
+const (
+	// KindRequest is a chat request with the decision made on it: the
+	// detection (Category, Confidence, Brief, Pattern) when the history
+	// showed a loop, the intervention (Action, Level) when one was made.
+	KindRequest Kind = "request"
+	// KindCut is an answer cut short because it degenerated.
+	KindCut Kind = "cut"
+	// KindRecovery is the outcome of an earlier intervention on Pattern:
+	// Outcome says whether the loop stopped or came back.
+	KindRecovery Kind = "recovery"
+	// KindAdmin is an operator's action: a reset or a mode override.
+	KindAdmin Kind = "admin"
+)
+
+// Fingerprint is a tool call's fingerprint (inspect.Call.Fingerprint); it
+// is written as 16 hex digits.
+type Fingerprint uint64
+
+// MarshalText implements encoding.TextMarshaler.
+func (f Fingerprint) MarshalText() ([]byte, error) {
+	if f == 0 {
+		return []byte{}, nil
+	}
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(f >> (56 - 8*i))
+	}
+	return hex.AppendEncode(make([]byte, 0, 16), b[:]), nil
+}
+
+// Entry is one line of a session's timeline. It holds names, counts and
+// fingerprints, never tool arguments or message content; Brief is the
+// pattern as policy names it for people (at most about 80 bytes).
+type Entry struct {
+	// Seq orders all entries of the recorder; the live feed resumes after it.
+	Seq     uint64    `json:"seq"`
+	At      time.Time `json:"at"`
+	Session string    `json:"session"`
+	Kind    Kind      `json:"kind"`
+	Model   string    `json:"model,omitempty"`
+	// Steps is the number of assistant turns in the request's history.
+	Steps int `json:"steps,omitempty"`
+	// Tool and Fingerprint name the history's last tool call.
+	Tool        string      `json:"tool,omitempty"`
+	Fingerprint Fingerprint `json:"fingerprint,omitempty"`
+
+	Category   inspect.Category `json:"category,omitempty"`
+	Confidence float64          `json:"confidence,omitempty"`
+	Brief      string           `json:"brief,omitempty"`
+	Pattern    string           `json:"pattern,omitempty"`
+	// Action is what was done; Would what enforce mode does (shadow mode).
+	Action    policy.Action `json:"action,omitempty"`
+	Would     policy.Action `json:"would,omitempty"`
+	Level     int           `json:"level"`
+	Reapplied bool          `json:"reapplied,omitempty"`
+
+	// Offset and TokensSaved describe a cut.
+	Offset      int64 `json:"offset,omitempty"`
+	TokensSaved int   `json:"tokens_saved,omitempty"`
+	// Outcome is recovered or looped_again (KindRecovery).
+	Outcome string `json:"outcome,omitempty"`
+	// Note says what an operator did (KindAdmin).
+	Note string `json:"note,omitempty"`
+}
+
+// Session states shown by the admin API and the dashboard.
+const (
+	StateActive      = "active"      // requests seen, no loop now
+	StateLooping     = "looping"     // a loop was detected, nothing was done (shadow mode or below the ladder)
+	StateWarned      = "warned"      // the last intervention was a warning
+	StateConstrained = "constrained" // the last intervention was constrain or reset
+	StateTerminated  = "terminated"  // the last intervention ended the loop
+	StateRecovered   = "recovered"   // an intervention's pattern stopped
+	StateCut         = "cut"         // the last answer was cut short
+)
+
+// SessionSummary is one session as the admin API lists it.
+type SessionSummary struct {
+	Key       string    `json:"key"`
+	Model     string    `json:"model,omitempty"`
+	State     string    `json:"state"`
+	FirstSeen time.Time `json:"first_seen"`
+	LastSeen  time.Time `json:"last_seen"`
+	Requests  int       `json:"requests"`
+	// Detections counts requests whose history showed a loop.
+	Detections    int `json:"detections"`
+	Interventions int `json:"interventions"`
+	Cuts          int `json:"cuts"`
+	TokensSaved   int `json:"tokens_saved,omitempty"`
+	Recovered     int `json:"recovered"`
+	LoopedAgain   int `json:"looped_again"`
+	// Category, Brief, Action and Level describe the last detection.
+	Category inspect.Category `json:"category,omitempty"`
+	Brief    string           `json:"brief,omitempty"`
+	Action   policy.Action    `json:"action,omitempty"`
+	Level    int              `json:"level"`
+	// Mode is the admin override set through this recorder's admin API.
+	Mode       policy.Mode        `json:"mode,omitempty"`
+	Categories []inspect.Category `json:"categories,omitempty"`
+}
+
+// pending is an intervention whose outcome is not known yet.
+type pending struct {
+	category int
+	level    int
+	brief    string
+}
+
+type session struct {
+	SessionSummary
+	cats       uint32 // bit i: categories[i] seen
+	pending    map[string]pending
+	ring       []Entry
+	next       int // ring slot of the next entry once the ring is full
+	prev, newr *session
+}
+
+type statKey struct {
+	model    string
+	category int
+}
+
+// Counts are one stats bucket's counters.
+type Counts struct {
+	Requests      int `json:"requests"`
+	Detections    int `json:"detections"`
+	Interventions int `json:"interventions"`
+	Terminations  int `json:"terminations"`
+	Cuts          int `json:"cuts"`
+	TokensSaved   int `json:"tokens_saved"`
+}
+
+func (c *Counts) add(o Counts) {
+	c.Requests += o.Requests
+	c.Detections += o.Detections
+	c.Interventions += o.Interventions
+	c.Terminations += o.Terminations
+	c.Cuts += o.Cuts
+	c.TokensSaved += o.TokensSaved
+}
+
+type bucket struct {
+	minute int64
+	counts map[statKey]Counts
+}
+
+type recKey struct{ category, level int }
+
+// Recorder keeps a bounded record of recent sessions: the most recently
+// seen MaxSessions sessions, each with a ring of its last Timeline entries,
+// one-minute stats buckets for charts, recovery counts, and a feed of the
+// last Feed entries for live updates. It is safe for concurrent use; one
+// mutex guards it, held for a few hundred nanoseconds per request.
+type Recorder struct {
+	mu       sync.Mutex
+	sessions map[string]*session
+	// newest and oldest end the LRU list; session.newr points towards newest.
+	newest, oldest *session
+	max, timeline  int
+	seq            uint64
+	feed           []Entry
+	buckets        []bucket
+	recovery       map[recKey]*[2]int // [recovered, looped_again]
+	metrics        *Metrics
+}
+
+// NewRecorder returns an empty recorder sized by opts; metrics, when not
+// nil, counts recoveries.
+func NewRecorder(opts Options, metrics *Metrics) *Recorder {
+	opts.defaults()
+	r := &Recorder{
+		sessions: make(map[string]*session, min(opts.MaxSessions, 1024)),
+		max:      opts.MaxSessions,
+		timeline: opts.Timeline,
+		feed:     make([]Entry, opts.Feed),
+		buckets:  make([]bucket, opts.Buckets),
+		recovery: make(map[recKey]*[2]int),
+		metrics:  metrics,
+	}
+	return r
+}
+
+// touch returns key's session, created when new, moved to the newest end.
+// r.mu is held.
+func (r *Recorder) touch(key string, now time.Time) *session {
+	s := r.sessions[key]
+	if s == nil {
+		if len(r.sessions) >= r.max {
+			r.evict()
+		}
+		s = &session{SessionSummary: SessionSummary{Key: key, FirstSeen: now, State: StateActive, Level: -1}}
+		r.sessions[key] = s
+	} else {
+		r.unlink(s)
+	}
+	s.LastSeen = now
+	s.prev, s.newr = r.newest, nil
+	if r.newest != nil {
+		r.newest.newr = s
+	}
+	r.newest = s
+	if r.oldest == nil {
+		r.oldest = s
+	}
+	return s
+}
+
+func (r *Recorder) unlink(s *session) {
+	if s.prev != nil {
+		s.prev.newr = s.newr
+	} else {
+		r.oldest = s.newr
+	}
+	if s.newr != nil {
+		s.newr.prev = s.prev
+	} else {
+		r.newest = s.prev
+	}
+	s.prev, s.newr = nil, nil
+}
+
+func (r *Recorder) evict() {
+	if s := r.oldest; s != nil {
+		r.unlink(s)
+		delete(r.sessions, s.Key)
+	}
+}
+
+// add appends e to s's timeline and to the feed. r.mu is held.
+func (r *Recorder) add(s *session, e *Entry) {
+	r.seq++
+	e.Seq = r.seq
+	if len(s.ring) < r.timeline {
+		s.ring = append(s.ring, *e)
+	} else {
+		s.ring[s.next] = *e
+		s.next = (s.next + 1) % r.timeline
+	}
+	r.feed[e.Seq%uint64(len(r.feed))] = *e
+}
+
+// count adds c to the stats bucket of now for (model, category). r.mu is held.
+func (r *Recorder) count(now time.Time, model string, cat int, c Counts) {
+	minute := now.Unix() / int64(BucketSize/time.Second)
+	b := &r.buckets[minute%int64(len(r.buckets))]
+	if b.minute != minute || b.counts == nil {
+		if b.counts == nil {
+			b.counts = make(map[statKey]Counts)
+		}
+		clear(b.counts)
+		b.minute = minute
+	}
+	k := statKey{model, cat}
+	old, ok := b.counts[k]
+	if !ok && len(b.counts) >= maxStatKeys {
+		k.model = "other"
+		old = b.counts[k]
+	}
+	old.add(c)
+	b.counts[k] = old
+}
+
+func (r *Recorder) recover(cat, level int, recovered bool) {
+	k := recKey{cat, level}
+	c := r.recovery[k]
+	if c == nil {
+		c = new([2]int)
+		r.recovery[k] = c
+	}
+	if recovered {
+		c[0]++
+	} else {
+		c[1]++
+	}
+	if r.metrics != nil {
+		r.metrics.recovery(cat, level, recovered)
+	}
+}
+
+// request records one chat request and its decision (nil: none was made).
+func (r *Recorder) request(info *RequestInfo, now time.Time) {
+	model := info.Model
+	if len(model) > maxModelLen {
+		model = model[:maxModelLen]
+	}
+	e := Entry{At: now, Session: info.Session, Kind: KindRequest, Model: model, Steps: info.Steps,
+		Tool: info.Tool, Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
+	var c Counts
+	c.Requests = 1
+	cat := catNone
+	d := info.Decision
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.touch(info.Session, now)
+	s.Requests++
+	if model != "" {
+		s.Model = model
+	}
+	if d != nil {
+		r.recoveries(s, d, now)
+		if d.Verdict.Loop {
+			cat = categoryIndex(d.Verdict.Category)
+			e.Category, e.Confidence, e.Brief, e.Pattern = d.Verdict.Category, d.Verdict.Confidence, d.Brief, d.Pattern
+			e.Action, e.Would, e.Level, e.Reapplied = d.Action, d.Would, d.Level, d.Reapplied
+			s.Detections++
+			s.cats |= 1 << cat
+			s.Category, s.Brief, s.Action, s.Level = d.Verdict.Category, d.Brief, d.Would, d.Level
+			c.Detections = 1
+		} else if d.Action != policy.None && d.Action != "" {
+			// A warning about an earlier cut: an intervention without a loop
+			// in the history.
+			e.Action, e.Would, e.Level = d.Action, d.Would, d.Level
+		}
+		if isIntervention(d.Action) {
+			s.Interventions++
+			c.Interventions = 1
+			if d.Action == policy.Terminate {
+				c.Terminations = 1
+			}
+		}
+		s.State = stateAfter(s.State, d)
+	}
+	r.add(s, &e)
+	r.count(now, model, cat, c)
+}
+
+// recoveries settles the outcomes of s's pending interventions that d
+// shows, and makes d's own intervention pending. r.mu is held.
+func (r *Recorder) recoveries(s *session, d *policy.Decision, now time.Time) {
+	for _, k := range d.Recovered {
+		p, ok := s.pending[k]
+		if !ok {
+			continue // an intervention this recorder did not see (restart, eviction, another replica)
+		}
+		delete(s.pending, k)
+		s.Recovered++
+		r.recover(p.category, p.level, true)
+		r.add(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
+			Brief: p.brief, Pattern: k, Level: p.level, Outcome: outcomeRecovered})
+	}
+	if !isIntervention(d.Action) || d.Pattern == "" {
+		return
+	}
+	lvl := levelIndex(d.Level)
+	if p, ok := s.pending[d.Pattern]; ok && !d.Reapplied {
+		// The pattern went on after the intervention: the ladder moved up.
+		s.LoopedAgain++
+		r.recover(p.category, p.level, false)
+		r.add(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
+			Brief: p.brief, Pattern: d.Pattern, Level: p.level, Outcome: outcomeLoopedAgain})
+	}
+	if s.pending == nil {
+		s.pending = make(map[string]pending, 2)
+	}
+	if _, ok := s.pending[d.Pattern]; !ok && len(s.pending) >= policy.MaxPatterns {
+		return
+	}
+	s.pending[d.Pattern] = pending{category: categoryIndex(d.Verdict.Category), level: lvl, brief: d.Brief}
+}
+
+// stateAfter is a session's state after decision d.
+func stateAfter(prev string, d *policy.Decision) string {
+	switch d.Action {
+	case policy.Warn:
+		return StateWarned
+	case policy.Constrain, policy.Reset:
+		return StateConstrained
+	case policy.Terminate:
+		return StateTerminated
+	}
+	switch {
+	case d.Verdict.Loop:
+		return StateLooping
+	case len(d.Recovered) > 0:
+		return StateRecovered
+	case prev == StateLooping || prev == StateCut || prev == "":
+		return StateActive
+	}
+	return prev
+}
+
+// response records the end of a response: a cut, when there was one.
+func (r *Recorder) response(info *ResponseInfo, now time.Time) {
+	if info.Session == "" || info.Cut.Category == "" {
+		return
+	}
+	cat := categoryIndex(info.Cut.Category)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.touch(info.Session, now)
+	s.Cuts++
+	s.TokensSaved += info.Cut.TokensSaved
+	s.cats |= 1 << cat
+	s.State = StateCut
+	r.add(s, &Entry{At: now, Session: s.Key, Kind: KindCut, Model: s.Model, Category: info.Cut.Category,
+		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1})
+	r.count(now, s.Model, cat, Counts{Cuts: 1, TokensSaved: info.Cut.TokensSaved})
+}
+
+// admin records an operator's action on session key.
+func (r *Recorder) admin(key, note string, mode policy.Mode, setMode bool, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.touch(key, now)
+	if setMode {
+		s.Mode = mode
+	} else {
+		// A reset forgets the ladder, so pending outcomes can no longer be told.
+		clear(s.pending)
+		s.State, s.Level, s.Action = StateActive, -1, ""
+	}
+	r.add(s, &Entry{At: now, Session: key, Kind: KindAdmin, Note: note, Level: -1})
+}
+
+// Filter selects sessions. Zero fields select everything.
+type Filter struct {
+	Category inspect.Category
+	Model    string
+	State    string
+	// Limit caps the sessions returned; 0 means 100.
+	Limit int
+}
+
+func (f *Filter) match(s *session) bool {
+	if f.Category != "" && s.cats&(1<<categoryIndex(f.Category)) == 0 {
+		return false
+	}
+	if f.Model != "" && s.Model != f.Model {
+		return false
+	}
+	return f.State == "" || s.State == f.State
+}
+
+// SessionList is the answer of Sessions.
+type SessionList struct {
+	// Total is the number of sessions held, Matched those the filter selects.
+	Total    int              `json:"total"`
+	Matched  int              `json:"matched"`
+	Sessions []SessionSummary `json:"sessions"`
+	// States counts the matched sessions by state.
+	States map[string]int `json:"states"`
+}
+
+// Sessions returns the sessions f selects, most recently seen first.
+func (r *Recorder) Sessions(f Filter) SessionList {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	out := SessionList{Sessions: make([]SessionSummary, 0, min(f.Limit, 128)), States: map[string]int{}}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out.Total = len(r.sessions)
+	for s := r.newest; s != nil; s = s.prev {
+		if !f.match(s) {
+			continue
+		}
+		out.Matched++
+		out.States[s.State]++
+		if len(out.Sessions) < f.Limit {
+			out.Sessions = append(out.Sessions, s.summary())
+		}
+	}
+	return out
+}
+
+// summary copies s's summary with its categories listed. r.mu is held.
+func (s *session) summary() SessionSummary {
+	sum := s.SessionSummary
+	sum.Categories = nil
+	for i := 0; i < nCat; i++ {
+		if s.cats&(1<<i) != 0 {
+			sum.Categories = append(sum.Categories, categories[i])
+		}
+	}
+	return sum
+}
+
+// Session returns key's summary and timeline, oldest entry first; ok is
+// false when the recorder holds no such session.
+func (r *Recorder) Session(key string) (sum SessionSummary, timeline []Entry, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[key]
+	if s == nil {
+		return sum, nil, false
+	}
+	timeline = make([]Entry, 0, len(s.ring))
+	timeline = append(timeline, s.ring[s.next:]...)
+	timeline = append(timeline, s.ring[:s.next]...)
+	return s.summary(), timeline, true
+}
+
+// Since returns up to limit feed entries newer than seq, oldest first, and
+// the sequence number to resume after. Entries that scrolled out of the
+// feed are skipped.
+func (r *Recorder) Since(seq uint64, limit int) ([]Entry, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := uint64(len(r.feed))
+	if r.seq > n && seq < r.seq-n {
+		seq = r.seq - n
+	}
+	if seq > r.seq {
+		seq = r.seq // the recorder was replaced, or seq is bogus
+	}
+	var out []Entry
+	for i := seq + 1; i <= r.seq && len(out) < limit; i++ {
+		out = append(out, r.feed[i%n])
+		seq = i
+	}
+	return out, seq
+}
+
+// Seq returns the sequence number of the newest entry.
+func (r *Recorder) Seq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq
+}
+
+// Recovery is the outcome count of interventions at one category and level.
+type Recovery struct {
+	Category    inspect.Category `json:"category"`
+	Level       int              `json:"level"`
+	Recovered   int              `json:"recovered"`
+	LoopedAgain int              `json:"looped_again"`
+	// Rate is Recovered / (Recovered + LoopedAgain).
+	Rate float64 `json:"rate"`
+}
+
+// Bucket is one time bucket of Stats.
+type Bucket struct {
+	Start time.Time `json:"start"`
+	Counts
+	// Detections and cuts by category.
+	DetectionsBy map[inspect.Category]int `json:"detections_by,omitempty"`
+	CutsBy       map[inspect.Category]int `json:"cuts_by,omitempty"`
+}
+
+// Stats is the answer of Stats: series for charts, oldest bucket first.
+type Stats struct {
+	BucketSeconds int        `json:"bucket_seconds"`
+	Buckets       []Bucket   `json:"buckets"`
+	Totals        Counts     `json:"totals"`
+	Recovery      []Recovery `json:"recovery"`
+	// Models and Categories are every value seen in the buckets, for filters.
+	Models     []string           `json:"models"`
+	Categories []inspect.Category `json:"categories"`
+}
+
+// Stats returns the last hour's buckets (Options.Buckets minutes up to now)
+// restricted to f's model and category, and recovery counts (all time) for
+// f's category.
+func (r *Recorder) Stats(f Filter, now time.Time) Stats {
+	n := len(r.buckets)
+	st := Stats{BucketSeconds: int(BucketSize / time.Second), Buckets: make([]Bucket, n)}
+	cur := now.Unix() / int64(BucketSize/time.Second)
+	models := map[string]bool{}
+	cats := map[inspect.Category]bool{}
+	fcat := -1
+	if f.Category != "" {
+		fcat = categoryIndex(f.Category)
+	}
+	r.mu.Lock()
+	for i := range st.Buckets {
+		minute := cur - int64(n-1-i)
+		out := &st.Buckets[i]
+		out.Start = time.Unix(minute*int64(BucketSize/time.Second), 0).UTC()
+		b := &r.buckets[((minute%int64(n))+int64(n))%int64(n)]
+		if b.minute != minute {
+			continue
+		}
+		for k, c := range b.counts {
+			models[k.model] = true
+			if k.category != catNone {
+				cats[categories[k.category]] = true
+			}
+			if f.Model != "" && k.model != f.Model {
+				continue
+			}
+			if fcat >= 0 && k.category != fcat {
+				// Requests carry no category: keep them so rates stay readable.
+				out.Requests += c.Requests
+				continue
+			}
+			out.add(c)
+			if k.category == catNone {
+				continue
+			}
+			if c.Detections > 0 {
+				if out.DetectionsBy == nil {
+					out.DetectionsBy = map[inspect.Category]int{}
+				}
+				out.DetectionsBy[categories[k.category]] += c.Detections
+			}
+			if c.Cuts > 0 {
+				if out.CutsBy == nil {
+					out.CutsBy = map[inspect.Category]int{}
+				}
+				out.CutsBy[categories[k.category]] += c.Cuts
+			}
+		}
+		st.Totals.add(out.Counts)
+	}
+	for k, c := range r.recovery {
+		if fcat >= 0 && k.category != fcat {
+			continue
+		}
+		rec := Recovery{Category: categories[k.category], Level: k.level, Recovered: c[0], LoopedAgain: c[1]}
+		if t := c[0] + c[1]; t > 0 {
+			rec.Rate = float64(c[0]) / float64(t)
+		}
+		st.Recovery = append(st.Recovery, rec)
+	}
+	r.mu.Unlock()
+	sort.Slice(st.Recovery, func(i, j int) bool {
+		a, b := st.Recovery[i], st.Recovery[j]
+		if a.Category != b.Category {
+			return a.Category < b.Category
+		}
+		return a.Level < b.Level
+	})
+	st.Models = make([]string, 0, len(models))
+	for m := range models {
+		if m != "" {
+			st.Models = append(st.Models, m)
+		}
+	}
+	sort.Strings(st.Models)
+	st.Categories = make([]inspect.Category, 0, len(cats))
+	for c := range cats {
+		st.Categories = append(st.Categories, c)
+	}
+	sort.Slice(st.Categories, func(i, j int) bool { return st.Categories[i] < st.Categories[j] })
+	return st
+}
