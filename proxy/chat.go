@@ -84,8 +84,8 @@ func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server) {
 	if pl.answer != nil {
 		writeAnswer(ctx, pl.answer)
 		setLoopHeaders(&ctx.Response.Header, &pl)
-		p.log.Info().Str("session", pl.key).Str("action", string(pl.decision.Action)).
-			Str("category", string(pl.decision.Verdict.Category)).Str("pattern", pl.decision.Brief).
+		p.logPattern(p.log.Info(), &pl.decision).Str("session", pl.key).Str("action", string(pl.decision.Action)).
+			Str("category", string(pl.decision.Verdict.Category)).
 			Msg("loop terminated without calling the upstream")
 		if s.chatDone != nil {
 			ev := pl.event()
@@ -163,8 +163,8 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 		p.failOpen(&pl, "store", nil)
 	}
 	if verdict.Loop {
-		p.log.Info().Str("session", pl.key).Str("category", string(verdict.Category)).
-			Float64("confidence", verdict.Confidence).Str("pattern", d.Brief).
+		p.logPattern(p.log.Info(), &d).Str("session", pl.key).Str("category", string(verdict.Category)).
+			Float64("confidence", verdict.Confidence).
 			Str("action", string(d.Action)).Str("would", string(d.Would)).Int("level", d.Level).
 			Msg("loop detected")
 	}
@@ -248,6 +248,19 @@ func activeConstraint(c policy.Constraint) inject.Loop {
 		PatternKey: c.Pattern,
 		Detections: []inspect.Detection{{Category: c.Category, Score: 1, Evidence: ev}},
 	}}
+}
+
+// logPattern names a decision's loop pattern in a log event: by its key and
+// tool name, and by its brief (which quotes arguments) only with log.content.
+func (p *chatPipeline) logPattern(e *zerolog.Event, d *policy.Decision) *zerolog.Event {
+	e = e.Str("pattern_key", d.Pattern)
+	if len(d.Verdict.Detections) > 0 {
+		e = e.Str("tool", d.Verdict.Detections[0].Evidence.Tool)
+	}
+	if p.cfg.Log.Content {
+		e = e.Str("pattern", d.Brief)
+	}
+	return e
 }
 
 func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {
