@@ -37,41 +37,58 @@ type message struct {
 
 // shape is what placement needs to know about a history.
 type shape struct {
-	arr       gjson.Result // the messages array (a view of the body)
-	n         int          // number of messages
-	last      message      // the last message; role "" when there is none
-	lastTool  message      // the last tool or function message
-	firstSyst message      // the first system or developer message
+	arr       span    // the messages array
+	n         int     // number of messages
+	last      message // the last message; role "" when there is none
+	lastTool  message // the last tool or function message
+	firstSyst message // the first system or developer message
 }
 
-func scan(body []byte) (shape, error) {
+// scan finds the messages that placement p may touch. It reads the roles of
+// as few messages as it can: the last one; for Tool walking back to the last
+// tool message; for System forward to the first system message.
+func scan(body []byte, p Placement) (shape, error) {
 	var s shape
-	s.arr = gjson.Get(view(body), "messages")
-	if !s.arr.IsArray() {
+	var buf [64]span
+	arr, elems, found, _ := findMessages(body, buf[:0])
+	if !found {
 		return s, ErrNoMessages
 	}
-	if s.arr.Index <= 0 {
-		return s, ErrMalformed
-	}
-	bad := false
-	s.arr.ForEach(func(_, v gjson.Result) bool {
-		if !v.IsObject() || v.Index <= 0 {
-			bad = true
-			return false
+	s.arr, s.n = arr, len(elems)
+	msg := func(e span) (message, bool) {
+		if body[e.start] != '{' {
+			return message{}, false
 		}
-		m := message{at: v.Index, raw: v.Raw, role: v.Get("role").String()}
-		s.n++
-		s.last = m
+		raw := view(body[e.start:e.end])
+		return message{at: e.start, raw: raw, role: gjson.Get(raw, "role").String()}, true
+	}
+	for i := len(elems) - 1; i >= 0; i-- {
+		m, ok := msg(elems[i])
+		if !ok {
+			return s, ErrMalformed
+		}
+		if i == len(elems)-1 {
+			s.last = m
+		}
 		if isToolRole(m.role) {
 			s.lastTool = m
 		}
-		if isSystemRole(m.role) && s.firstSyst.raw == "" {
-			s.firstSyst = m
+		if p != Tool || isToolRole(m.role) {
+			break
 		}
-		return true
-	})
-	if bad {
-		return s, ErrMalformed
+	}
+	for _, e := range elems {
+		if p != System {
+			break
+		}
+		m, ok := msg(e)
+		if !ok {
+			return s, ErrMalformed
+		}
+		if isSystemRole(m.role) {
+			s.firstSyst = m
+			break
+		}
 	}
 	return s, nil
 }
@@ -101,7 +118,7 @@ func (sp splice) apply(body []byte) []byte {
 // re-encoded), so removing the inserted bytes gives back body exactly. body
 // is not modified; the returned slice is new.
 func Insert(body []byte, p Placement, text string) ([]byte, Placement, error) {
-	s, err := scan(body)
+	s, err := scan(body, p)
 	if err != nil {
 		return nil, "", err
 	}
@@ -165,16 +182,15 @@ func (s shape) addMessage(i int, role, text string) splice {
 	msg = append(msg, `","content":`...)
 	msg = appendString(msg, text)
 	msg = append(msg, '}')
-	raw := s.arr.Raw
 	if i == 0 {
 		// After the '[': the new message, then a comma if others follow.
-		at := s.arr.Index + 1
+		at := s.arr.start + 1
 		if s.n > 0 {
 			msg = append(msg, ',')
 		}
 		return splice{start: at, end: at, ins: msg}
 	}
-	at := s.arr.Index + len(raw) - 1 // the closing ']'
+	at := s.arr.end - 1 // the closing ']'
 	if s.n > 0 {
 		msg = append([]byte{','}, msg...)
 	}
