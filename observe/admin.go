@@ -114,7 +114,7 @@ func NewAdmin(rec *Recorder, opts AdminOptions) (*Admin, error) {
 		opts:   opts,
 		config: cfg,
 		static: http.StripPrefix(strings.TrimSuffix(opts.Prefix, "/"), http.FileServerFS(sub)),
-		now:    time.Now,
+		now:    rec.now,
 	}, nil
 }
 

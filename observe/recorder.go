@@ -196,6 +196,7 @@ type Recorder struct {
 	buckets        []bucket
 	recovery       map[recKey]*[2]int // [recovered, looped_again]
 	metrics        *Metrics
+	now            func() time.Time
 }
 
 // NewRecorder returns an empty recorder sized by opts; metrics, when not
@@ -210,6 +211,7 @@ func NewRecorder(opts Options, metrics *Metrics) *Recorder {
 		buckets:  make([]bucket, opts.Buckets),
 		recovery: make(map[recKey]*[2]int),
 		metrics:  metrics,
+		now:      opts.Now,
 	}
 	return r
 }
@@ -588,7 +590,7 @@ type Stats struct {
 // f's category.
 func (r *Recorder) Stats(f Filter, now time.Time) Stats {
 	n := len(r.buckets)
-	st := Stats{BucketSeconds: int(BucketSize / time.Second), Buckets: make([]Bucket, n)}
+	st := Stats{BucketSeconds: int(BucketSize / time.Second), Buckets: make([]Bucket, n), Recovery: []Recovery{}}
 	cur := now.Unix() / int64(BucketSize/time.Second)
 	models := map[string]bool{}
 	cats := map[inspect.Category]bool{}
