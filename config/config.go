@@ -149,7 +149,8 @@ func walk(v reflect.Value, path []string, visit func([]string, reflect.Value)) {
 		switch {
 		case fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeOf(time.Duration(0)):
 			walk(fv, p, visit)
-		case fv.Kind() == reflect.Map:
+		case fv.Kind() == reflect.Map, fv.Kind() == reflect.Slice && fv.Type().Elem().Kind() == reflect.Struct:
+			// Tables keyed by model or tool, and arrays of tables: file only.
 		default:
 			visit(p, fv)
 		}
