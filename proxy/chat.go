@@ -123,18 +123,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 				stream: pl.stream, usage: pl.usage, model: pl.model}
 		}
 	}()
-	if !gjson.ValidBytes(body) {
-		p.failOpen(&pl, "malformed_json", nil)
-		return pl
-	}
-	pl.stream = gjson.GetBytes(body, "stream").Bool()
-	pl.usage = gjson.GetBytes(body, "stream_options.include_usage").Bool()
-	pl.model = gjson.GetBytes(body, "model").String()
-	if mt := gjson.GetBytes(body, "max_completion_tokens"); mt.Exists() {
-		pl.maxTok = mt.Int()
-	} else {
-		pl.maxTok = gjson.GetBytes(body, "max_tokens").Int()
-	}
+	pl.readOptions(body)
 
 	pcfg := p.policy.Config()
 	pl.key = policy.SessionKey(ctx.Request.Header.Peek(pcfg.SessionHeader), body)
@@ -185,6 +174,31 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 		pl.body = p.rewrite(&pl, body, &d)
 	}
 	return pl
+}
+
+// readOptions reads the request options the answer depends on in one pass
+// over the top-level members: "messages" may come first and be megabytes long,
+// so one Get per option would scan it again each time.
+func (pl *plan) readOptions(body []byte) {
+	completionTokens := int64(-1)
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "stream":
+			pl.stream = v.Bool()
+		case "stream_options":
+			pl.usage = v.Get("include_usage").Bool()
+		case "model":
+			pl.model = v.String()
+		case "max_tokens":
+			pl.maxTok = v.Int()
+		case "max_completion_tokens":
+			completionTokens = v.Int()
+		}
+		return true
+	})
+	if completionTokens >= 0 {
+		pl.maxTok = completionTokens
+	}
 }
 
 // rewrite applies the decision's texts to body, or returns body unchanged
