@@ -1,0 +1,206 @@
+package inspect
+
+import "fmt"
+
+// anthropic walks an Anthropic Messages body. "system" is the system prompt
+// and carries no step. Each assistant message is a step: its text blocks
+// are the text, its thinking blocks the reasoning, its tool_use blocks the
+// calls (input is an object, canonicalised as chat arguments are). A user
+// message carrying tool_result blocks answers those calls, paired by
+// tool_use_id; is_error marks a result failed even when its text does not
+// say so. Text blocks beside tool results (Claude Code's <system-reminder>s,
+// loopguard's own notices) are not a new human message; a user message
+// without tool results is judged as chat's user messages are.
+func (p *parser) anthropic(root string) error {
+	var msgs, model string
+	eachMember(root, func(k, v string) bool {
+		switch {
+		case rawKeyIs(k, "messages"):
+			msgs = v
+		case rawKeyIs(k, "model"):
+			model = v
+		}
+		return true
+	})
+	if rawKind(msgs) != '[' {
+		return fmt.Errorf("%w: no messages array", ErrMalformed)
+	}
+	p.t.Model = p.rawStr(model)
+	idx := 0
+	var err error
+	eachElement(msgs, func(m string) bool {
+		if err = p.anthropicMessage(idx, m); err != nil {
+			return false
+		}
+		idx++
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	p.t.Messages = idx
+	return nil
+}
+
+func (p *parser) anthropicMessage(i int, m string) error {
+	if rawKind(m) != '{' {
+		return fmt.Errorf("%w: message %d is not an object", ErrMalformed, i)
+	}
+	var role, content string
+	eachMember(m, func(k, v string) bool {
+		switch {
+		case rawKeyIs(k, "role"):
+			role = v
+		case rawKeyIs(k, "content"):
+			content = v
+		}
+		return true
+	})
+	if rawKind(role) != '"' {
+		return fmt.Errorf("%w: message %d has no role", ErrMalformed, i)
+	}
+	switch p.rawStr(role) {
+	case "assistant":
+		p.anthropicAssistant(i, content)
+		p.lastAssistant = true
+	case "user":
+		if rawKind(content) == '[' && p.anthropicResults(i, content) {
+			p.lastAssistant = false
+			return nil
+		}
+		p.user(i, content)
+	default:
+		p.lastAssistant = false
+	}
+	return nil
+}
+
+// anthropicAssistant adds the step of one assistant message.
+func (p *parser) anthropicAssistant(i int, content string) {
+	st := Step{Message: i}
+	if rawKind(content) != '[' {
+		st.Text = p.text(content)
+		p.t.Steps = append(p.t.Steps, st)
+		return
+	}
+	st.Text = p.text(content) // joins the text blocks, skips the others
+	n := 0
+	eachElement(content, func(b string) bool {
+		if blockType(b) == `"tool_use"` {
+			n++
+		}
+		return true
+	})
+	if n > 0 {
+		st.Calls = p.newCalls(n)[:0]
+	}
+	eachElement(content, func(b string) bool {
+		switch blockType(b) {
+		case `"tool_use"`:
+			var id, name, input string
+			eachMember(b, func(k, v string) bool {
+				switch {
+				case rawKeyIs(k, "id"):
+					id = v
+				case rawKeyIs(k, "name"):
+					name = v
+				case rawKeyIs(k, "input"):
+					input = v
+				}
+				return true
+			})
+			st.Calls = append(st.Calls, Call{ResultMessage: -1, ID: p.rawStr(id), Name: p.rawStr(name)})
+			if rawKind(input) == '"' {
+				input = p.rawStr(input) // some adapters send the JSON as text
+			}
+			p.setArgs(&st.Calls[len(st.Calls)-1], input)
+		case `"thinking"`:
+			eachMember(b, func(k, v string) bool {
+				if rawKeyIs(k, "thinking") && rawKind(v) == '"' {
+					if t := p.rawStr(v); st.Reasoning == "" {
+						st.Reasoning = t
+					} else if t != "" {
+						st.Reasoning = p.join(st.Reasoning, t)
+					}
+				}
+				return true
+			})
+		}
+		return true
+	})
+	p.t.Steps = append(p.t.Steps, st)
+}
+
+// anthropicResults pairs the tool_result blocks of a user message with their
+// calls. It reports whether the message held any.
+func (p *parser) anthropicResults(i int, content string) bool {
+	found := false
+	eachElement(content, func(b string) bool {
+		if blockType(b) != `"tool_result"` {
+			return true
+		}
+		found = true
+		var id, res string
+		failed := false
+		eachMember(b, func(k, v string) bool {
+			switch {
+			case rawKeyIs(k, "tool_use_id"):
+				id = v
+			case rawKeyIs(k, "content"):
+				res = v
+			case rawKeyIs(k, "is_error"):
+				failed = v == "true"
+			}
+			return true
+		})
+		if rawKind(id) != '"' {
+			return true
+		}
+		c := p.findCall(id, "")
+		if c == nil {
+			return true // orphan result: its call is not in the history
+		}
+		p.setResult(c, i, p.text(res))
+		if failed {
+			p.markError(c)
+		}
+		return true
+	})
+	return found
+}
+
+// blockType returns the raw "type" member of a content block, "" if none.
+func blockType(b string) string {
+	typ := ""
+	eachMember(b, func(k, v string) bool {
+		if rawKeyIs(k, "type") {
+			typ = v
+			return false
+		}
+		return true
+	})
+	return typ
+}
+
+// markError makes a result the client flagged as failed (is_error) an
+// error, when its text did not already read as one: its signature is the
+// last line of output, under the kind "is_error".
+func (p *parser) markError(c *Call) {
+	if c.IsError {
+		return
+	}
+	c.IsError = true
+	const kind = "is_error: "
+	line := lastOutputLine(c.Result)
+	p.ar.reserve(len(kind) + len(line) + 16)
+	m := p.ar.mark()
+	p.ar.buf = append(p.ar.buf, kind...)
+	if line != "" {
+		p.ar.buf, p.tmp2 = appendErrorSig(p.ar.buf, p.tmp2, line)
+	}
+	if len(p.ar.buf)-m > 240 {
+		p.ar.buf = p.ar.buf[:m+240]
+	}
+	c.ErrorText = p.ar.since(m)
+	c.ErrorSignature = hashString(c.ErrorText) | 1 // never 0: 0 means "no error"
+}

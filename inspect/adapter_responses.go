@@ -1,0 +1,395 @@
+package inspect
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// API names the wire format of a request body. Every API has an adapter that
+// builds the same Trajectory from its body, so the detectors never see the
+// difference; adding an API means one adapter file that registers itself in
+// adapters.
+type API string
+
+// The APIs loopguard reads. The strings are the values of a replay record's
+// optional "api" field.
+const (
+	// ChatCompletions is POST /v1/chat/completions: request.messages.
+	ChatCompletions API = "chat"
+	// Responses is OpenAI's POST /v1/responses: request.input items.
+	Responses API = "responses"
+	// AnthropicMessages is Anthropic's POST /v1/messages (also served by
+	// llama.cpp, vLLM and Ollama): request.messages with content blocks.
+	AnthropicMessages API = "anthropic"
+)
+
+// adapter walks the validated body of one API into p.t. root is the arena
+// copy of the body, trimmed to its top-level object.
+type adapter func(p *parser, root string) error
+
+// adapters maps each API to its walker. Chat completions has its own entry
+// point (Parse); it is wrapped so that ParseAPI covers every API.
+var adapters = map[API]adapter{
+	Responses:         (*parser).responses,
+	AnthropicMessages: (*parser).anthropic,
+}
+
+// ParseAPI builds the trajectory of a request body in the given API, with
+// the default metadata arguments left out of fingerprints. An empty or
+// unknown api is taken as ChatCompletions. Strings in the result are copies;
+// errors wrap ErrMalformed; ParseAPI never panics.
+func ParseAPI(api API, body []byte) (*Trajectory, error) {
+	return parseAPI(api, body, defaultMetadataArgs)
+}
+
+// ParseAPI is the package ParseAPI with the engine's MetadataArgs left out
+// of fingerprints.
+func (e *Engine) ParseAPI(api API, body []byte) (*Trajectory, error) {
+	meta := e.cfg.MetadataArgs
+	if meta == nil {
+		meta = defaultMetadataArgs
+	}
+	return parseAPI(api, body, meta)
+}
+
+func parseAPI(api API, body []byte, meta []string) (*Trajectory, error) {
+	walk, ok := adapters[api]
+	if !ok {
+		return parse(body, meta)
+	}
+	return parseWith(body, meta, walk)
+}
+
+// parseWith is the frame every adapter runs in: validation, the pooled
+// scratch memory, one arena copy of the body and the recover that keeps a
+// parser bug from taking the proxy down (it fails open).
+func parseWith(body []byte, meta []string, walk adapter) (t *Trajectory, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("%w: internal error: %v", ErrMalformed, r)
+		}
+	}()
+	if !gjson.ValidBytes(body) {
+		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
+	}
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	p := &parser{scratch: s, ar: newArena(len(body) + len(body)/4 + 1024), meta: meta, t: &Trajectory{}}
+	src := p.ar.copy(unsafeString(body))
+	i := skipSpace(src, 0)
+	if i >= len(src) || src[i] != '{' {
+		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
+	}
+	p.t.meta = meta
+	p.t.Steps = make([]Step, 0, 16)
+	if err := walk(p, src[i:]); err != nil {
+		return nil, err
+	}
+	return p.t, nil
+}
+
+// DetectAPI tells which API a request is in: by its path when the path
+// names one (".../chat/completions", ".../responses", ".../messages"),
+// else by the body's shape, for records replayed without a path. It never
+// fails: a body it cannot place is ChatCompletions.
+func DetectAPI(path string, body []byte) API {
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	path = strings.TrimRight(path, "/")
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		return ChatCompletions
+	case strings.HasSuffix(path, "/responses"):
+		return Responses
+	case strings.HasSuffix(path, "/messages"):
+		return AnthropicMessages
+	}
+	return detectShape(body)
+}
+
+// detectShape places a body by the fields only one API has. A plain text
+// conversation reads the same in chat and Anthropic form, so the tie goes to
+// chat.
+func detectShape(body []byte) API {
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return ChatCompletions
+	}
+	msgs := root.Get("messages")
+	if !msgs.Exists() {
+		if root.Get("input").Exists() || root.Get("previous_response_id").Exists() ||
+			root.Get("instructions").Exists() || root.Get("conversation").Exists() {
+			return Responses
+		}
+		return ChatCompletions
+	}
+	if root.Get("system").Exists() || root.Get("anthropic_version").Exists() {
+		return AnthropicMessages
+	}
+	api := ChatCompletions
+	msgs.ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").String() {
+		case "system", "developer", "tool", "function":
+			api = ChatCompletions
+			return false
+		}
+		if m.Get("tool_calls").Exists() || m.Get("tool_call_id").Exists() {
+			api = ChatCompletions
+			return false
+		}
+		m.Get("content").ForEach(func(_, b gjson.Result) bool {
+			switch b.Get("type").String() {
+			case "tool_use", "tool_result", "thinking", "redacted_thinking":
+				api = AnthropicMessages
+				return false
+			}
+			return true
+		})
+		return api == ChatCompletions
+	})
+	return api
+}
+
+// responses walks a Responses API body: "input" is a string (one user
+// message) or a list of items. Assistant-side items in a row (reasoning, an
+// assistant message, function calls) form one step, as one assistant
+// message with tool_calls does in chat; function_call_output items are paired
+// to their calls by call_id. "instructions" is the system prompt and carries
+// no step. A request that continues a stored response (previous_response_id,
+// conversation) shows only its new items: the steps before live on the
+// server.
+func (p *parser) responses(root string) error {
+	var input, model string
+	eachMember(root, func(k, v string) bool {
+		switch {
+		case rawKeyIs(k, "input"):
+			input = v
+		case rawKeyIs(k, "model"):
+			model = v
+		}
+		return true
+	})
+	p.t.Model = p.rawStr(model)
+	switch rawKind(input) {
+	case '"':
+		// One user message: a new task, nothing to judge yet.
+		p.t.Messages = 1
+		return nil
+	case '[':
+	case 0, 'n':
+		return fmt.Errorf("%w: no input", ErrMalformed)
+	default:
+		return fmt.Errorf("%w: input is neither a string nor an array", ErrMalformed)
+	}
+	items := make([]string, 0, 64)
+	eachElement(input, func(it string) bool {
+		items = append(items, it)
+		return true
+	})
+	p.t.Messages = len(items)
+	open := false // the last step is still taking assistant-side items
+	for i, it := range items {
+		if rawKind(it) != '{' {
+			return fmt.Errorf("%w: input item %d is not an object", ErrMalformed, i)
+		}
+		f := responseFields(it)
+		typ := p.rawStr(f.typ)
+		if typ == "" && f.role != "" {
+			typ = "message" // EasyInputMessage: {"role","content"}
+		}
+		switch typ {
+		case "message":
+			role := p.rawStr(f.role)
+			if role != "assistant" {
+				open = false
+				if role == "user" {
+					p.user(i, f.content)
+				} else {
+					p.lastAssistant = false // system, developer
+				}
+				continue
+			}
+			st := p.openStep(i, &open, false)
+			txt := p.text(f.content)
+			if st.Text == "" {
+				st.Text = txt
+			} else if txt != "" {
+				st.Text = p.join(st.Text, txt)
+			}
+		case "reasoning":
+			st := p.openStep(i, &open, false)
+			// Only the summary is readable; encrypted_content is opaque.
+			if r := p.reasoningSummary(f.summary); r != "" {
+				st.Reasoning = r
+			}
+		case "function_call", "custom_tool_call", "local_shell_call":
+			st := p.openStep(i, &open, true)
+			if st.Calls == nil {
+				st.Calls = p.newCalls(countCalls(items[i:]))[:0]
+			}
+			// Within the carved capacity append does not allocate; a turn
+			// that interleaves more calls than counted grows as usual.
+			st.Calls = append(st.Calls, Call{ResultMessage: -1, ID: p.rawStr(f.callID)})
+			c := &st.Calls[len(st.Calls)-1]
+			switch typ {
+			case "function_call":
+				c.Name = p.rawStr(f.name)
+				args := f.args
+				if rawKind(args) == '"' {
+					args = p.rawStr(args)
+				}
+				p.setArgs(c, args)
+			case "custom_tool_call":
+				// Free-form input (Codex's apply_patch grammar tool).
+				c.Name = p.rawStr(f.name)
+				p.setArgs(c, p.rawStr(f.input))
+			default:
+				// {"action":{"type":"exec","command":["bash","-lc",...]}}:
+				// the command is the primary argument.
+				c.Name = "local_shell"
+				p.setArgs(c, f.action)
+			}
+		case "function_call_output", "custom_tool_call_output", "local_shell_call_output":
+			open = false
+			p.lastAssistant = false
+			id := f.callID
+			if id == "" {
+				id = f.id // local_shell_call_output names its call by "id"
+			}
+			if rawKind(id) != '"' {
+				continue // no call id: nothing to pair it with
+			}
+			if c := p.findCall(id, ""); c != nil {
+				p.setResult(c, i, p.outputText(f.output))
+			}
+		default:
+			// item_reference and server-side tool calls (web_search_call,
+			// file_search_call, ...) are not the agent's steps.
+			open = false
+			p.lastAssistant = false
+		}
+	}
+	return nil
+}
+
+// responseItem holds the raw members of one input item that the walk reads.
+type responseItem struct {
+	typ, role, content, summary   string
+	id, callID, name, args, input string
+	action, output                string
+}
+
+func responseFields(it string) responseItem {
+	var f responseItem
+	eachMember(it, func(k, v string) bool {
+		switch {
+		case rawKeyIs(k, "type"):
+			f.typ = v
+		case rawKeyIs(k, "role"):
+			f.role = v
+		case rawKeyIs(k, "content"):
+			f.content = v
+		case rawKeyIs(k, "summary"):
+			f.summary = v
+		case rawKeyIs(k, "id"):
+			f.id = v
+		case rawKeyIs(k, "call_id"):
+			f.callID = v
+		case rawKeyIs(k, "name"):
+			f.name = v
+		case rawKeyIs(k, "arguments"):
+			f.args = v
+		case rawKeyIs(k, "input"):
+			f.input = v
+		case rawKeyIs(k, "action"):
+			f.action = v
+		case rawKeyIs(k, "output"):
+			f.output = v
+		}
+		return true
+	})
+	return f
+}
+
+// openStep returns the step that takes item i: the open one, or a new one.
+// Within one response the output runs reasoning, message, calls; so a
+// message or reasoning item after text or calls starts the next turn, while
+// a call (call is true) always joins the open step.
+func (p *parser) openStep(i int, open *bool, call bool) *Step {
+	if *open {
+		st := &p.t.Steps[len(p.t.Steps)-1]
+		if call || (st.Text == "" && len(st.Calls) == 0) {
+			return st
+		}
+	}
+	*open = true
+	p.lastAssistant = true
+	p.t.Steps = append(p.t.Steps, Step{Message: i})
+	return &p.t.Steps[len(p.t.Steps)-1]
+}
+
+// countCalls counts the call items at the head of items, so that a step's
+// calls are carved from the arena at once.
+func countCalls(items []string) int {
+	n := 0
+	for _, it := range items {
+		typ := ""
+		eachMember(it, func(k, v string) bool {
+			if rawKeyIs(k, "type") {
+				typ = v
+				return false
+			}
+			return true
+		})
+		switch typ {
+		case `"function_call"`, `"custom_tool_call"`, `"local_shell_call"`:
+			n++
+		case `"reasoning"`:
+			// Interleaved reasoning stays in the turn.
+		default:
+			return max(n, 1)
+		}
+	}
+	return max(n, 1)
+}
+
+// reasoningSummary joins the text of a reasoning item's summary parts.
+func (p *parser) reasoningSummary(summary string) string {
+	out := ""
+	eachElement(summary, func(part string) bool {
+		eachMember(part, func(k, v string) bool {
+			if rawKeyIs(k, "text") && rawKind(v) == '"' {
+				if t := p.rawStr(v); out == "" {
+					out = t
+				} else if t != "" {
+					out = p.join(out, t)
+				}
+			}
+			return true
+		})
+		return true
+	})
+	return out
+}
+
+// outputText is a function_call_output's output: a string, or (newer API)
+// an array of input_text / input_image parts.
+func (p *parser) outputText(out string) string {
+	if rawKind(out) == '[' || rawKind(out) == '"' {
+		return p.text(out)
+	}
+	return ""
+}
+
+// join returns a + "\n" + b in the arena.
+func (p *parser) join(a, b string) string {
+	p.ar.reserve(len(a) + 1 + len(b))
+	m := p.ar.mark()
+	p.ar.buf = append(p.ar.buf, a...)
+	p.ar.buf = append(p.ar.buf, '\n')
+	p.ar.buf = append(p.ar.buf, b...)
+	return p.ar.since(m)
+}
