@@ -245,8 +245,12 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 			readErr error
 		)
 		rd := sse.NewReader(br, maxEvent)
+		// One Event for the whole stream: &ev goes to the observer, and a
+		// fresh variable per iteration would escape to the heap each time.
+		var ev sse.Event
 		for {
-			ev, err := rd.Next()
+			var err error
+			ev, err = rd.Next()
 			if len(ev.Raw) > 0 {
 				events++
 				n := w.Buffered()
