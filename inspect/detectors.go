@@ -53,7 +53,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 		same, known, idx := 0, 0, []int(nil)
 		for j := last; j >= i; j-- {
 			x := &evs[j]
-			if x.res == 0 {
+			if !x.has {
 				continue
 			}
 			known++
@@ -88,7 +88,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	best, bestN := -1, 0
 	for a := in.win; a < len(evs); a++ {
 		x := &evs[a]
-		if x.res == 0 || (x.ack && !x.isErr) || x.neg {
+		if !x.has || (x.ack && !x.isErr) || x.neg {
 			continue
 		}
 		cnt := 0
@@ -155,7 +155,7 @@ func (in *inspection) toolCycle() (Detection, bool) {
 		known, sameAll, changed := 0, true, false
 		for j := first + k; j < L; j++ {
 			a, b := &evs[j], &evs[j-k]
-			if a.res == 0 || b.res == 0 {
+			if !a.has || !b.has {
 				continue
 			}
 			known++
@@ -331,7 +331,7 @@ func (in *inspection) paramDrift() (Detection, bool) {
 	var ref *ev
 	for _, a := range idx {
 		x := &evs[a]
-		if x.res == 0 {
+		if !x.has {
 			continue
 		}
 		known++
@@ -379,7 +379,7 @@ func (in *inspection) sameResult() (Detection, bool) {
 		return Detection{}, false
 	}
 	L := &evs[len(evs)-1]
-	if L.res == 0 || !(L.neg || L.isErr) {
+	if !L.has || !(L.neg || L.isErr) {
 		return Detection{}, false
 	}
 	var idx []int
@@ -389,7 +389,7 @@ func (in *inspection) sameResult() (Detection, bool) {
 		if x.c.Name != L.c.Name {
 			continue
 		}
-		if x.res == 0 || !(x.neg || x.isErr) || !(x.res == L.res || x.isErr && L.isErr && x.err == L.err && (L.meaningful || L.neg)) {
+		if !x.has || !(x.neg || x.isErr) || !(x.outcome() == L.outcome() || x.isErr && L.isErr && x.err == L.err && (L.meaningful || L.neg)) {
 			break
 		}
 		idx = append(idx, a)
@@ -531,7 +531,7 @@ func (in *inspection) testFixCycle() (Detection, bool) {
 	var idx []int
 	for a := r; a >= 0; a-- {
 		x := &evs[a]
-		if x.fp != fp || x.res == 0 {
+		if x.fp != fp || !x.has {
 			continue
 		}
 		if !x.isErr {

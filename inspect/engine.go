@@ -50,7 +50,8 @@ type ev struct {
 	step, call int
 	c          *Call
 	fp         uint64
-	res        uint64 // ResultFingerprint, 0 when there is no result
+	has        bool   // the call has a result
+	res        uint64 // ResultFingerprint|1 once outcome computed it, else 0
 	err        uint64 // ErrorSignature, 0 when not an error
 	isErr      bool
 	meaningful bool // error with a message, not only an exit status
@@ -155,7 +156,7 @@ func (in *inspection) collect() {
 				x.fp = in.refingerprint(c)
 			}
 			if c.HasResult {
-				x.res = c.ResultFingerprint | 1
+				x.has = true
 				x.isErr = c.IsError
 				x.err = c.ErrorSignature
 				if !x.isErr && len(in.e.patterns) > 0 && in.matchesPattern(c.Result) {
@@ -231,13 +232,22 @@ func searchLike(c *Call) bool {
 // sameOutcome reports whether two calls ended the same way: the same
 // normalised result, or the same error signature.
 func sameOutcome(a, b *ev) bool {
-	if a.res == 0 || b.res == 0 {
+	if !a.has || !b.has {
 		return false
 	}
-	if a.res == b.res {
+	if a.outcome() == b.outcome() {
 		return true
 	}
 	return a.isErr && b.isErr && a.err == b.err && a.meaningful
+}
+
+// outcome returns the call's result fingerprint (never 0), computing it on
+// first use: only results that some rule compares are normalised.
+func (x *ev) outcome() uint64 {
+	if x.res == 0 {
+		x.res = x.c.ResultFingerprint() | 1
+	}
+	return x.res
 }
 
 func clamp01(f float64) float64 {

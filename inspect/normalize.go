@@ -3,6 +3,7 @@ package inspect
 import (
 	"bytes"
 	"strings"
+	"sync"
 )
 
 // appendNormalized writes s with its volatile parts replaced, so that two
@@ -600,4 +601,20 @@ func stripReturnCode(t string) string {
 		}
 	}
 	return t
+}
+
+// normBufs holds scratch for hashNormalized, which runs outside any parser
+// or inspection (Call.ResultFingerprint is lazy).
+var normBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8192); return &b }}
+
+// hashNormalized is the FNV-1a hash of appendNormalized(nil, s).
+func hashNormalized(s string) uint64 {
+	bp := normBufs.Get().(*[]byte)
+	b := appendNormalized((*bp)[:0], s)
+	h := uint64(newFNV().bytes(b))
+	if cap(b) <= 1<<20 { // keep the pool from pinning one huge result
+		*bp = b[:0]
+		normBufs.Put(bp)
+	}
+	return h
 }

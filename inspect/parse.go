@@ -378,8 +378,8 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 	c.HasResult = true
 	c.Result = res
 	c.ResultMessage = msg
-	p.tmp = appendNormalized(p.tmp[:0], res)
-	c.ResultFingerprint = uint64(newFNV().bytes(p.tmp))
+	// The result fingerprint is computed lazily (Call.ResultFingerprint):
+	// the detectors compare only recent and repeated results.
 	ei := classifyError(res)
 	if !ei.isError {
 		return

@@ -1,5 +1,7 @@
 package inspect
 
+import "sync/atomic"
+
 // Trajectory is the agent's work as a chat request's history shows it: the
 // ordered assistant turns with the tool results paired to their calls.
 //
@@ -48,10 +50,28 @@ type Call struct {
 	Result    string // the result text as sent (content string or text parts joined)
 	// ResultMessage is the index of the tool message in request.messages, -1 if none.
 	ResultMessage int
-	// ResultFingerprint hashes the normalised result.
-	ResultFingerprint uint64
-	IsError           bool
+	// resultFP caches ResultFingerprint (0: not computed yet). It is read
+	// and written atomically: Trajectories may be inspected concurrently.
+	resultFP uint64
+	IsError  bool
 	// ErrorSignature hashes the normalised error (type + message); 0 if not an error.
 	ErrorSignature uint64
 	ErrorText      string // the normalised error line, shortened
+}
+
+// ResultFingerprint hashes the normalised result (see appendNormalized), 0
+// when the call has no result. It is computed on first use and cached:
+// normalising every result of a long history costs more than all the
+// detectors together, and they compare only the results of recent or
+// repeated calls. Safe for concurrent use.
+func (c *Call) ResultFingerprint() uint64 {
+	if !c.HasResult {
+		return 0
+	}
+	if h := atomic.LoadUint64(&c.resultFP); h != 0 {
+		return h
+	}
+	h := hashNormalized(c.Result)
+	atomic.StoreUint64(&c.resultFP, h) // a 0 hash is merely recomputed
+	return h
 }
