@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/policy"
@@ -136,6 +137,11 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !isAPI {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			writeError(w, http.StatusMethodNotAllowed, "method not allowed", "method_not_allowed")
+			return
+		}
+		// The file server answers 500 to names io/fs rejects; they name no file.
+		if rest != "" && (!utf8.ValidString(rest) || !fs.ValidPath(strings.TrimSuffix(rest, "/"))) {
+			writeError(w, http.StatusNotFound, "not found", "not_found")
 			return
 		}
 		w.Header().Set("Cache-Control", "no-cache")
