@@ -1,11 +1,81 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/loopguard/loopguard/demo"
 )
 
+// demoTimeout bounds the scripted run; it takes well under a second, so
+// hitting this means something is stuck.
+const demoTimeout = 60 * time.Second
+
+// runDemo is `loopguard demo [-serve] [-listen ADDR] [-no-color] [-v]`.
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "loopguard demo: not built yet")
-	return 2
+	fs := flag.NewFlagSet("loopguard demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	serveFlag := fs.Bool("serve", false, "keep the proxy up in front of the scripted model for any client")
+	listen := fs.String("listen", "127.0.0.1:8787", "with -serve: the proxy's address")
+	noColor := fs.Bool("no-color", false, "plain text even on a terminal")
+	verbose := fs.Bool("v", false, "print the proxy's logs to stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: loopguard demo [-serve [-listen ADDR]] [-no-color] [-v]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "loopguard demo: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	opts := demo.Options{Color: !*noColor && colorTerminal(stdout)}
+	if *verbose {
+		opts.Log = stderr
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *serveFlag {
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			fmt.Fprintf(stderr, "loopguard demo: listen: %v\n", err)
+			return 1
+		}
+		if err := demo.Serve(ctx, ln, stdout, opts); err != nil {
+			fmt.Fprintf(stderr, "loopguard demo: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
+	defer cancel()
+	if err := demo.Run(ctx, stdout, opts); err != nil {
+		fmt.Fprintf(stderr, "loopguard demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// colorTerminal reports whether w is a terminal that wants colour: a
+// character device, with NO_COLOR (no-color.org) unset and TERM not dumb.
+func colorTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
