@@ -54,7 +54,7 @@ const idPrefix = "chatcmpl-loopguard-"
 // official SDKs raise instead of retrying; a streaming request gets the same
 // JSON error, as OpenAI itself answers errors before a stream starts.
 func (in *Injector) Terminate(body []byte, l Loop) (Response, error) {
-	content, err := in.render(in.tpl.terminate, in.notice(l))
+	content, err := in.TerminateText(l)
 	if err != nil {
 		return Response{}, err
 	}
@@ -87,6 +87,13 @@ func (in *Injector) Terminate(body []byte, l Loop) (Response, error) {
 		Header: []Header{{"Content-Type", contentJSON}},
 		Body:   c.appendJSON(nil),
 	}, nil
+}
+
+// TerminateText renders the LOOP_DETECTED content for l on its own, for an
+// answer already under way: the proxy replaces a held tool call of a stream
+// with it.
+func (in *Injector) TerminateText(l Loop) (string, error) {
+	return in.render(in.tpl.terminate, in.notice(l))
 }
 
 // ErrorBody renders an OpenAI-shaped error object,

@@ -38,6 +38,16 @@ type chatObserver struct {
 	cutAt     time.Time
 	status    int
 	done      func(*ChatEvent)
+
+	// Holding tool calls (stream.hold_tool_calls), only while a call the
+	// ladder would end is in play.
+	terminal     []terminalCall
+	held         []byte // raw events waiting for their tool calls to complete
+	holdChecked  int    // tool calls of choice 0 already compared with terminal
+	chunkTools   bool   // the current chunk carried tool-call deltas for choice 0
+	chunkStarted int    // a call that began in the current chunk, -1 if none
+	chunkFinish  bool   // the current chunk finished choice 0
+	replaced     bool   // a held call was replaced by LOOP_DETECTED
 }
 
 var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
@@ -45,6 +55,9 @@ var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
 func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
 	o.p, o.pl, o.done = p, pl, done
+	if p.cfg.Stream.HoldToolCalls && pl.stream {
+		o.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
+	}
 	return o
 }
 
@@ -61,6 +74,7 @@ func (o *chatObserver) release() {
 	o.acc.Reset()
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
+	o.terminal, o.held, o.holdChecked, o.replaced = o.terminal[:0], o.held[:0], 0, false
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -71,6 +85,9 @@ func (o *chatObserver) header(status int, h *fasthttp.ResponseHeader) {
 }
 
 func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
+	if len(o.terminal) > 0 && o.cut == nil {
+		return o.holdEvent(ev, w)
+	}
 	// Forward first: inspection never holds back content.
 	_, _ = w.Write(ev.Raw)
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
@@ -98,8 +115,15 @@ func (o *chatObserver) delta(d sse.Delta) {
 	if len(d.Reasoning) > 0 && o.watch(&o.reason[d.Choice], d.Reasoning) {
 		return
 	}
-	if d.Choice == 0 && (d.ToolCall || d.FinishReason != nil) {
-		o.compareCalls(d)
+	if d.Choice == 0 {
+		o.chunkTools = o.chunkTools || d.ToolCall
+		if d.ToolCallStarted >= 0 {
+			o.chunkStarted = d.ToolCallStarted
+		}
+		o.chunkFinish = o.chunkFinish || d.FinishReason != nil
+		if d.ToolCall || d.FinishReason != nil {
+			o.compareCalls(d)
+		}
 	}
 }
 
@@ -266,7 +290,7 @@ func (o *chatObserver) finish(cause error) {
 	if o.cut != nil && o.pl.maxTok > 0 {
 		saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
 	}
-	if o.cut != nil && o.pl.key != "" {
+	if o.cut != nil && !o.replaced && o.pl.key != "" {
 		c := policy.Cut{Category: o.cut.Category, Offset: o.cutOffset, TokensSaved: saved, At: o.cutAt}
 		ctx, cancel := context.WithTimeout(context.Background(), o.p.storeTimeout)
 		if err := o.p.policy.RecordCut(ctx, o.pl.key, c); err != nil {

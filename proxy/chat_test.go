@@ -206,3 +206,64 @@ func TestChatStreamDegenerationIsCut(t *testing.T) {
 		t.Errorf("next request's last message = %q; want the degeneration notice", last)
 	}
 }
+
+// toolCallSSE streams one tool call, split over several chunks, after a
+// content chunk.
+func toolCallSSE(name, args string) string {
+	head := `data: {"id":"chatcmpl-t","object":"chat.completion.chunk","created":3,"model":"m","choices":[{"index":0,`
+	var b strings.Builder
+	b.WriteString(head + `"delta":{"role":"assistant","content":"Trying again."},"finish_reason":null}]}` + "\n\n")
+	fmt.Fprintf(&b, head+`"delta":{"tool_calls":[{"index":0,"id":"call_x","type":"function","function":{"name":%q,"arguments":""}}]},"finish_reason":null}]}`+"\n\n", name)
+	half := len(args) / 2
+	for _, part := range []string{args[:half], args[half:]} {
+		fmt.Fprintf(&b, head+`"delta":{"tool_calls":[{"index":0,"function":{"arguments":%q}}]},"finish_reason":null}]}`+"\n\n", part)
+	}
+	b.WriteString(head + `"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n")
+	return b.String()
+}
+
+func TestChatHoldToolCallsReplacesTerminalCall(t *testing.T) {
+	tests := []struct {
+		name        string
+		args        string
+		wantReplace bool
+	}{
+		{"the looping call again", `{"command": "make build"}`, true},
+		{"a different call", `{"command":"cat Makefile"}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stream := toolCallSSE("bash", tt.args)
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, stream)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Stream.HoldToolCalls = true })
+			var answer string
+			for _, st := range []struct {
+				calls int
+				want  string
+			}{{3, "warn"}, {4, "constrain"}} {
+				var resp *http.Response
+				resp, answer = postChat(t, base, "hold-"+tt.name, loopingHistory(st.calls, true))
+				if a := resp.Header.Get(HeaderAction); a != st.want {
+					t.Fatalf("%d calls: action %q; want %q", st.calls, a, st.want)
+				}
+			}
+			replaced := strings.Contains(answer, "LOOP_DETECTED:")
+			if replaced != tt.wantReplace {
+				t.Fatalf("constrained stream = %q; replaced=%v, want %v", answer, replaced, tt.wantReplace)
+			}
+			if !tt.wantReplace {
+				if answer != stream {
+					t.Errorf("held stream changed:\n got %q\nwant %q", answer, stream)
+				}
+				return
+			}
+			if strings.Contains(answer, `"tool_calls"`) || !strings.HasSuffix(answer, "data: [DONE]\n\n") ||
+				!strings.HasPrefix(answer, `data: {"id":"chatcmpl-t"`) {
+				t.Errorf("replaced stream = %q; want the content chunk, no tool call, a stop chunk and [DONE]", answer)
+			}
+		})
+	}
+}

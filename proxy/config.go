@@ -72,6 +72,12 @@ type StreamConfig struct {
 	Cut bool `toml:"cut"`
 	// FinishReason is the finish_reason of a cut stream: "stop" (default) or "length".
 	FinishReason string `toml:"finish_reason"`
+	// HoldToolCalls holds the tool-call deltas of a streamed answer until each
+	// call is complete, while a call the ladder would end is in play (its
+	// pattern's constraints sit one rung below terminate); such a call is
+	// replaced by the LOOP_DETECTED answer instead of reaching the agent.
+	// Default false: tool calls stream through as they come.
+	HoldToolCalls bool `toml:"hold_tool_calls"`
 	// MaxEventBytes caps one SSE event; a longer one switches the stream to
 	// raw pass-through without inspection. Default 16 MiB.
 	MaxEventBytes int `toml:"max_event_bytes"`

@@ -1,0 +1,128 @@
+package proxy
+
+import (
+	"bufio"
+	"strconv"
+
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
+	"github.com/loopguard/loopguard/sse"
+)
+
+// terminalCall is a tool call whose next occurrence the ladder would end:
+// its pattern's constraints are active one rung below terminate.
+type terminalCall struct {
+	key        uint64
+	constraint policy.Constraint
+}
+
+// terminalCalls lists the calls of d's active constraints that sit one rung
+// below terminate, for stream.hold_tool_calls.
+func terminalCalls(ladder []policy.Action, d *policy.Decision) []terminalCall {
+	var out []terminalCall
+	var scratch []byte
+	for _, c := range d.Constraints {
+		if c.Tool == "" || c.Level+1 >= len(ladder) || ladder[c.Level+1] != policy.Terminate {
+			continue
+		}
+		var key uint64
+		key, scratch = inspect.CallKey(scratch, c.Tool, c.Args)
+		out = append(out, terminalCall{key: key, constraint: c})
+	}
+	return out
+}
+
+// holdEvent handles one event while tool calls are held (hold_tool_calls
+// with a terminal call in play): events that carry tool-call deltas wait in
+// o.held until every call they hold is complete; then each completed call is
+// compared with the terminal calls. A match replaces the held events with
+// the LOOP_DETECTED answer, so the call never reaches the agent.
+func (o *chatObserver) holdEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
+	o.chunkTools, o.chunkStarted, o.chunkFinish = false, -1, false
+	if len(ev.Data) > 0 && ev.Data[0] == '{' {
+		if err := o.acc.Add(ev.Data, o.delta); err != nil {
+			o.flushHeld(w)
+			_, _ = w.Write(ev.Raw)
+			return false
+		}
+	}
+	if o.cut != nil {
+		o.flushHeld(w)
+		_, _ = w.Write(ev.Raw)
+		o.writeCut(w)
+		return true
+	}
+	complete := o.holdChecked
+	switch {
+	case o.chunkFinish:
+		complete = int(^uint(0) >> 1)
+	case o.chunkStarted >= 0:
+		complete = o.chunkStarted
+	}
+	for ; o.holdChecked < complete; o.holdChecked++ {
+		name, args, ok := o.acc.ToolCallBytes(0, o.holdChecked)
+		if !ok {
+			break
+		}
+		var key uint64
+		key, o.scratch = inspect.CallKey(o.scratch, string(name), string(args))
+		for i := range o.terminal {
+			if o.terminal[i].key == key {
+				o.replaceHeld(w, &o.terminal[i])
+				return true
+			}
+		}
+	}
+	switch {
+	case o.chunkFinish:
+		o.flushHeld(w)
+		_, _ = w.Write(ev.Raw)
+	case o.chunkTools:
+		// Calls before the one this chunk started are complete and passed:
+		// release them, and hold this chunk with the new call.
+		if o.chunkStarted >= 0 {
+			o.flushHeld(w)
+		}
+		o.held = append(o.held, ev.Raw...)
+	case len(o.held) > 0:
+		o.held = append(o.held, ev.Raw...)
+	default:
+		_, _ = w.Write(ev.Raw)
+	}
+	return false
+}
+
+func (o *chatObserver) flushHeld(w *bufio.Writer) {
+	if len(o.held) > 0 {
+		_, _ = w.Write(o.held)
+		o.held = o.held[:0]
+	}
+}
+
+// replaceHeld drops the held tool-call events and ends the stream with the
+// LOOP_DETECTED answer in the stream's own id and model.
+func (o *chatObserver) replaceHeld(w *bufio.Writer, t *terminalCall) {
+	o.held = o.held[:0]
+	text, err := o.p.inject.TerminateText(activeConstraint(t.constraint))
+	if err != nil {
+		text = "LOOP_DETECTED: " + t.constraint.Brief
+	}
+	o.cut = &inspect.Detection{Category: t.constraint.Category, Score: 1,
+		Evidence: inspect.Evidence{Tool: t.constraint.Tool, Args: t.constraint.Args}}
+	o.replaced = true
+
+	b := make([]byte, 0, 256+len(text))
+	b = append(b, "data: "...)
+	b = o.appendChunkHead(b)
+	b = append(b, `"choices":[{"index":0,"delta":{"role":"assistant","content":`...)
+	b = strconv.AppendQuote(b, text)
+	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
+	b = append(b, "data: "...)
+	b = o.appendChunkHead(b)
+	b = append(b, `"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"...)
+	b = append(b, "data: [DONE]\n\n"...)
+	_, _ = w.Write(b)
+	o.p.log.Info().Str("session", o.pl.key).Str("category", string(t.constraint.Category)).
+		Str("pattern_key", t.constraint.Pattern).Str("tool", t.constraint.Tool).
+		Msg("held tool call replaced by LOOP_DETECTED")
+}
