@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
-
-	"github.com/tidwall/gjson"
 )
 
 // ErrMalformed reports a request body that is not a chat request loopguard can read.
@@ -20,7 +18,7 @@ var defaultMetadataArgs = []string{"task_progress"}
 
 // Parse builds the trajectory of a chat-completions request body, leaving
 // the default metadata arguments (task_progress) out of fingerprints. The
-// body is validated once and read with gjson, never unmarshalled. Every
+// body is validated once and walked in place, never unmarshalled. Every
 // string of the Trajectory is a copy: the body may be reused once Parse
 // returns. A body that is not a chat request yields an error wrapping
 // ErrMalformed; Parse never panics.
@@ -31,9 +29,17 @@ type scratch struct {
 	cs   canonScratch
 	tmp  []byte
 	tmp2 []byte
+	args []byte // unescaped argument text, canonicalised from here
+	view []byte // a transient text (see parser.textView)
 }
 
-var scratchPool = sync.Pool{New: func() any { return &scratch{tmp: make([]byte, 0, 8192), tmp2: make([]byte, 0, 1024)} }}
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{tmp: make([]byte, 0, 1024), tmp2: make([]byte, 0, 1024), args: make([]byte, 0, 1024), view: make([]byte, 0, 1024)}
+}}
+
+// maxPooledScratch keeps one huge request from pinning its scratch memory
+// in the pool.
+const maxPooledScratch = 1 << 20
 
 type parser struct {
 	*scratch
@@ -46,27 +52,56 @@ type parser struct {
 	lastAssistant bool
 }
 
-func parse(body []byte, meta []string) (t *Trajectory, err error) {
+func parse(body []byte, meta []string) (*Trajectory, error) {
+	return parseBody(body, meta, (*parser).chat)
+}
+
+// parseBody is the frame every wire format is parsed in: validation, the
+// pooled scratch memory, the arena and the recover that keeps a parser bug
+// from taking the proxy down (it fails open). walk reads the body's
+// top-level object (root) and fills p.t with the format-neutral builders
+// (assistant, setArgs, findCall, setResult, user, text, rawStr).
+//
+// root is the caller's body, read in place: walk must keep nothing that
+// views it. rawStr, text and setArgs copy what they keep into the arena;
+// peek and textView are for looks that end before parseBody returns.
+func parseBody(body []byte, meta []string, walk func(p *parser, root string) error) (t *Trajectory, err error) {
 	defer func() {
 		// Parse must never take the proxy down: a bug here fails open.
 		if r := recover(); r != nil {
 			t, err = nil, fmt.Errorf("%w: internal error: %v", ErrMalformed, r)
 		}
 	}()
-	if !gjson.ValidBytes(body) {
+	if !validJSON(body) {
 		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
 	}
 	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
-	// One copy of the body backs every string of the trajectory.
-	p := &parser{scratch: s, ar: newArena(len(body) + len(body)/4 + 1024), meta: meta, t: &Trajectory{}}
-	src := p.ar.copy(unsafeString(body))
+	defer func() {
+		if max(cap(s.tmp), cap(s.tmp2), cap(s.args), cap(s.view)) <= maxPooledScratch {
+			scratchPool.Put(s)
+		}
+	}()
+	// Only the strings the trajectory keeps are copied (or unescaped) into
+	// the arena: not the body, then its strings again. It is sized for the
+	// usual case, tool results making up most of the body.
+	p := &parser{scratch: s, ar: newArena(len(body) + 1024), meta: meta, t: &Trajectory{}}
+	src := unsafeString(body)
 	i := skipSpace(src, 0)
 	if i >= len(src) || src[i] != '{' {
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
+	p.t.meta = meta
+	p.t.Steps = make([]Step, 0, 16)
+	if err := walk(p, src[i:]); err != nil {
+		return nil, err
+	}
+	return p.t, nil
+}
+
+// chat walks a chat-completions body: {"model", "messages": [...]}.
+func (p *parser) chat(root string) (err error) {
 	var msgs, model string
-	eachMember(src[i:], func(k, v string) bool {
+	eachMember(root, func(k, v string) bool {
 		switch {
 		case rawKeyIs(k, "messages"):
 			msgs = v
@@ -76,14 +111,12 @@ func parse(body []byte, meta []string) (t *Trajectory, err error) {
 		return true
 	})
 	if msgs == "" {
-		return nil, fmt.Errorf("%w: no messages", ErrMalformed)
+		return fmt.Errorf("%w: no messages", ErrMalformed)
 	}
 	if rawKind(msgs) != '[' {
-		return nil, fmt.Errorf("%w: messages is not an array", ErrMalformed)
+		return fmt.Errorf("%w: messages is not an array", ErrMalformed)
 	}
-	p.t.meta = meta
 	p.t.Model = p.rawStr(model)
-	p.t.Steps = make([]Step, 0, 16)
 	idx := 0
 	eachElement(msgs, func(m string) bool {
 		if err = p.message(idx, m); err != nil {
@@ -93,21 +126,25 @@ func parse(body []byte, meta []string) (t *Trajectory, err error) {
 		return true
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.t.Messages = idx
-	return p.t, nil
+	return nil
 }
 
-// rawStr returns a raw JSON string's value; a string without escapes is a
-// view of the arena copy of the body, others are unescaped into the arena.
-func (p *parser) rawStr(v string) string {
+// rawStr returns a raw JSON string's value as a string the Trajectory may
+// keep: copied, or unescaped, into the arena; "" for any other kind.
+func (p *parser) rawStr(v string) string { return p.ar.rawStr(v) }
+
+// peek returns a raw JSON string's value for a comparison that ends before
+// Parse returns: a view of the body, unless it has escapes (then it is
+// unescaped into the arena, which is rare for roles, ids and types).
+func (p *parser) peek(v string) string {
 	if rawKind(v) != '"' || len(v) < 2 {
 		return ""
 	}
-	body := v[1 : len(v)-1]
-	if strings.IndexByte(body, '\\') < 0 {
-		return body // already in the arena
+	if body := v[1 : len(v)-1]; strings.IndexByte(body, '\\') < 0 {
+		return body
 	}
 	return p.ar.rawStr(v)
 }
@@ -141,14 +178,14 @@ func (p *parser) message(i int, m string) error {
 	if rawKind(role) != '"' {
 		return fmt.Errorf("%w: message %d has no role", ErrMalformed, i)
 	}
-	switch p.rawStr(role) {
+	switch p.peek(role) {
 	case "assistant":
 		p.assistant(i, content, reasoning, toolCalls, fnCall)
 		p.lastAssistant = true
 	case "tool":
 		p.toolResult(i, toolCallID, "", content)
 	case "function":
-		p.toolResult(i, "", p.rawStr(name), content)
+		p.toolResult(i, "", p.peek(name), content)
 	case "user":
 		p.user(i, content)
 	default:
@@ -157,55 +194,85 @@ func (p *parser) message(i int, m string) error {
 	return nil
 }
 
-// text returns content as a string: a plain string, or the text parts of
-// an array joined by newlines.
+// text returns content as a string the Trajectory may keep: a plain
+// string, or the text parts of an array joined by newlines.
 func (p *parser) text(c string) string {
 	switch rawKind(c) {
 	case '"':
 		return p.rawStr(c)
 	case '[':
-		var parts []string
 		n := 0
-		eachElement(c, func(part string) bool {
-			txt := ""
-			switch rawKind(part) {
-			case '"':
-				txt = part
-			case '{':
-				typ := ""
-				eachMember(part, func(k, v string) bool {
-					switch {
-					case rawKeyIs(k, "type"):
-						typ = p.rawStr(v)
-					case rawKeyIs(k, "text"):
-						txt = v
-					}
-					return true
-				})
-				if typ != "" && typ != "text" && typ != "input_text" && typ != "output_text" {
-					txt = ""
-				}
-			}
-			if rawKind(txt) == '"' {
-				parts = append(parts, p.rawStr(txt))
-				n += len(parts[len(parts)-1]) + 1
-			}
-			return true
-		})
-		if len(parts) == 1 {
-			return parts[0]
-		}
+		p.eachTextPart(c, func(raw string) { n += len(raw) - 1 }) // unescaping only shortens
 		p.ar.reserve(n)
 		m := p.ar.mark()
-		for i, s := range parts {
-			if i > 0 {
-				p.ar.buf = append(p.ar.buf, '\n')
-			}
-			p.ar.buf = append(p.ar.buf, s...)
-		}
+		p.ar.buf = p.appendParts(p.ar.buf, c)
 		return p.ar.since(m)
 	}
 	return ""
+}
+
+// textView is text for a look that ends before Parse returns (classifying
+// a user message): a view of the body or of scratch memory, valid until
+// the next textView.
+func (p *parser) textView(c string) string {
+	switch rawKind(c) {
+	case '"':
+		body := c[1 : len(c)-1]
+		if strings.IndexByte(body, '\\') < 0 {
+			return body
+		}
+		p.view = appendUnescaped(p.view[:0], body)
+	case '[':
+		p.view = p.appendParts(p.view[:0], c)
+	default:
+		return ""
+	}
+	return unsafeString(p.view)
+}
+
+// appendParts appends the text parts of a content array, unescaped and
+// joined by newlines.
+func (p *parser) appendParts(dst []byte, c string) []byte {
+	first := true
+	p.eachTextPart(c, func(raw string) {
+		if !first {
+			dst = append(dst, '\n')
+		}
+		first = false
+		dst = appendUnescaped(dst, raw[1:len(raw)-1])
+	})
+	return dst
+}
+
+// eachTextPart calls fn with the raw JSON string of every text part of a
+// content array: plain strings and {"type":"text"|"input_text"|
+// "output_text"|absent, "text": ...} objects.
+func (p *parser) eachTextPart(c string, fn func(raw string)) {
+	eachElement(c, func(part string) bool {
+		txt := ""
+		switch rawKind(part) {
+		case '"':
+			txt = part
+		case '{':
+			typ := ""
+			eachMember(part, func(k, v string) bool {
+				switch {
+				case rawKeyIs(k, "type"):
+					typ = p.peek(v)
+				case rawKeyIs(k, "text"):
+					txt = v
+				}
+				return true
+			})
+			if typ != "" && typ != "text" && typ != "input_text" && typ != "output_text" {
+				txt = ""
+			}
+		}
+		if rawKind(txt) == '"' && len(txt) >= 2 {
+			fn(txt)
+		}
+		return true
+	})
 }
 
 func (p *parser) newCalls(n int) []Call {
@@ -277,18 +344,21 @@ func (p *parser) function(c *Call, fn string) {
 		return true
 	})
 	c.Name = p.rawStr(name)
-	argText := args
-	if rawKind(args) == '"' {
-		argText = p.rawStr(args)
-	} // else Ollama and some clients send an object: use it as it is
+	argText := args // Ollama and some clients send an object: use it as it is
+	if rawKind(args) == '"' && len(args) >= 2 {
+		p.args = appendUnescaped(p.args[:0], args[1:len(args)-1])
+		argText = unsafeString(p.args)
+	}
 	p.setArgs(c, argText)
 }
 
 // setArgs canonicalises the argument text and computes the fingerprints.
+// argText may be a view of the body or of scratch memory: what the call
+// keeps is copied into the arena.
 func (p *parser) setArgs(c *Call, argText string) {
 	trimmed := strings.TrimSpace(argText)
 	k := rawKind(trimmed)
-	if (k == '{' || k == '[') && gjson.Valid(trimmed) {
+	if (k == '{' || k == '[') && validJSON(unsafeBytes(trimmed)) {
 		p.ar.reserve(len(trimmed))
 		m := p.ar.mark()
 		p.ar.buf = p.cs.appendCanonical(p.ar.buf, trimmed, 0, p.meta)
@@ -297,7 +367,7 @@ func (p *parser) setArgs(c *Call, argText string) {
 			c.Primary = p.primary(key, v)
 		}
 	} else {
-		c.Args = trimmed // a view of the arena: no copy needed
+		c.Args = p.ar.copy(trimmed)
 	}
 	h := newFNV().str(c.Name).byte(0).str(c.Args)
 	c.Fingerprint = uint64(h)
@@ -340,7 +410,7 @@ func (p *parser) findCall(rawID, fnName string) *Call {
 	steps := p.t.Steps
 	lo := max(0, len(steps)-64) // results follow their calls closely
 	if rawKind(rawID) == '"' {
-		id := p.rawStr(rawID)
+		id := p.peek(rawID)
 		for s := len(steps) - 1; s >= lo; s-- {
 			for k := range steps[s].Calls {
 				c := &steps[s].Calls[k]
@@ -407,13 +477,14 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 // task; tool output sent in user role becomes the previous step's result;
 // automated nudges change nothing.
 func (p *parser) user(i int, content string) {
-	txt := p.text(content)
 	afterAssistant := p.lastAssistant
 	p.lastAssistant = false
-	switch classifyUser(txt) {
+	// Most user messages are only classified: copy the text only when it
+	// becomes a result.
+	switch classifyUser(p.textView(content)) {
 	case userToolOutput:
 		if afterAssistant && len(p.t.Steps) > 0 {
-			p.attachUserResult(i, txt)
+			p.attachUserResult(i, p.text(content))
 		}
 	case userAutomated:
 	default:
@@ -446,7 +517,7 @@ func (p *parser) attachUserResult(i int, txt string) {
 	p.tmp = appendJSONEscaped(p.tmp, cmd)
 	p.tmp = append(p.tmp, `"}`...)
 	c.ResultMessage = -1
-	p.setArgs(c, p.ar.copy(unsafeString(p.tmp)))
+	p.setArgs(c, unsafeString(p.tmp))
 	p.setResult(c, i, txt)
 }
 
@@ -573,4 +644,12 @@ func unsafeString(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
+}
+
+// unsafeBytes views s as bytes for reading only.
+func unsafeBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }

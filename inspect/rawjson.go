@@ -1,6 +1,6 @@
 package inspect
 
-// A minimal walker over JSON already validated by gjson.ValidBytes. gjson's
+// A minimal walker over JSON already validated by validJSON. gjson's
 // ForEach and Get unescape every string value they pass (an allocation per
 // tool result); the walker only finds boundaries, and strings are unescaped
 // once, into the trajectory's arena, when they are wanted.

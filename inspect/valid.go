@@ -1,0 +1,222 @@
+package inspect
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// validJSON reports whether data is one JSON value with optional
+// surrounding whitespace. It accepts exactly what gjson.ValidBytes accepts
+// (RFC 8259; string bytes are not checked for UTF-8), which a differential
+// fuzz test holds it to, but it is faster and safer on request bodies:
+//
+//   - strings, most of a chat history's bytes, are scanned eight bytes at a
+//     time for the only bytes that matter in them (quote, backslash,
+//     control characters) instead of one byte per loop iteration;
+//   - nesting is tracked on an explicit stack, not by recursion, so a body
+//     of a million '[' cannot exhaust the goroutine stack (a fatal error
+//     that recover cannot catch).
+func validJSON(data []byte) bool {
+	var stk [32]byte
+	stack := stk[:0] // the closing byte of each open container
+	i := 0
+	ok := false
+	for {
+		// A value starts at i (after optional whitespace).
+		i = skipSpaceBytes(data, i)
+		if i >= len(data) {
+			return false
+		}
+		switch c := data[i]; c {
+		case '{':
+			i = skipSpaceBytes(data, i+1)
+			if i < len(data) && data[i] == '}' {
+				i++
+				break
+			}
+			stack = append(stack, '}')
+			if i, ok = validKey(data, i); !ok {
+				return false
+			}
+			continue
+		case '[':
+			i = skipSpaceBytes(data, i+1)
+			if i < len(data) && data[i] == ']' {
+				i++
+				break
+			}
+			stack = append(stack, ']')
+			continue
+		case '"':
+			if i, ok = validString(data, i+1); !ok {
+				return false
+			}
+		case 't':
+			if !hasWord(data, i, "true") {
+				return false
+			}
+			i += 4
+		case 'f':
+			if !hasWord(data, i, "false") {
+				return false
+			}
+			i += 5
+		case 'n':
+			if !hasWord(data, i, "null") {
+				return false
+			}
+			i += 4
+		default:
+			if i, ok = validNumber(data, i); !ok {
+				return false
+			}
+		}
+		// A value ended at i: close containers until the next member or
+		// element begins, or the document ends.
+		for {
+			i = skipSpaceBytes(data, i)
+			if len(stack) == 0 {
+				return i == len(data)
+			}
+			if i >= len(data) {
+				return false
+			}
+			top := stack[len(stack)-1]
+			if data[i] == top {
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			}
+			if data[i] != ',' {
+				return false
+			}
+			i++
+			if top == '}' {
+				if i, ok = validKey(data, skipSpaceBytes(data, i)); !ok {
+					return false
+				}
+			}
+			break
+		}
+	}
+}
+
+func skipSpaceBytes(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+func hasWord(data []byte, i int, w string) bool {
+	return len(data)-i >= len(w) && string(data[i:i+len(w)]) == w
+}
+
+// validKey checks `"key" :` at i and returns the index after the colon.
+func validKey(data []byte, i int) (int, bool) {
+	if i >= len(data) || data[i] != '"' {
+		return i, false
+	}
+	i, ok := validString(data, i+1)
+	if !ok {
+		return i, false
+	}
+	i = skipSpaceBytes(data, i)
+	if i >= len(data) || data[i] != ':' {
+		return i, false
+	}
+	return i + 1, true
+}
+
+// SWAR constants: one in every byte, and the high bit of every byte.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// specialBytes flags, in the high bit of each byte, the bytes of v that
+// are a quote, a backslash or below 0x20. The flags above the lowest one
+// may be false (a borrow runs upward), the lowest one never is.
+func specialBytes(v uint64) uint64 {
+	q := v ^ (lsb * '"')
+	b := v ^ (lsb * '\\')
+	return ((q-lsb)&^q | (b-lsb)&^b | (v-lsb*0x20)&^v) & msb
+}
+
+// validString checks a string body starting at i (after the opening
+// quote) and returns the index after the closing quote.
+func validString(data []byte, i int) (int, bool) {
+	for i < len(data) {
+		if len(data)-i >= 8 {
+			m := specialBytes(binary.LittleEndian.Uint64(data[i:]))
+			if m == 0 {
+				i += 8
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		}
+		switch c := data[i]; {
+		case c == '"':
+			return i + 1, true
+		case c == '\\':
+			if i+1 >= len(data) {
+				return i + 1, false
+			}
+			switch data[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if len(data)-i < 6 || !isHex(data[i+2]) || !isHex(data[i+3]) || !isHex(data[i+4]) || !isHex(data[i+5]) {
+					return i, false
+				}
+				i += 6
+			default:
+				return i, false
+			}
+		case c < 0x20:
+			return i, false
+		default:
+			i++
+		}
+	}
+	return i, false
+}
+
+// validNumber checks a JSON number at i: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func validNumber(data []byte, i int) (int, bool) {
+	if i < len(data) && data[i] == '-' {
+		i++
+	}
+	if i >= len(data) || !isDigit(data[i]) {
+		return i, false
+	}
+	if data[i] == '0' {
+		i++
+	} else {
+		for i < len(data) && isDigit(data[i]) {
+			i++
+		}
+	}
+	if i < len(data) && data[i] == '.' {
+		i++
+		if i >= len(data) || !isDigit(data[i]) {
+			return i, false
+		}
+		for i < len(data) && isDigit(data[i]) {
+			i++
+		}
+	}
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
+		}
+		if i >= len(data) || !isDigit(data[i]) {
+			return i, false
+		}
+		for i < len(data) && isDigit(data[i]) {
+			i++
+		}
+	}
+	return i, true
+}
