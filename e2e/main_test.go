@@ -13,5 +13,8 @@ func TestMain(m *testing.M) {
 		// (seconds later); they exit on their own and hold no connection.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		// fasthttp refreshes its cached Date header from one process-wide
+		// goroutine, started once and never stopped (header.go updateServerDate).
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 	)
 }

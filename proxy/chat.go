@@ -9,6 +9,7 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
@@ -30,11 +31,12 @@ type chatPipeline struct {
 	engine *inspect.Engine
 	policy *policy.Policy
 	inject *inject.Injector
+	obs    *observe.Observer
 	// storeTimeout bounds the policy's store calls of one request.
 	storeTimeout time.Duration
 }
 
-func newChatPipeline(cfg Config, log zerolog.Logger) (*chatPipeline, error) {
+func newChatPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*chatPipeline, error) {
 	engine, err := inspect.NewEngine(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("detect: %w", err)
@@ -54,6 +56,7 @@ func newChatPipeline(cfg Config, log zerolog.Logger) (*chatPipeline, error) {
 		engine:       engine,
 		policy:       pol,
 		inject:       in,
+		obs:          obs,
 		storeTimeout: 4 * pol.Config().StoreTimeout,
 	}, nil
 }
@@ -84,9 +87,8 @@ func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server) {
 	if pl.answer != nil {
 		writeAnswer(ctx, pl.answer)
 		setLoopHeaders(&ctx.Response.Header, &pl)
-		p.logPattern(p.log.Info(), &pl.decision).Str("session", pl.key).Str("action", string(pl.decision.Action)).
-			Str("category", string(pl.decision.Verdict.Category)).
-			Msg("loop terminated without calling the upstream")
+		s.respond(nil, ctx.Method(), ctx.Path(), nil, observe.ResponseInfo{Session: pl.key, Status: pl.answer.Status,
+			Duration: time.Since(pl.start), Bytes: int64(len(pl.answer.Body))})
 		if s.chatDone != nil {
 			ev := pl.event()
 			ev.Terminated, ev.Status = true, pl.answer.Status
@@ -132,6 +134,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 		return pl
 	}
 
+	t0 := time.Now()
 	traj, err := p.engine.Parse(body)
 	if err != nil {
 		p.failOpen(&pl, "unreadable_history", err)
@@ -139,6 +142,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 	}
 	verdict := p.engine.Inspect(traj)
 	pl.verdict = verdict
+	t1 := time.Now()
 
 	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
 	defer cancel()
@@ -151,18 +155,23 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 	if d.StoreFailed {
 		p.failOpen(&pl, "store", nil)
 	}
-	if verdict.Loop {
-		p.logPattern(p.log.Info(), &d).Str("session", pl.key).Str("category", string(verdict.Category)).
-			Float64("confidence", verdict.Confidence).
-			Str("action", string(d.Action)).Str("would", string(d.Would)).Int("level", d.Level).
-			Msg("loop detected")
+	// observe logs each detection and intervention (by pattern key and tool,
+	// never the arguments) and counts it.
+	info := observe.RequestInfo{Session: pl.key, Model: pl.model, Steps: len(traj.Steps), Decision: &pl.decision,
+		DetectDuration: t1.Sub(t0), StoreDuration: time.Since(t1)}
+	if n := len(traj.Steps); n > 0 {
+		if calls := traj.Steps[n-1].Calls; len(calls) > 0 {
+			info.Tool, info.Fingerprint = calls[len(calls)-1].Name, calls[len(calls)-1].Fingerprint
+		}
 	}
+	defer func() { p.obs.Request(info) }()
 
 	switch d.Action {
 	case policy.Terminate:
 		ans, err := p.inject.Terminate(body, loopOf(&d, false))
 		if err != nil {
 			p.failOpen(&pl, "terminate", err)
+			pl.decision.Action = policy.None
 			return pl
 		}
 		pl.answer = &ans
@@ -281,6 +290,7 @@ func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {
 	if pl != nil {
 		pl.failOpen = stage
 	}
+	p.obs.FailOpen(stage)
 	p.log.Warn().Str("stage", stage).AnErr("error", err).Msg("fail open: request passed through unchanged")
 }
 

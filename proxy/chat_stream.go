@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
@@ -285,27 +286,30 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 
 // finish records a cut in the session, so the next request tells the model
 // its answer degenerated, and returns o to the pool.
-func (o *chatObserver) finish(cause error) {
+func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 	saved := 0
 	if o.cut != nil && o.pl.maxTok > 0 {
 		saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
 	}
-	if o.cut != nil && !o.replaced && o.pl.key != "" {
-		c := policy.Cut{Category: o.cut.Category, Offset: o.cutOffset, TokensSaved: saved, At: o.cutAt}
-		ctx, cancel := context.WithTimeout(context.Background(), o.p.storeTimeout)
-		if err := o.p.policy.RecordCut(ctx, o.pl.key, c); err != nil {
-			o.p.failOpen(nil, "store", err)
+	info.Session = o.pl.key
+	if o.cut != nil && !o.replaced {
+		info.Cut = policy.Cut{Category: o.cut.Category, Offset: o.cutOffset, TokensSaved: saved, At: o.cutAt}
+		if o.pl.key != "" {
+			t := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), o.p.storeTimeout)
+			if err := o.p.policy.RecordCut(ctx, o.pl.key, info.Cut); err != nil {
+				o.p.failOpen(nil, "store", err)
+			}
+			cancel()
+			info.CutStoreDuration = time.Since(t)
 		}
-		cancel()
-		o.p.log.Info().Str("session", o.pl.key).Str("category", string(c.Category)).
-			Int64("offset", c.Offset).Int("tokens_saved", saved).Msg("degenerate answer cut")
+		o.p.log.Info().Str("session", o.pl.key).Str("category", string(info.Cut.Category)).
+			Int64("offset", info.Cut.Offset).Int("tokens_saved", saved).
+			Dur("detect_to_cut", time.Since(o.cutAt)).Msg("degenerate answer cut")
 	}
 	if o.done != nil {
 		ev := o.pl.event()
-		ev.Status = o.status
-		if ev.Status == 0 {
-			ev.Status, _ = upstreamErrorStatus(cause)
-		}
+		ev.Status = info.Status
 		ev.Cut, ev.CutOffset, ev.TokensSaved = o.cut, o.cutOffset, saved
 		o.done(&ev)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
 )
@@ -26,8 +27,9 @@ type responseObserver interface {
 	// body sees a complete non-streamed body and returns what the client gets.
 	body(status int, b []byte) []byte
 	// finish is called once when the response is over, with why it ended
-	// (nil: the upstream finished).
-	finish(cause error)
+	// (nil: the upstream finished); it completes info with what it knows
+	// (session, cut) before the response is logged and counted.
+	finish(cause error, info *observe.ResponseInfo)
 }
 
 // hopByHop are the headers that describe one connection, not the message,
@@ -92,10 +94,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		fasthttp.ReleaseResponse(resp)
 		status, code := upstreamErrorStatus(err)
 		writeError(ctx, status, "loopguard: upstream request failed: "+errorReason(err), "upstream_error", code)
-		if obs != nil {
-			obs.finish(err)
-		}
-		s.logRequest(ctx.Method(), ctx.Path(), start, status, headerLatency, 0, err)
+		s.respond(obs, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{
+			Status: status, UpstreamLatency: headerLatency, Duration: time.Since(start)})
 		return
 	}
 
@@ -126,7 +126,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		// Unknown or large length: stream it through without holding it.
 		method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
 		ctx.Response.SetBodyStream(&passBody{r: br, resp: resp, done: func(n int64, err error) {
-			s.logRequest(method, path, start, status, headerLatency, n, err)
+			s.respond(nil, method, path, err, observe.ResponseInfo{Status: status, UpstreamLatency: headerLatency,
+				Duration: time.Since(start), Bytes: n})
 		}}, n)
 		return
 	}
@@ -145,10 +146,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 			ctx.Response.SetBodyRaw(b)
 		}
 	}
-	if obs != nil {
-		obs.finish(err)
-	}
-	s.logRequest(ctx.Method(), ctx.Path(), start, ctx.Response.StatusCode(), headerLatency, written, err)
+	s.respond(obs, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{Status: ctx.Response.StatusCode(),
+		UpstreamLatency: headerLatency, Duration: time.Since(start), Bytes: written})
 }
 
 // buildUpstreamRequest copies the client's request into req: method, path
@@ -222,7 +221,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 	// What the stream writer needs is copied out now: RequestCtx must not be
 	// touched once the handler has returned.
 	conn := ctx.Conn()
-	method, path := string(ctx.Method()), string(ctx.Path())
+	method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
 	maxEvent := s.cfg.Stream.MaxEventBytes
 
 	var cause atomic.Pointer[error]
@@ -236,6 +235,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 		timer = time.AfterFunc(d-time.Since(start), func() { abort(errDeadline) })
 	}
 
+	s.obs.StreamOpened()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
 		var (
@@ -317,12 +317,8 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 			closeStream(resp, readErr)
 		}
 		fasthttp.ReleaseResponse(resp)
-		if obs != nil {
-			obs.finish(final)
-		}
-		s.log.Info().Str("method", method).Str("path", path).Int("status", status).
-			Dur("upstream_latency", headerLatency).Dur("ttfb", ttfb).Dur("duration", time.Since(start)).
-			Int64("bytes", written).Int("events", events).AnErr("end", final).Msg("stream")
+		s.respond(obs, method, path, final, observe.ResponseInfo{Status: status, Streamed: true,
+			UpstreamLatency: headerLatency, TTFB: ttfb, Duration: time.Since(start), Events: events, Bytes: written})
 	})
 }
 
@@ -382,9 +378,23 @@ func errorReason(err error) string {
 	return err.Error()
 }
 
-func (s *Server) logRequest(method, path []byte, start time.Time, status int, headerLatency time.Duration, bytes int64, err error) {
-	s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", status).Dur("upstream_latency", headerLatency).Dur("duration", time.Since(start)).
-		Int64("bytes", bytes).AnErr("error", err).Msg("request")
+// respond accounts for a finished response: the chat observer adds what it
+// knows, then one log line and the metrics.
+func (s *Server) respond(obs responseObserver, method, path []byte, cause error, info observe.ResponseInfo) {
+	info.Path = string(path)
+	if obs != nil {
+		obs.finish(cause, &info)
+	}
+	s.obs.Response(info)
+	e := s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", info.Status).
+		Dur("upstream_latency", info.UpstreamLatency).Dur("duration", info.Duration).Int64("bytes", info.Bytes)
+	if info.Streamed {
+		e = e.Dur("ttfb", info.TTFB).Int("events", info.Events)
+	}
+	if info.Session != "" {
+		e = e.Str("session", info.Session)
+	}
+	e.AnErr("end", cause).Msg("request")
 }
 
 // flushWriter flushes after every write, for raw pass-through of a stream

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"time"
 
+	"github.com/loopguard/loopguard/observe"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
 // Server is a running loopguard proxy. Create it with New, start it with
@@ -20,6 +26,10 @@ type Server struct {
 	chat *chatPipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
+
+	obs     *observe.Observer
+	metrics fasthttp.RequestHandler // GET /metrics
+	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -33,9 +43,32 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	s.chat, err = newChatPipeline(cfg, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.obs, err = observe.New(reg, log, observe.Options{MaxSessions: cfg.Policy.MaxSessions, LogContent: cfg.Log.Content})
 	if err != nil {
 		return nil, err
+	}
+	s.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.chat, err = newChatPipeline(cfg, log, s.obs)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := observe.NewAdmin(s.obs.Recorder(), observe.AdminOptions{
+		Token:   cfg.Admin.Token,
+		Control: s.chat.policy,
+		States:  s.chat.policy.Store(),
+		Config:  cfg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	adminHandler := fasthttpadaptor.NewFastHTTPHandler(admin)
+	s.admin = func(ctx *fasthttp.RequestCtx) {
+		// The admin API answers without a token only on loopback listeners;
+		// it reads the listener's address from the request context.
+		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
+		adminHandler(ctx)
 	}
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
@@ -86,6 +119,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
 	case string(path) == "/readyz":
 		s.ready(ctx)
+	case string(path) == "/metrics":
+		s.metrics(ctx)
+	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
+		s.admin(ctx)
 	case ctx.IsPost() && isChatPath(path):
 		s.chat.serve(ctx, s)
 	default:
