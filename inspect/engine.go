@@ -235,7 +235,7 @@ func sameOutcome(a, b *ev) bool {
 	if !a.has || !b.has {
 		return false
 	}
-	if a.outcome() == b.outcome() {
+	if a == b || a.outcome() == b.outcome() { // a == b: no need to hash it
 		return true
 	}
 	return a.isErr && b.isErr && a.err == b.err && a.meaningful

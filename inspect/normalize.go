@@ -13,12 +13,50 @@ import (
 // paths and trailing whitespace. Other numbers are kept: "3 failed" and
 // "2 failed" are different results.
 func appendNormalized(dst []byte, s string) []byte {
-	lineStart := len(dst)
-	_ = lineStart
+	// Bytes are copied in runs: only a word that may be volatile, a '/'
+	// that may start a temp path, ESC, CR and LF stop a run. A word is
+	// volatile only if it starts a word and begins with a digit, is all hex
+	// digits (8+) or spells "pid"; every other word, most of any text, is
+	// skipped whole.
+	run := 0 // start of the bytes not yet copied
 	for i := 0; i < len(s); {
 		c := s[i]
-		switch {
-		case c == 0x1b: // ANSI escape: ESC [ params final-byte
+		switch normClass[c] {
+		case ncPlain:
+			i++
+			continue
+		case ncWord:
+			// A word starting with g-z (but p), G-Z (but P) or '_' is never
+			// volatile; nor is the rest of a word entered mid-way (after a
+			// replacement or an escape sequence).
+			i = wordEnd(s, i+1)
+			continue
+		case ncMaybe:
+			if i > 0 && isWordByte(s[i-1]) {
+				i = wordEnd(s, i+1)
+				continue
+			}
+			j, hexOnly := i+1, isHex(c)
+			for j < len(s) && isWordByte(s[j]) {
+				hexOnly = hexOnly && isHex(s[j])
+				j++
+			}
+			if isDigit(c) || hexOnly && j-i >= 8 || j-i == 3 && (c == 'p' || c == 'P') {
+				if repl, n := volatileToken(s, i); n > 0 {
+					dst = append(dst, s[run:i]...)
+					dst = append(dst, repl...)
+					i += n
+					run = i
+					continue
+				}
+			}
+			i = j
+			continue
+		}
+		// ncSpecial
+		switch c {
+		case 0x1b: // ANSI escape: ESC [ params final-byte
+			dst = append(dst, s[run:i]...)
 			j := i + 1
 			if j < len(s) && s[j] == '[' {
 				j++
@@ -28,47 +66,61 @@ func appendNormalized(dst []byte, s string) []byte {
 				j++
 			}
 			i = min(j, len(s))
-			continue
-		case c == '\r':
+			run = i
+		case '\r':
+			dst = append(dst, s[run:i]...)
 			i++
-			continue
-		case c == '\n':
-			dst = trimTrailingBlank(dst)
+			run = i
+		case '\n':
+			dst = trimTrailingBlank(append(dst, s[run:i]...))
 			dst = append(dst, '\n')
 			i++
-			continue
-		case c == '/' && (i == 0 || !isWordByte(s[i-1])):
-			if n := tempPathLen(s[i:]); n > 0 {
-				dst = append(dst, "<tmp>"...)
-				i += n
-				continue
-			}
-		case isWordByte(c) && (i == 0 || !isWordByte(s[i-1])):
-			j := i
-			hexOnly := true
-			for j < len(s) && isWordByte(s[j]) {
-				hexOnly = hexOnly && isHex(s[j])
-				j++
-			}
-			// Only words that start with a digit, are all hex digits, or
-			// spell "pid" can be volatile: skip the rules for the rest,
-			// which is almost all text.
-			if isDigit(c) || hexOnly && j-i >= 8 || j-i == 3 && (c == 'p' || c == 'P') {
-				if repl, n := volatileToken(s, i); n > 0 {
-					dst = append(dst, repl...)
+			run = i
+		case '/':
+			if i == 0 || !isWordByte(s[i-1]) {
+				if n := tempPathLen(s[i:]); n > 0 {
+					dst = append(dst, s[run:i]...)
+					dst = append(dst, "<tmp>"...)
 					i += n
+					run = i
 					continue
 				}
 			}
-			// Copy the whole word so no rule fires inside it.
-			dst = append(dst, s[i:j]...)
-			i = j
-			continue
+			i++
 		}
-		dst = append(dst, c)
+	}
+	return trimTrailingBlank(append(dst, s[run:]...))
+}
+
+// Byte classes of appendNormalized.
+const (
+	ncPlain   = iota // copied as it is
+	ncWord           // a word byte that never starts a volatile word
+	ncMaybe          // a word byte that may start one: digits, a-f, A-F, p, P
+	ncSpecial        // ESC, CR, LF, '/'
+)
+
+var normClass = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		switch {
+		case b == 0x1b || b == '\r' || b == '\n' || b == '/':
+			t[c] = ncSpecial
+		case isHex(b) || b == 'p' || b == 'P':
+			t[c] = ncMaybe
+		case isWordByte(b):
+			t[c] = ncWord
+		}
+	}
+	return t
+}()
+
+// wordEnd returns the index of the first non-word byte at or after i.
+func wordEnd(s string, i int) int {
+	for i < len(s) && isWordByte(s[i]) {
 		i++
 	}
-	return trimTrailingBlank(dst)
+	return i
 }
 
 func trimTrailingBlank(b []byte) []byte {

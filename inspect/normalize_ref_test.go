@@ -1,0 +1,107 @@
+package inspect
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// appendNormalizedRef is the byte-at-a-time normaliser appendNormalized
+// replaced; the fuzz target below holds the fast one to it.
+func appendNormalizedRef(dst []byte, s string) []byte {
+	lineStart := len(dst)
+	_ = lineStart
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == 0x1b: // ANSI escape: ESC [ params final-byte
+			j := i + 1
+			if j < len(s) && s[j] == '[' {
+				j++
+				for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
+					j++
+				}
+				j++
+			}
+			i = min(j, len(s))
+			continue
+		case c == '\r':
+			i++
+			continue
+		case c == '\n':
+			dst = trimTrailingBlank(dst)
+			dst = append(dst, '\n')
+			i++
+			continue
+		case c == '/' && (i == 0 || !isWordByte(s[i-1])):
+			if n := tempPathLen(s[i:]); n > 0 {
+				dst = append(dst, "<tmp>"...)
+				i += n
+				continue
+			}
+		case isWordByte(c) && (i == 0 || !isWordByte(s[i-1])):
+			j := i
+			hexOnly := true
+			for j < len(s) && isWordByte(s[j]) {
+				hexOnly = hexOnly && isHex(s[j])
+				j++
+			}
+			// Only words that start with a digit, are all hex digits, or
+			// spell "pid" can be volatile: skip the rules for the rest,
+			// which is almost all text.
+			if isDigit(c) || hexOnly && j-i >= 8 || j-i == 3 && (c == 'p' || c == 'P') {
+				if repl, n := volatileToken(s, i); n > 0 {
+					dst = append(dst, repl...)
+					i += n
+					continue
+				}
+			}
+			// Copy the whole word so no rule fires inside it.
+			dst = append(dst, s[i:j]...)
+			i = j
+			continue
+		}
+		dst = append(dst, c)
+		i++
+	}
+	return trimTrailingBlank(dst)
+}
+
+var normalizeCases = []string{
+	"", "plain words only", "trailing blanks   \nnext\t \r\nline  ",
+	"\x1b[31mred\x1b[0m text \x1b", "\x1b[0m2024-01-31 12:00:00.123Z boot", "at 2024-01-31T12:00:00+02:00 and 12:34",
+	"id 3f2a1b4c5d and deadbeef and 12345678 and 1234567890123", "uuid 123e4567-e89b-12d3-a456-426614174000.",
+	"addr 0x7ffd1234abcd pid 4242 PID: 17 pid=9 pidx 3", "took 0.53s and 12ms, 3.2 seconds, 1m30s, 5 m",
+	"see /tmp/pytest-of-x/a.py: and a/tmp/b and /var/folders/xy/z", "x2024-01-31 ab2024 _12345678 p1d",
+	"café 0x12 0xZZ 1e10 3 failed", "\x1b[1;32m1234567890abcdef\x1b[m", "pid\n123", "line\r\n\r\n  \t\n",
+}
+
+func TestAppendNormalizedMatchesReference(t *testing.T) {
+	for _, s := range normalizeCases {
+		if got, want := string(appendNormalized(nil, s)), string(appendNormalizedRef(nil, s)); got != want {
+			t.Errorf("appendNormalized(%q) = %q; want %q", s, got, want)
+		}
+	}
+}
+
+func FuzzAppendNormalized(f *testing.F) {
+	for _, s := range normalizeCases {
+		f.Add(s)
+	}
+	if cases, err := filepath.Glob("testdata/parse/*.json"); err == nil {
+		for _, p := range cases {
+			if b, err := os.ReadFile(p); err == nil {
+				f.Add(string(b))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, want := string(appendNormalized([]byte("x"), s)), string(appendNormalizedRef([]byte("x"), s))
+		if got != want {
+			t.Fatalf("appendNormalized(%q) = %q; want %q", s, got, want)
+		}
+		if h, want := hashNormalized(s), uint64(newFNV().bytes(appendNormalizedRef(nil, s))); h != want {
+			t.Fatalf("hashNormalized(%q) = %x; want %x", s, h, want)
+		}
+	})
+}
