@@ -49,6 +49,8 @@ type chatObserver struct {
 	chunkStarted int    // a call that began in the current chunk, -1 if none
 	chunkFinish  bool   // the current chunk finished choice 0
 	replaced     bool   // a held call was replaced by LOOP_DETECTED
+
+	encoded bool // the answer is compressed: forward it uninspected
 }
 
 var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
@@ -75,7 +77,7 @@ func (o *chatObserver) release() {
 	o.acc.Reset()
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
-	o.terminal, o.held, o.holdChecked, o.replaced = o.terminal[:0], o.held[:0], 0, false
+	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -83,9 +85,18 @@ func (o *chatObserver) release() {
 func (o *chatObserver) header(status int, h *fasthttp.ResponseHeader) {
 	o.status = status
 	setLoopHeaders(h, o.pl)
+	// We asked for identity; an upstream that compresses anyway is passed
+	// through uninspected rather than parsed as garbage (proxy-notes P2).
+	if ce := h.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !asciiEqualFold(ce, "identity") {
+		o.encoded = true
+	}
 }
 
 func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
+	if o.encoded {
+		_, _ = w.Write(ev.Raw)
+		return false
+	}
 	if len(o.terminal) > 0 && o.cut == nil {
 		return o.holdEvent(ev, w)
 	}
@@ -245,7 +256,7 @@ func estimateTokens(n int64) int { return int((n + 3) / 4) }
 // body inspects a non-streamed chat answer: a degenerate text is cut at the
 // offset where the repetition began, with finish_reason set as for streams.
 func (o *chatObserver) body(status int, b []byte) []byte {
-	if status != fasthttp.StatusOK || !o.p.cfg.Stream.Cut || !gjson.ValidBytes(b) {
+	if status != fasthttp.StatusOK || o.encoded || !o.p.cfg.Stream.Cut || !gjson.ValidBytes(b) {
 		return nil
 	}
 	out := b

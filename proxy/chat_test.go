@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net/http"
@@ -265,5 +266,34 @@ func TestChatHoldToolCallsReplacesTerminalCall(t *testing.T) {
 				t.Errorf("replaced stream = %q; want the content chunk, no tool call, a stop chunk and [DONE]", answer)
 			}
 		})
+	}
+}
+
+func TestChatCompressedAnswerPassesUninspected(t *testing.T) {
+	// A degenerate answer, gzipped: loopguard cannot read it and must not
+	// touch it.
+	var gz strings.Builder
+	zw := gzip.NewWriter(&gz)
+	io.WriteString(zw, `{"choices":[{"index":0,"message":{"role":"assistant","content":"`+strings.Repeat("I will check it again. ", 200)+`"},"finish_reason":"stop"}]}`)
+	zw.Close()
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		io.WriteString(w, gz.String())
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := newClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != gz.String() || resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Errorf("compressed answer changed: %d bytes, encoding %q", len(b), resp.Header.Get("Content-Encoding"))
+	}
+	if ae := (<-got).header.Get("Accept-Encoding"); ae != "identity" {
+		t.Errorf("Accept-Encoding upstream = %q; want identity for an inspected request", ae)
 	}
 }
