@@ -7,13 +7,6 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-func parseJSON(s string) gjson.Result {
-	if !gjson.Valid(s) {
-		return gjson.Result{}
-	}
-	return gjson.Parse(s)
-}
-
 // toolThresholds returns the consecutive and windowed repeat thresholds
 // for a tool, per-tool overrides applied.
 func (in *inspection) toolThresholds(tool string) (int, int) {
@@ -277,25 +270,40 @@ func jaccard(a, b []uint64) float64 {
 	return float64(inter) / float64(len(a)+len(b)-inter)
 }
 
+// levenshtein is the edit distance of a and b (bytes), for len(a) <= 64,
+// with Myers' bit-vector algorithm in Hyyrö's formulation: one column of
+// the distance matrix per byte of b, held in two 64-bit words, instead of
+// len(a)*len(b) cells. paramDrift compares every windowed call's
+// arguments with the latest.
 func levenshtein(a, b string) int {
-	var row [65]int
-	for j := 0; j <= len(b); j++ {
-		row[j] = j
+	m := len(a)
+	if m == 0 {
+		return len(b)
 	}
-	for i := 1; i <= len(a); i++ {
-		prev := row[0]
-		row[0] = i
-		for j := 1; j <= len(b); j++ {
-			cur := row[j]
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			row[j] = min(row[j]+1, row[j-1]+1, prev+cost)
-			prev = cur
+	var peq [256]uint64 // bit i set in peq[c]: a[i] == c
+	for i := 0; i < m; i++ {
+		peq[a[i]] |= 1 << i
+	}
+	pv, mv := ^uint64(0), uint64(0) // vertical +1 / -1 deltas
+	last := uint64(1) << (m - 1)
+	d := m
+	for j := 0; j < len(b); j++ {
+		eq := peq[b[j]]
+		xv := eq | mv
+		xh := ((eq&pv)+pv)^pv | eq
+		ph := mv | ^(xh | pv)
+		mh := pv & xh
+		if ph&last != 0 {
+			d++
+		} else if mh&last != 0 {
+			d--
 		}
+		ph = ph<<1 | 1 // row 0 grows by one per column
+		mh <<= 1
+		pv = mh | ^(xv | ph)
+		mv = ph & xv
 	}
-	return row[len(b)]
+	return d
 }
 
 // paramDrift: the same tool called again and again with slightly changed
@@ -580,6 +588,70 @@ var editPairs = [...][2]string{
 var pathKeys = [...]string{"path", "file_path", "filePath", "target_file", "filename", "file", "absolute_path"}
 var contentKeys = [...]string{"content", "file_text", "contents", "text", "code"}
 
+// editKeys are the argument names editUndo reads, each once.
+var editKeys = func() map[string]int {
+	m := map[string]int{}
+	add := func(k string) {
+		if _, ok := m[k]; !ok {
+			m[k] = len(m)
+		}
+	}
+	for _, k := range pathKeys {
+		add(k)
+	}
+	for _, kp := range editPairs {
+		add(kp[0])
+		add(kp[1])
+	}
+	for _, k := range contentKeys {
+		add(k)
+	}
+	return m
+}()
+
+// editFields holds the raw values of editKeys in one arguments object,
+// read in one pass: the first member of each name, as gjson.Get (which
+// this replaced) finds it.
+type editFields struct{ vals [32]string }
+
+func (f *editFields) read(args string) {
+	eachMember(args, func(k, v string) bool {
+		if i, ok := editKeys[jsonString(k)]; ok && f.vals[i] == "" {
+			f.vals[i] = v
+		}
+		return true
+	})
+}
+
+func (f *editFields) get(k string) string { return f.vals[editKeys[k]] }
+
+// jsonString returns the value of a raw JSON string: a view when it has
+// no escapes, else unescaped as gjson does it (a rare case).
+func jsonString(raw string) string {
+	if len(raw) < 2 {
+		return ""
+	}
+	if body := raw[1 : len(raw)-1]; strings.IndexByte(body, '\\') < 0 {
+		return body
+	}
+	return gjson.Parse(raw).Str
+}
+
+// hashJSONString hashes the value of a raw JSON string without allocating
+// in the common case. Escapes other than \u decode the same in
+// appendUnescaped and gjson; \u escapes (lone surrogates differ) go to gjson.
+func (in *inspection) hashJSONString(raw string) uint64 {
+	body := raw[1 : len(raw)-1]
+	if strings.IndexByte(body, '\\') < 0 {
+		return hashString(body)
+	}
+	if strings.Contains(body, `\u`) {
+		return hashString(gjson.Parse(raw).Str)
+	}
+	in.w.tmp = appendUnescaped(in.w.tmp[:0], body)
+	return uint64(newFNV().bytes(in.w.tmp))
+}
+
 type edit struct {
 	a        int // event index
 	path     string
@@ -599,14 +671,15 @@ func (in *inspection) editUndo() (Detection, bool) {
 		if x.isErr || !strings.Contains(x.c.Args, `"`) {
 			continue
 		}
-		p := parseJSON(x.c.Args)
-		if !p.IsObject() {
+		if rawKind(x.c.Args) != '{' || !validJSON(unsafeBytes(x.c.Args)) {
 			continue
 		}
+		var f editFields
+		f.read(x.c.Args)
 		var path string
 		for _, k := range pathKeys {
-			if v := p.Get(k); v.Type == gjson.String {
-				path = v.Str
+			if v := f.get(k); rawKind(v) == '"' {
+				path = jsonString(v)
 				break
 			}
 		}
@@ -615,16 +688,16 @@ func (in *inspection) editUndo() (Detection, bool) {
 		}
 		e := edit{a: a, path: path}
 		for _, kp := range editPairs {
-			o, n := p.Get(kp[0]), p.Get(kp[1])
-			if o.Type == gjson.String && n.Type == gjson.String {
-				e.old, e.new = hashString(o.Str)|1, hashString(n.Str)|1
+			o, n := f.get(kp[0]), f.get(kp[1])
+			if rawKind(o) == '"' && rawKind(n) == '"' {
+				e.old, e.new = in.hashJSONString(o)|1, in.hashJSONString(n)|1
 				break
 			}
 		}
 		if e.old == 0 {
 			for _, k := range contentKeys {
-				if v := p.Get(k); v.Type == gjson.String {
-					e.content = hashString(v.Str) | 1
+				if v := f.get(k); rawKind(v) == '"' {
+					e.content = in.hashJSONString(v) | 1
 					break
 				}
 			}

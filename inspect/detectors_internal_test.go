@@ -1,0 +1,74 @@
+package inspect
+
+import (
+	"strings"
+	"testing"
+)
+
+// levenshteinRef is the dynamic-programming edit distance levenshtein
+// replaced.
+func levenshteinRef(a, b string) int {
+	row := make([]int, len(b)+1)
+	for j := range row {
+		row[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		prev := row[0]
+		row[0] = i
+		for j := 1; j <= len(b); j++ {
+			cur := row[j]
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			row[j] = min(row[j]+1, row[j-1]+1, prev+cost)
+			prev = cur
+		}
+	}
+	return row[len(b)]
+}
+
+var levenshteinCases = []struct {
+	a, b string
+	want int
+}{
+	{"", "", 0},
+	{"", "abc", 3},
+	{"abc", "", 3},
+	{"kitten", "sitting", 3},
+	{"foo", "fo0", 1},
+	{`{"path":"a.go"}`, `{"path":"b.go"}`, 1},
+	{"abcdef", "fedcba", 6},
+	{strings.Repeat("a", 64), strings.Repeat("a", 63) + "b", 1},
+	{strings.Repeat("ab", 32), strings.Repeat("ba", 32), 2},
+	{strings.Repeat("x", 64), "", 64},
+}
+
+func TestLevenshtein(t *testing.T) {
+	for _, tt := range levenshteinCases {
+		if got := levenshtein(tt.a, tt.b); got != tt.want {
+			t.Errorf("levenshtein(%q, %q) = %d; want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+// FuzzLevenshtein holds the bit-vector distance to the matrix one.
+func FuzzLevenshtein(f *testing.F) {
+	for _, tt := range levenshteinCases {
+		f.Add(tt.a, tt.b)
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		if len(a) > 64 {
+			a = a[:64]
+		}
+		if got, want := levenshtein(a, b), levenshteinRef(a, b); got != want {
+			t.Fatalf("levenshtein(%q, %q) = %d; want %d", a, b, got, want)
+		}
+	})
+}
+
+func TestEditKeysFit(t *testing.T) {
+	if n, max := len(editKeys), len(editFields{}.vals); n > max {
+		t.Fatalf("len(editKeys) = %d; editFields holds %d", n, max)
+	}
+}
