@@ -290,7 +290,7 @@ func levenshtein(a, b string) int {
 	for j := 0; j < len(b); j++ {
 		eq := peq[b[j]]
 		xv := eq | mv
-		xh := ((eq&pv)+pv)^pv | eq
+		xh := ((eq & pv) + pv) ^ pv | eq
 		ph := mv | ^(xh | pv)
 		mh := pv & xh
 		if ph&last != 0 {
