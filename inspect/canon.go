@@ -1,6 +1,8 @@
 package inspect
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -95,7 +97,7 @@ func (a *arena) copy(s string) string {
 // fail the whole request, the body was validated already anyway.
 func appendUnescaped(dst []byte, s string) []byte {
 	for {
-		i := strings.IndexByte(s, '\\')
+		i := indexBackslash(s)
 		if i < 0 {
 			return append(dst, s...)
 		}
@@ -132,6 +134,27 @@ func appendUnescaped(dst []byte, s string) []byte {
 		}
 		s = s[2:]
 	}
+}
+
+// indexBackslash is strings.IndexByte(s, '\\') tuned for text with an
+// escape every few dozen bytes (tool output is full of \n): the first 64
+// bytes are searched eight at a time in a register, and only a longer
+// run without escapes goes to the vectorised IndexByte, whose call costs
+// more than a short search.
+func indexBackslash(s string) int {
+	const bs = lsb * '\\'
+	i := 0
+	for lim := min(len(s), 64) - 8; i <= lim; i += 8 {
+		v := binary.LittleEndian.Uint64(unsafeBytes(s[i : i+8]))
+		x := v ^ bs
+		if m := (x - lsb) &^ x & msb; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if j := strings.IndexByte(s[i:], '\\'); j >= 0 {
+		return i + j
+	}
+	return -1
 }
 
 // decodeU decodes \uXXXX (with a following low surrogate when needed) and

@@ -118,15 +118,17 @@ func (p *parser) chat(root string) (err error) {
 	}
 	p.t.Model = p.rawStr(model)
 	idx := 0
-	eachElement(msgs, func(m string) bool {
-		if err = p.message(idx, m); err != nil {
-			return false
+	// Messages are walked member by member in one pass (membersAt), not
+	// bounded first and walked again: tool results make them large.
+	for i := skipSpace(msgs, 1); i < len(msgs) && msgs[i] != ']'; i = skipSpace(msgs, i) {
+		if msgs[i] == ',' {
+			i++
+			continue
+		}
+		if i, err = p.message(idx, msgs, i); err != nil {
+			return err
 		}
 		idx++
-		return true
-	})
-	if err != nil {
-		return err
 	}
 	p.t.Messages = idx
 	return nil
@@ -149,12 +151,14 @@ func (p *parser) peek(v string) string {
 	return p.ar.rawStr(v)
 }
 
-func (p *parser) message(i int, m string) error {
-	if rawKind(m) != '{' {
-		return fmt.Errorf("%w: message %d is not an object", ErrMalformed, i)
+// message reads the message starting at s[at] and returns the index just
+// past it.
+func (p *parser) message(i int, s string, at int) (int, error) {
+	if s[at] != '{' {
+		return 0, fmt.Errorf("%w: message %d is not an object", ErrMalformed, i)
 	}
 	var role, content, toolCalls, fnCall, reasoning, toolCallID, name string
-	eachMember(m, func(k, v string) bool {
+	end := membersAt(s, at, func(k, v string) bool {
 		switch {
 		case rawKeyIs(k, "role"):
 			role = v
@@ -176,7 +180,7 @@ func (p *parser) message(i int, m string) error {
 		return true
 	})
 	if rawKind(role) != '"' {
-		return fmt.Errorf("%w: message %d has no role", ErrMalformed, i)
+		return 0, fmt.Errorf("%w: message %d has no role", ErrMalformed, i)
 	}
 	switch p.peek(role) {
 	case "assistant":
@@ -191,7 +195,7 @@ func (p *parser) message(i int, m string) error {
 	default:
 		// system, developer and unknown roles carry no step.
 	}
-	return nil
+	return end, nil
 }
 
 // text returns content as a string the Trajectory may keep: a plain

@@ -53,7 +53,18 @@ func valueEnd(s string, i int) int {
 // It jumps from quote to quote with IndexByte (vectorised) and counts the
 // backslashes before each: tool results are long strings.
 func stringEnd(s string, i int) int {
-	for j := i + 1; j < len(s); {
+	// Keys, roles and ids end within a few bytes, before a call to
+	// IndexByte pays off.
+	j := i + 1
+	for lim := min(len(s), i+24); j < lim; j++ {
+		switch s[j] {
+		case '"':
+			return j + 1
+		case '\\':
+			j++ // the escaped byte cannot end the string
+		}
+	}
+	for j < len(s) {
 		q := strings.IndexByte(s[j:], '"')
 		if q < 0 {
 			return len(s)
@@ -78,26 +89,37 @@ func eachMember(obj string, fn func(key, val string) bool) {
 	if i >= len(obj) || obj[i] != '{' {
 		return
 	}
+	membersAt(obj, i, fn)
+}
+
+// membersAt is eachMember for the object starting at s[i] (a '{') inside
+// a larger text; it returns the index just past the object (len(s) if fn
+// stopped early). A walker of an array of large objects learns each
+// element's end this way instead of scanning every element twice.
+func membersAt(s string, i int, fn func(key, val string) bool) int {
 	i++
 	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] == '}' {
-			return
+		i = skipSpace(s, i)
+		if i >= len(s) {
+			return len(s)
 		}
-		if obj[i] == ',' {
+		if s[i] == '}' {
+			return i + 1
+		}
+		if s[i] == ',' {
 			i++
 			continue
 		}
-		ke := stringEnd(obj, i)
-		key := obj[i:ke]
-		i = skipSpace(obj, ke)
-		if i < len(obj) && obj[i] == ':' {
+		ke := stringEnd(s, i)
+		key := s[i:ke]
+		i = skipSpace(s, ke)
+		if i < len(s) && s[i] == ':' {
 			i++
 		}
-		i = skipSpace(obj, i)
-		ve := valueEnd(obj, i)
-		if !fn(key, obj[i:ve]) {
-			return
+		i = skipSpace(s, i)
+		ve := valueEnd(s, i)
+		if !fn(key, s[i:ve]) {
+			return len(s)
 		}
 		i = ve
 	}
