@@ -51,6 +51,13 @@ type chatObserver struct {
 	replaced     bool   // a held call was replaced by LOOP_DETECTED
 
 	encoded bool // the answer is compressed: forward it uninspected
+
+	// tail = "trim": events held until TrimWindow content bytes follow them.
+	trim       bool
+	text0      int64 // choice 0 content bytes so far
+	cutInText0 bool  // the cut came from choice 0's content
+	trimQ      []trimmed
+	trimBuf    []byte
 }
 
 var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
@@ -61,6 +68,7 @@ func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObse
 	if p.cfg.Stream.HoldToolCalls && pl.stream {
 		o.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
 	}
+	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut
 	return o
 }
 
@@ -78,6 +86,7 @@ func (o *chatObserver) release() {
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
+	o.trim, o.text0, o.cutInText0, o.trimQ, o.trimBuf = false, 0, false, o.trimQ[:0], o.trimBuf[:0]
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -100,6 +109,9 @@ func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	if len(o.terminal) > 0 && o.cut == nil {
 		return o.holdEvent(ev, w)
 	}
+	if o.trim && o.cut == nil {
+		return o.trimEvent(ev, w)
+	}
 	// Forward first: inspection never holds back content.
 	_, _ = w.Write(ev.Raw)
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
@@ -121,7 +133,11 @@ func (o *chatObserver) delta(d sse.Delta) {
 		return
 	}
 	o.bytes += int64(len(d.Content) + len(d.Reasoning))
+	if d.Choice == 0 {
+		o.text0 += int64(len(d.Content))
+	}
 	if len(d.Content) > 0 && o.watch(&o.content[d.Choice], d.Content) {
+		o.cutInText0 = d.Choice == 0
 		return
 	}
 	if len(d.Reasoning) > 0 && o.watch(&o.reason[d.Choice], d.Reasoning) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -133,8 +134,9 @@ func TestChatMalformedBodyPassesThrough(t *testing.T) {
 	}
 }
 
-// degenerateSSE streams a text that repeats one sentence forever, and
-// reports how many events it had left when the proxy closed the connection.
+// degenerateSSE streams a text that repeats one sentence until the client
+// goes away (at most 10 s), and reports how many events it had sent when the
+// proxy closed the connection (0 if it never did).
 func degenerateSSE(t *testing.T, closed chan<- int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -142,16 +144,19 @@ func degenerateSSE(t *testing.T, closed chan<- int) http.HandlerFunc {
 			return fmt.Sprintf(`data: {"id":"chatcmpl-9","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`+"\n\n", s)
 		}
 		io.WriteString(w, chunk("Let me check the configuration file again. "))
-		const total = 2000
-		for i := 0; i < total; i++ {
+		deadline := time.Now().Add(10 * time.Second)
+		for i := 1; time.Now().Before(deadline); i++ {
 			if _, err := io.WriteString(w, chunk("I will now read the file to see the error. ")); err != nil {
-				closed <- total - i
+				closed <- i
 				return
 			}
 			w.(http.Flusher).Flush()
 			if r.Context().Err() != nil {
-				closed <- total - i
+				closed <- i
 				return
+			}
+			if i%50 == 0 {
+				time.Sleep(time.Millisecond) // a model's pace, roughly
 			}
 		}
 		closed <- 0
@@ -174,8 +179,8 @@ func TestChatStreamDegenerationIsCut(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if left := <-closed; left == 0 {
-		t.Errorf("upstream sent everything; the cut did not close its connection")
+	if sent := <-closed; sent == 0 {
+		t.Errorf("the upstream never saw its connection closed after the cut")
 	}
 	events := strings.Split(strings.TrimSuffix(answer, "\n\n"), "\n\n")
 	n := len(events)
@@ -295,5 +300,36 @@ func TestChatCompressedAnswerPassesUninspected(t *testing.T) {
 	}
 	if ae := (<-got).header.Get("Accept-Encoding"); ae != "identity" {
 		t.Errorf("Accept-Encoding upstream = %q; want identity for an inspected request", ae)
+	}
+}
+
+func TestChatStreamCutTail(t *testing.T) {
+	const sentence = "I will now read the file to see the error. "
+	tests := []struct {
+		tail                 string
+		minCopies, maxCopies int
+	}{
+		{TailKeep, 8, 1000}, // everything forwarded until the detector was sure
+		{TailTrim, 0, 1},    // cut where the repetition began
+	}
+	for _, tt := range tests {
+		t.Run(tt.tail, func(t *testing.T) {
+			closed := make(chan int, 1)
+			up, _ := upstreamRecorder(t, degenerateSSE(t, closed))
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Stream.Tail = tt.tail })
+			_, answer := postChat(t, base, "", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			<-closed
+			var text strings.Builder
+			for _, ev := range strings.Split(answer, "\n\n") {
+				text.WriteString(gjson.Get(strings.TrimPrefix(ev, "data: "), "choices.0.delta.content").String())
+			}
+			if !strings.HasPrefix(text.String(), "Let me check the configuration file again. ") {
+				t.Fatalf("client text = %q; want the healthy start kept", text.String())
+			}
+			n := strings.Count(text.String(), sentence)
+			if n < tt.minCopies || n > tt.maxCopies || !strings.Contains(answer, ": loopguard cut category=") {
+				t.Errorf("tail %s: client got %d copies of the repeated sentence; want %d..%d, and a cut", tt.tail, n, tt.minCopies, tt.maxCopies)
+			}
+		})
 	}
 }

@@ -70,6 +70,14 @@ type UpstreamConfig struct {
 type StreamConfig struct {
 	// Cut ends degenerate streams. Default true.
 	Cut bool `toml:"cut"`
+	// Tail says what the client keeps of a degenerate stream: "keep"
+	// (default: everything forwarded until the cut; nothing is held back) or
+	// "trim" (content events wait until TrimWindow bytes follow them, so the
+	// text can end where the repetition began).
+	Tail string `toml:"tail"`
+	// TrimWindow is the content bytes held back with tail = "trim". Default
+	// 2048: about the text the detector needs to be sure of a loop.
+	TrimWindow int `toml:"trim_window"`
 	// FinishReason is the finish_reason of a cut stream: "stop" (default) or "length".
 	FinishReason string `toml:"finish_reason"`
 	// HoldToolCalls holds the tool-call deltas of a streamed answer until each
@@ -82,6 +90,12 @@ type StreamConfig struct {
 	// raw pass-through without inspection. Default 16 MiB.
 	MaxEventBytes int `toml:"max_event_bytes"`
 }
+
+// The values of StreamConfig.Tail.
+const (
+	TailKeep = "keep"
+	TailTrim = "trim"
+)
 
 // LogConfig chooses the log output.
 type LogConfig struct {
@@ -119,6 +133,8 @@ func DefaultConfig() Config {
 		},
 		Stream: StreamConfig{
 			Cut:           true,
+			Tail:          TailKeep,
+			TrimWindow:    2048,
 			FinishReason:  "stop",
 			MaxEventBytes: 16 << 20,
 		},
@@ -162,6 +178,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Upstream.MaxConns <= 0 {
 		bad("upstream.max_conns", "must be > 0, got %d", c.Upstream.MaxConns)
+	}
+	switch c.Stream.Tail {
+	case TailKeep, TailTrim:
+	default:
+		bad("stream.tail", "must be keep or trim, got %q", c.Stream.Tail)
+	}
+	if c.Stream.Tail == TailTrim && c.Stream.TrimWindow <= 0 {
+		bad("stream.trim_window", "must be > 0 with tail = \"trim\", got %d", c.Stream.TrimWindow)
 	}
 	switch c.Stream.FinishReason {
 	case "stop", "length":
