@@ -22,6 +22,7 @@ type Metrics struct {
 	detections     *prometheus.CounterVec
 	interventions  *prometheus.CounterVec
 	cuts           *prometheus.CounterVec
+	cutDelay       prometheus.Histogram
 	tokensSaved    *prometheus.CounterVec
 	terminations   *prometheus.CounterVec
 	failOpen       *prometheus.CounterVec
@@ -111,6 +112,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "loopguard_streams_cut_total",
 			Help: "Degenerate answers cut short, by category.",
 		}, []string{"category"}),
+		cutDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "loopguard_cut_delay_seconds",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+			Help:    "Time from the arrival of an answer's first degenerate byte (where the repetition began) to the cut.",
+		}),
 		tokensSaved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loopguard_tokens_saved_total",
 			Help: "Estimated completion tokens not generated because an answer was cut (max_tokens minus tokens sent).",
@@ -161,7 +167,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.requests, m.duration, m.upstream, m.ttfb, m.activeStreams, m.events,
-		m.detections, m.interventions, m.cuts, m.tokensSaved, m.terminations,
+		m.detections, m.interventions, m.cuts, m.cutDelay, m.tokensSaved, m.terminations,
 		m.failOpen, m.storeLatency, m.detectDuration, m.recoveries,
 	}
 }
@@ -249,7 +255,10 @@ func (m *Metrics) termination(cat int) {
 	put(slot, m.terminations.WithLabelValues(string(categories[cat]))).Inc()
 }
 
-func (m *Metrics) cut(cat int, tokensSaved int) {
+func (m *Metrics) cut(cat int, tokensSaved int, delay time.Duration) {
+	if delay > 0 {
+		m.cutDelay.Observe(delay.Seconds())
+	}
 	slot := &m.cutsC[cat]
 	if b := slot.Load(); b != nil {
 		b.c.Inc()

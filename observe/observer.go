@@ -119,6 +119,9 @@ type ResponseInfo struct {
 	Cut policy.Cut
 	// CutStoreDuration is the time policy.RecordCut took.
 	CutStoreDuration time.Duration
+	// CutDelay is the time from the arrival of the first degenerate byte
+	// (Cut.Offset) to the cut; zero when unknown.
+	CutDelay time.Duration
 }
 
 // Request records a chat request after policy's decision: detections,
@@ -165,12 +168,12 @@ func (o *Observer) Response(info ResponseInfo) {
 	if info.Cut.Category == "" {
 		return
 	}
-	m.cut(categoryIndex(info.Cut.Category), info.Cut.TokensSaved)
+	m.cut(categoryIndex(info.Cut.Category), info.Cut.TokensSaved, info.CutDelay)
 	m.store(storeCut, info.CutStoreDuration)
 	o.rec.response(&info, o.now())
 	o.log.Info().Str("session", info.Session).Str("category", string(info.Cut.Category)).
 		Int64("offset", info.Cut.Offset).Int("tokens_saved", info.Cut.TokensSaved).
-		Msg("degenerate answer cut")
+		Dur("cut_delay", info.CutDelay).Msg("degenerate answer cut")
 }
 
 // StreamOpened counts an SSE relay starting; the Response with Streamed

@@ -58,6 +58,19 @@ type chatObserver struct {
 	cutInText0 bool  // the cut came from choice 0's content
 	trimQ      []trimmed
 	trimBuf    []byte
+
+	// arrivals remembers when recent events came and how far choice 0's
+	// content and reasoning had got, to time a cut from the arrival of the
+	// first degenerate byte.
+	arrivals  [128]arrival
+	nArrivals int
+	reason0   int64 // choice 0 reasoning bytes so far
+	cutSlot   int   // 1: the cut came from choice 0's content, 2: its reasoning, 0: elsewhere
+}
+
+type arrival struct {
+	at                 int64 // unix nanoseconds
+	content, reasoning int64
 }
 
 var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
@@ -87,6 +100,7 @@ func (o *chatObserver) release() {
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
 	o.trim, o.text0, o.cutInText0, o.trimQ, o.trimBuf = false, 0, false, o.trimQ[:0], o.trimBuf[:0]
+	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -135,12 +149,20 @@ func (o *chatObserver) delta(d sse.Delta) {
 	o.bytes += int64(len(d.Content) + len(d.Reasoning))
 	if d.Choice == 0 {
 		o.text0 += int64(len(d.Content))
+		o.reason0 += int64(len(d.Reasoning))
+		o.arrive()
 	}
 	if len(d.Content) > 0 && o.watch(&o.content[d.Choice], d.Content) {
 		o.cutInText0 = d.Choice == 0
+		if d.Choice == 0 {
+			o.cutSlot = 1
+		}
 		return
 	}
 	if len(d.Reasoning) > 0 && o.watch(&o.reason[d.Choice], d.Reasoning) {
+		if d.Choice == 0 {
+			o.cutSlot = 2
+		}
 		return
 	}
 	if d.Choice == 0 {
@@ -153,6 +175,35 @@ func (o *chatObserver) delta(d sse.Delta) {
 			o.compareCalls(d)
 		}
 	}
+}
+
+// arrive notes the time and choice 0's text offsets after a delta.
+func (o *chatObserver) arrive() {
+	o.arrivals[o.nArrivals%len(o.arrivals)] = arrival{at: time.Now().UnixNano(), content: o.text0, reasoning: o.reason0}
+	o.nArrivals++
+}
+
+// cutDelay is the time from the arrival of the first degenerate byte to
+// the cut, or 0 when the cut was not in choice 0's text. When that byte is
+// older than the remembered events, the oldest one bounds it from below.
+func (o *chatObserver) cutDelay() time.Duration {
+	if o.cutSlot == 0 || o.nArrivals == 0 {
+		return 0
+	}
+	n := min(o.nArrivals, len(o.arrivals))
+	first := o.arrivals[(o.nArrivals-n)%len(o.arrivals)].at
+	for i := o.nArrivals - n; i < o.nArrivals; i++ {
+		a := o.arrivals[i%len(o.arrivals)]
+		end := a.content
+		if o.cutSlot == 2 {
+			end = a.reasoning
+		}
+		if end > o.cutOffset {
+			first = a.at
+			break
+		}
+	}
+	return o.cutAt.Sub(time.Unix(0, first))
 }
 
 // watch feeds text to a (lazily created) detector and records a cut.
@@ -321,6 +372,7 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 	info.Session = o.pl.key
 	if o.cut != nil && !o.replaced {
 		info.Cut = policy.Cut{Category: o.cut.Category, Offset: o.cutOffset, TokensSaved: saved, At: o.cutAt}
+		info.CutDelay = o.cutDelay()
 		if o.pl.key != "" {
 			t := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), o.p.storeTimeout)
@@ -330,9 +382,6 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 			cancel()
 			info.CutStoreDuration = time.Since(t)
 		}
-		o.p.log.Info().Str("session", o.pl.key).Str("category", string(info.Cut.Category)).
-			Int64("offset", info.Cut.Offset).Int("tokens_saved", saved).
-			Dur("detect_to_cut", time.Since(o.cutAt)).Msg("degenerate answer cut")
 	}
 	if o.done != nil {
 		ev := o.pl.event()
