@@ -2,9 +2,13 @@ package proxy
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -89,4 +93,55 @@ func BenchmarkChatStream500Events(b *testing.B) {
 // BenchmarkForwardStream500 relays a 500-event stream without inspection.
 func BenchmarkForwardStream500Events(b *testing.B) {
 	benchProxy(b, "/v1/stream", chatBody(2<<10, false))
+}
+
+// BenchmarkCutLatency streams a degenerate answer at 100 events/s and
+// reports the time from the upstream writing the event that made the
+// detector sure to the upstream seeing its connection closed
+// (ms-to-close), and how many degenerate bytes the client had received
+// before the cut (bytes-to-detect).
+func BenchmarkCutLatency(b *testing.B) {
+	type result struct{ lastWrite, closed time.Time }
+	results := make(chan result, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		var last time.Time
+		for i := 0; i < 3000; i++ {
+			_, err := fmt.Fprintf(w, `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"I will read the file again. "},"finish_reason":null}]}`+"\n\n")
+			if err == nil {
+				w.(http.Flusher).Flush()
+				last = time.Now()
+			}
+			select {
+			case <-r.Context().Done():
+				results <- result{last, time.Now()}
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		results <- result{}
+	}))
+	defer up.Close()
+	_, base := startProxy(b, func(c *Config) { c.Upstream.URL = up.URL; c.Log.Level = "error" })
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	var total time.Duration
+	var bytesToDetect int
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, err := client.Post(base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		r := <-results
+		if r.closed.IsZero() {
+			b.Fatal("the stream was never cut")
+		}
+		total += r.closed.Sub(r.lastWrite)
+		bytesToDetect = strings.Count(string(body), "I will read the file again. ") * len("I will read the file again. ")
+	}
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-to-close")
+	b.ReportMetric(float64(bytesToDetect), "bytes-to-detect")
 }
