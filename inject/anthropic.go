@@ -35,7 +35,7 @@ func (in *Injector) ApplyAnthropic(body []byte, e Edit) (Result, error) {
 // Only the insertion point changes; every other byte is kept.
 func InsertAnthropic(body []byte, p Placement, text string) ([]byte, Placement, error) {
 	b := view(body)
-	if !gjson.Valid(b) {
+	if !gjson.Valid(b) || !gjson.Parse(b).IsObject() {
 		return nil, "", ErrMalformed
 	}
 	if p == System {
