@@ -980,9 +980,14 @@ func healthyCall(k int) fakellm.ToolCall {
 	}
 }
 
-// healthyResult is the environment's answer to a healthy call: the test
-// results change after every edit, and the last runs pass.
-func healthyResult(c toolCall) string {
+// healthyEnv returns the environment's answers to the healthy agent's calls:
+// the test results change after every edit, and the last runs pass.
+func healthyEnv() func(c toolCall) string {
+	healthyRuns := 0
+	return func(c toolCall) string { return healthyResult(c, &healthyRuns) }
+}
+
+func healthyResult(c toolCall, healthyRuns *int) string {
 	var a struct{ Path, Pattern, Command, Old, New string }
 	_ = json.Unmarshal([]byte(c.Args), &a)
 	switch {
@@ -995,9 +1000,9 @@ func healthyResult(c toolCall) string {
 	case a.Command == "go test ./pkg/...":
 		// Each edit fixes the test that failed first, so each run fails on
 		// a different test with a different message, and the last pass.
-		healthyRuns++
+		*healthyRuns++
 		var b strings.Builder
-		for _, name := range healthyTests[min(healthyRuns, len(healthyTests)):] {
+		for _, name := range healthyTests[min(*healthyRuns, len(healthyTests)):] {
 			fmt.Fprintf(&b, "--- FAIL: Test%s (0.00s)\n    %s_test.go:42: %s returned nil; want an error\n", name, strings.ToLower(name), name)
 		}
 		if b.Len() == 0 {
@@ -1005,22 +1010,34 @@ func healthyResult(c toolCall) string {
 		}
 		return b.String() + "FAIL\tpkg/handler\t0.12s"
 	default:
-		return fmt.Sprintf(" pkg/mod%d/handler.go | %d +-\n 1 file changed", healthyRuns, healthyRuns+1)
+		return fmt.Sprintf(" pkg/mod%d/handler.go | %d +-\n 1 file changed", *healthyRuns, *healthyRuns+1)
 	}
 }
 
 // healthyTests are the failing tests of the healthy agent's project.
 var healthyTests = []string{"ParseConfig", "RenderPage", "ServeFiles", "OpenStore", "CloseStore", "RotateLogs", "SignToken", "VerifyToken"}
 
-// healthyRuns counts the healthy agent's test runs; only
-// TestHealthyAgentUntouched uses it, sequentially.
-var healthyRuns int
-
 // TestHealthyAgentUntouched: a 50-turn agent that makes progress (different
 // files, tests re-run after different edits with changing results) is never
 // touched: every upstream body is the client's, byte for byte.
 func TestHealthyAgentUntouched(t *testing.T) {
-	healthyRuns = 0
+	tests := []struct {
+		name   string
+		agent  agentFunc
+		stream bool
+	}{
+		{"go-openai/json", goOpenAIAgent, false},
+		{"openai-go/stream", openaiGoAgent, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			healthyAgentRun(t, tt.agent, tt.stream)
+		})
+	}
+}
+
+func healthyAgentRun(t *testing.T, agent agentFunc, stream bool) {
 	fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Respond: func(r *fakellm.Request) fakellm.Response {
 		k := 0
 		gjson.GetBytes(r.Body, "messages").ForEach(func(_, m gjson.Result) bool {
@@ -1039,7 +1056,7 @@ func TestHealthyAgentUntouched(t *testing.T) {
 		{Role: "system", Content: "You are a coding agent."},
 		{Role: "user", Content: "Make every handler return its error and get the tests green."},
 	}
-	run := goOpenAIAgent(t, lg.URL, agentOpts{session: "healthy", maxTurns: healthyTurns + 5, result: healthyResult, start: start})
+	run := agent(t, lg.URL, agentOpts{session: "healthy", stream: stream, maxTurns: healthyTurns + 5, result: healthyEnv(), start: start})
 	if len(run.Turns) != healthyTurns+1 {
 		last := run.Turns[len(run.Turns)-1]
 		t.Errorf("agent ran %d turns; want %d (last: action %q, loop %q, error %q, content %.200q)",
