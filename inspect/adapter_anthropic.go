@@ -59,7 +59,7 @@ func (p *parser) anthropicMessage(i int, m string) error {
 	if rawKind(role) != '"' {
 		return fmt.Errorf("%w: message %d has no role", ErrMalformed, i)
 	}
-	switch p.rawStr(role) {
+	switch p.peek(role) {
 	case "assistant":
 		p.anthropicAssistant(i, content)
 		p.lastAssistant = true

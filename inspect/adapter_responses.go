@@ -25,8 +25,8 @@ const (
 	AnthropicMessages API = "anthropic"
 )
 
-// adapter walks the validated body of one API into p.t. root is the arena
-// copy of the body, trimmed to its top-level object.
+// adapter walks the validated body of one API into p.t (see parseBody:
+// root is the caller's body, read in place, so nothing viewing it is kept).
 type adapter func(p *parser, root string) error
 
 // adapters maps each API to its walker. Chat completions has its own entry
@@ -59,35 +59,7 @@ func parseAPI(api API, body []byte, meta []string) (*Trajectory, error) {
 	if !ok {
 		return parse(body, meta)
 	}
-	return parseWith(body, meta, walk)
-}
-
-// parseWith is the frame every adapter runs in: validation, the pooled
-// scratch memory, one arena copy of the body and the recover that keeps a
-// parser bug from taking the proxy down (it fails open).
-func parseWith(body []byte, meta []string, walk adapter) (t *Trajectory, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("%w: internal error: %v", ErrMalformed, r)
-		}
-	}()
-	if !gjson.ValidBytes(body) {
-		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
-	}
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
-	p := &parser{scratch: s, ar: newArena(len(body) + len(body)/4 + 1024), meta: meta, t: &Trajectory{}}
-	src := p.ar.copy(unsafeString(body))
-	i := skipSpace(src, 0)
-	if i >= len(src) || src[i] != '{' {
-		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
-	}
-	p.t.meta = meta
-	p.t.Steps = make([]Step, 0, 16)
-	if err := walk(p, src[i:]); err != nil {
-		return nil, err
-	}
-	return p.t, nil
+	return parseBody(body, meta, walk)
 }
 
 // DetectAPI tells which API a request is in: by its path when the path
@@ -196,13 +168,13 @@ func (p *parser) responses(root string) error {
 			return fmt.Errorf("%w: input item %d is not an object", ErrMalformed, i)
 		}
 		f := responseFields(it)
-		typ := p.rawStr(f.typ)
+		typ := p.peek(f.typ)
 		if typ == "" && f.role != "" {
 			typ = "message" // EasyInputMessage: {"role","content"}
 		}
 		switch typ {
 		case "message":
-			role := p.rawStr(f.role)
+			role := p.peek(f.role)
 			if role != "assistant" {
 				open = false
 				if role == "user" {
