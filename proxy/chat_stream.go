@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"strconv"
 	"sync"
@@ -126,11 +127,25 @@ func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	if o.trim && o.cut == nil {
 		return o.trimEvent(ev, w)
 	}
-	// Forward first: inspection never holds back content.
-	_, _ = w.Write(ev.Raw)
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
+		_, _ = w.Write(ev.Raw)
 		return false
 	}
+	if bytes.Contains(ev.Data, toolCallsKey) {
+		// A chunk that may open a tool call or finish the calls is read
+		// before it is forwarded: when it shows that the call before it was
+		// a duplicate, the cut replaces it, so the agent never sees the
+		// start of a further call (an empty, unrunnable one).
+		_ = o.acc.Add(ev.Data, o.delta)
+		if o.cut != nil {
+			o.writeCut(w)
+			return true
+		}
+		_, _ = w.Write(ev.Raw)
+		return false
+	}
+	// Forward first: inspection never holds back content.
+	_, _ = w.Write(ev.Raw)
 	if err := o.acc.Add(ev.Data, o.delta); err != nil {
 		return false // an upstream error event or a chunk we cannot read: forward only
 	}
@@ -140,6 +155,9 @@ func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	o.writeCut(w)
 	return true
 }
+
+// toolCallsKey marks chunks that carry tool calls or finish them.
+var toolCallsKey = []byte(`"tool_calls"`)
 
 // delta inspects what one chunk added to one choice.
 func (o *chatObserver) delta(d sse.Delta) {
