@@ -211,6 +211,12 @@ func TestClassifyError(t *testing.T) {
 	if a, b := sig("No such file: /w/a.txt"), sig("No such file: /w/b.txt"); a == b {
 		t.Errorf("error signature lost the file name: %q", a)
 	}
+	if a, b := sig("FAIL: TestHandle1: got 9 errors"), sig("FAIL: TestHandle2: got 8 errors"); a == b {
+		t.Errorf("error signature lost the digits of a test name: %q", a)
+	}
+	if a, b := sig("FAIL: TestHandle1: got 9 errors"), sig("FAIL: TestHandle1: got 8 errors"); a != b {
+		t.Errorf("error signature differs by a count: %q vs %q", a, b)
+	}
 }
 
 // build makes a request body from a compact script: "bash:CMD=>RESULT"

@@ -581,10 +581,18 @@ func appendErrorSig(dst, tmp []byte, line string) ([]byte, []byte) {
 	for i := 0; i < len(tmp); {
 		c := tmp[i]
 		if isDigit(c) {
-			for i < len(tmp) && isDigit(tmp[i]) {
-				i++
+			j := i
+			for j < len(tmp) && isDigit(tmp[j]) {
+				j++
 			}
-			dst = append(dst, '#')
+			if i > 0 && isIdentByte(tmp[i-1]) {
+				// Digits inside a name (TestHandle2, test_v3) tell failures
+				// apart; only free-standing numbers are line numbers and counts.
+				dst = append(dst, tmp[i:j]...)
+			} else {
+				dst = append(dst, '#')
+			}
+			i = j
 			continue
 		}
 		if c == '/' || (c == '.' && i+1 < len(tmp) && tmp[i+1] == '/') {
@@ -620,6 +628,10 @@ func appendErrorSig(dst, tmp []byte, line string) ([]byte, []byte) {
 		i++
 	}
 	return dst, tmp
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 func isPathStop(c byte) bool {
