@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/tidwall/gjson"
 )
 
@@ -40,6 +41,16 @@ const (
 //
 // body is untrusted: SessionKey never panics and does not keep body.
 func SessionKey(header, body []byte) string {
+	return SessionKeyFor(inspect.ChatCompletions, header, body)
+}
+
+// SessionKeyFor is SessionKey for a request of any API loopguard guards: the
+// derived key hashes the same opening of the conversation, read in that API's
+// shape (Responses: instructions and input items; Anthropic Messages: system
+// and content blocks, tool_use ids for the first assistant turn). Anthropic
+// clients such as Claude Code put their session in metadata.user_id, which is
+// used like metadata.session_id.
+func SessionKeyFor(api inspect.API, header, body []byte) string {
 	if k := clientKey(header); k != "" {
 		return k
 	}
@@ -49,7 +60,12 @@ func SessionKey(header, body []byte) string {
 	if k := clientKey(stringBytes(gjson.GetBytes(body, "metadata.session_id"))); k != "" {
 		return k
 	}
-	return derivedKey(body)
+	if api == inspect.AnthropicMessages {
+		if k := clientKey(stringBytes(gjson.GetBytes(body, "metadata.user_id"))); k != "" {
+			return k
+		}
+	}
+	return derivedKey(api, body)
 }
 
 // stringBytes returns the raw text of a JSON string or number, nil for
@@ -99,7 +115,7 @@ func printable(b []byte) bool {
 
 // derivedKey hashes the opening of the conversation. Each field is written
 // with its length so that moving bytes between fields changes the hash.
-func derivedKey(body []byte) string {
+func derivedKey(api inspect.API, body []byte) string {
 	h := fnv.New64a()
 	var n [8]byte
 	field := func(s string) {
@@ -108,30 +124,113 @@ func derivedKey(body []byte) string {
 		h.Write([]byte(s))
 	}
 	field(gjson.GetBytes(body, "model").String())
+	var o opening
+	switch api {
+	case inspect.Responses:
+		o = responsesOpening(body)
+	case inspect.AnthropicMessages:
+		o = anthropicOpening(body)
+	default:
+		o = chatOpening(body)
+	}
+	field(o.system)
+	field(o.user)
+	field(o.assistant)
+	return derivedPrefix + hex16(h.Sum64())
+}
 
-	var system, user, assistant string
-	var haveSystem, haveUser, haveAssistant bool
+// opening is what identifies a conversation: its first system, user and
+// assistant turns.
+type opening struct {
+	system, user, assistant             string
+	haveSystem, haveUser, haveAssistant bool
+}
+
+func (o *opening) complete() bool { return o.haveSystem && o.haveUser && o.haveAssistant }
+
+func chatOpening(body []byte) (o opening) {
 	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "system", "developer":
-			if !haveSystem {
-				system, haveSystem = contentText(m.Get("content")), true
+			if !o.haveSystem {
+				o.system, o.haveSystem = contentText(m.Get("content")), true
 			}
 		case "user":
-			if !haveUser {
-				user, haveUser = contentText(m.Get("content")), true
+			if !o.haveUser {
+				o.user, o.haveUser = contentText(m.Get("content")), true
 			}
 		case "assistant":
-			if !haveAssistant {
-				assistant, haveAssistant = assistantTurn(m), true
+			if !o.haveAssistant {
+				o.assistant, o.haveAssistant = assistantTurn(m), true
 			}
 		}
-		return !(haveSystem && haveUser && haveAssistant)
+		return !o.complete()
 	})
-	field(system)
-	field(user)
-	field(assistant)
-	return derivedPrefix + hex16(h.Sum64())
+	return o
+}
+
+func anthropicOpening(body []byte) (o opening) {
+	o.system, o.haveSystem = contentText(gjson.GetBytes(body, "system")), true
+	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+		switch m.Get("role").String() {
+		case "user":
+			if !o.haveUser {
+				o.user, o.haveUser = contentText(m.Get("content")), true
+			}
+		case "assistant":
+			if !o.haveAssistant {
+				var ids strings.Builder
+				m.Get("content").ForEach(func(_, b gjson.Result) bool {
+					if b.Get("type").String() == "tool_use" {
+						ids.WriteString(b.Get("id").String())
+						ids.WriteByte(0)
+					}
+					return true
+				})
+				o.assistant, o.haveAssistant = ids.String(), true
+				if o.assistant == "" {
+					o.assistant = contentText(m.Get("content"))
+				}
+			}
+		}
+		return !o.complete()
+	})
+	return o
+}
+
+func responsesOpening(body []byte) (o opening) {
+	o.system, o.haveSystem = gjson.GetBytes(body, "instructions").String(), true
+	input := gjson.GetBytes(body, "input")
+	if input.Type == gjson.String {
+		o.user = input.String()
+		return o
+	}
+	input.ForEach(func(_, it gjson.Result) bool {
+		typ := it.Get("type").String()
+		switch {
+		case typ == "function_call" || typ == "custom_tool_call" || typ == "local_shell_call":
+			if !o.haveAssistant {
+				o.assistant, o.haveAssistant = it.Get("call_id").String(), true
+			}
+		case typ == "message" || typ == "":
+			switch it.Get("role").String() {
+			case "user":
+				if !o.haveUser {
+					o.user, o.haveUser = contentText(it.Get("content")), true
+				}
+			case "system", "developer":
+				if o.system == "" {
+					o.system = contentText(it.Get("content"))
+				}
+			case "assistant":
+				if !o.haveAssistant {
+					o.assistant, o.haveAssistant = contentText(it.Get("content")), true
+				}
+			}
+		}
+		return !o.complete()
+	})
+	return o
 }
 
 // assistantTurn identifies the first assistant turn by its tool-call ids,
