@@ -66,6 +66,7 @@ func (p *chatPipeline) Close() error { return p.policy.Close() }
 
 // plan is what the pipeline decided for one request.
 type plan struct {
+	api      inspect.API
 	key      string
 	decision policy.Decision
 	body     []byte           // the body to send upstream
@@ -80,9 +81,9 @@ type plan struct {
 }
 
 // serve handles one chat-completions request.
-func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server) {
+func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server, api inspect.API) {
 	body := ctx.Request.Body()
-	pl := p.decide(ctx, body)
+	pl := p.decide(ctx, api, body)
 	pl.start = time.Now()
 	if pl.answer != nil {
 		writeAnswer(ctx, pl.answer)
@@ -115,27 +116,28 @@ func (pl *plan) event() ChatEvent {
 
 // decide runs the pipeline up to the upstream call. It fails open: whatever
 // goes wrong, the plan falls back to sending the original body unchanged.
-func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
+func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []byte) (pl plan) {
+	pl.api = api
 	pl.body = body
 	pl.decision.Action = policy.None
 	defer func() {
 		if r := recover(); r != nil {
 			p.log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
-			pl = plan{key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
+			pl = plan{api: api, key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
 				stream: pl.stream, usage: pl.usage, model: pl.model}
 		}
 	}()
 	pl.readOptions(body)
 
 	pcfg := p.policy.Config()
-	pl.key = policy.SessionKey(ctx.Request.Header.Peek(pcfg.SessionHeader), body)
+	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), body)
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	if mode == policy.ModeOff {
 		return pl
 	}
 
 	t0 := time.Now()
-	traj, err := p.engine.Parse(body)
+	traj, err := p.engine.ParseAPI(api, body)
 	if err != nil {
 		p.failOpen(&pl, "unreadable_history", err)
 		return pl
@@ -168,7 +170,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, body []byte) (pl plan) {
 
 	switch d.Action {
 	case policy.Terminate:
-		ans, err := p.inject.Terminate(body, loopOf(&d, false))
+		ans, err := p.terminate(api, body, loopOf(&d, false))
 		if err != nil {
 			p.failOpen(&pl, "terminate", err)
 			pl.decision.Action = policy.None
@@ -198,7 +200,7 @@ func (pl *plan) readOptions(body []byte) {
 			pl.usage = v.Get("include_usage").Bool()
 		case "model":
 			pl.model = v.String()
-		case "max_tokens":
+		case "max_tokens", "max_output_tokens":
 			pl.maxTok = v.Int()
 		case "max_completion_tokens":
 			completionTokens = v.Int()
@@ -210,6 +212,17 @@ func (pl *plan) readOptions(body []byte) {
 	}
 }
 
+// terminate renders LOOP_DETECTED in the request's own API.
+func (p *chatPipeline) terminate(api inspect.API, body []byte, l inject.Loop) (inject.Response, error) {
+	switch api {
+	case inspect.Responses:
+		return p.inject.TerminateResponses(body, l)
+	case inspect.AnthropicMessages:
+		return p.inject.TerminateAnthropic(body, l)
+	}
+	return p.inject.Terminate(body, l)
+}
+
 // rewrite applies the decision's texts to body, or returns body unchanged
 // when inject cannot patch it.
 func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
@@ -217,11 +230,14 @@ func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte
 	if d.Cut != nil {
 		e.Degenerated = &inject.Degeneration{Category: d.Cut.Category}
 	}
+	// Collapsing needs chat messages: in the other APIs evidence indices
+	// count input items or content blocks, so the history is kept whole.
+	collapse := d.Collapse && pl.api == inspect.ChatCompletions
 	current := false
 	for _, c := range d.Constraints {
 		if c.Pattern == d.Pattern && (d.Action == policy.Constrain || d.Action == policy.Reset) {
 			current = true
-			e.Constraints = append(e.Constraints, loopOf(d, d.Collapse))
+			e.Constraints = append(e.Constraints, loopOf(d, collapse))
 			continue
 		}
 		e.Constraints = append(e.Constraints, activeConstraint(c))
@@ -233,10 +249,19 @@ func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte
 				e.Warnings = append(e.Warnings, loopOf(d, false))
 			}
 		case policy.Constrain, policy.Reset:
-			e.Constraints = append(e.Constraints, loopOf(d, d.Collapse))
+			e.Constraints = append(e.Constraints, loopOf(d, collapse))
 		}
 	}
-	res, err := p.inject.Apply(body, e)
+	var res inject.Result
+	var err error
+	switch pl.api {
+	case inspect.Responses:
+		res, err = p.inject.ApplyResponses(body, e)
+	case inspect.AnthropicMessages:
+		res, err = p.inject.ApplyAnthropic(body, e)
+	default:
+		res, err = p.inject.Apply(body, e)
+	}
 	if err != nil {
 		p.failOpen(pl, "inject", err)
 		return body

@@ -28,6 +28,8 @@ type chatObserver struct {
 	pl *plan
 
 	acc     sse.ChatAccumulator
+	racc    sse.ResponsesAccumulator // api = responses
+	aacc    sse.AnthropicAccumulator // api = anthropic
 	content [maxWatchedChoices]*inspect.Degeneration
 	reason  [maxWatchedChoices]*inspect.Degeneration
 	calls   []uint64 // CallKey of each completed tool call of choice 0
@@ -79,10 +81,11 @@ var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
 func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
 	o.p, o.pl, o.done = p, pl, done
-	if p.cfg.Stream.HoldToolCalls && pl.stream {
+	chat := pl.api == inspect.ChatCompletions
+	if p.cfg.Stream.HoldToolCalls && pl.stream && chat {
 		o.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
 	}
-	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut
+	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut && chat
 	return o
 }
 
@@ -97,6 +100,8 @@ func (o *chatObserver) release() {
 		}
 	}
 	o.acc.Reset()
+	o.racc.Reset()
+	o.aacc.Reset()
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
@@ -120,6 +125,9 @@ func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	if o.encoded {
 		_, _ = w.Write(ev.Raw)
 		return false
+	}
+	if o.pl.api != inspect.ChatCompletions {
+		return o.apiEvent(ev, w)
 	}
 	if len(o.terminal) > 0 && o.cut == nil {
 		return o.holdEvent(ev, w)
@@ -248,26 +256,32 @@ func (o *chatObserver) compareCalls(d sse.Delta) {
 	case d.ToolCallStarted >= 0:
 		complete = d.ToolCallStarted
 	}
-	for ; o.checked < complete; o.checked++ {
+	for ; o.checked < complete && o.cut == nil; o.checked++ {
 		name, args, ok := o.acc.ToolCallBytes(0, o.checked)
 		if !ok {
 			return
 		}
-		var key uint64
-		key, o.scratch = inspect.CallKey(o.scratch, string(name), string(args))
-		for _, k := range o.calls {
-			if k == key {
-				o.cut = &inspect.Detection{
-					Category: inspect.ToolRepetition,
-					Score:    1,
-					Evidence: inspect.Evidence{Element: string(name), Tool: string(name), Count: 2, Threshold: 2},
-				}
-				o.cutAt = time.Now()
-				return
-			}
-		}
-		o.calls = append(o.calls, key)
+		o.noteCall(name, args)
 	}
+}
+
+// noteCall compares a completed tool call with the earlier calls of the
+// answer and records a cut at the first duplicate.
+func (o *chatObserver) noteCall(name, args []byte) {
+	var key uint64
+	key, o.scratch = inspect.CallKey(o.scratch, string(name), string(args))
+	for _, k := range o.calls {
+		if k == key {
+			o.cut = &inspect.Detection{
+				Category: inspect.ToolRepetition,
+				Score:    1,
+				Evidence: inspect.Evidence{Element: string(name), Tool: string(name), Count: 2, Threshold: 2},
+			}
+			o.cutAt = time.Now()
+			return
+		}
+	}
+	o.calls = append(o.calls, key)
 }
 
 // writeCut ends the client's stream well-formed after a cut: a comment

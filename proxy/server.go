@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -123,18 +124,32 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metrics(ctx)
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
-	case ctx.IsPost() && isChatPath(path):
-		s.chat.serve(ctx, s)
+	case ctx.IsPost() && guardedAPI(path) != "":
+		s.chat.serve(ctx, s, guardedAPI(path))
 	default:
 		s.forward(ctx, ctx.Request.Body(), nil)
 	}
 }
 
-// isChatPath matches the chat-completions endpoint under any prefix
-// (/v1/chat/completions, /chat/completions, /openai/v1/chat/completions).
-func isChatPath(p []byte) bool {
-	const suffix = "/chat/completions"
-	return len(p) >= len(suffix) && string(p[len(p)-len(suffix):]) == suffix
+// guardedAPI names the API of the endpoints loopguard inspects, under any
+// prefix (/v1/chat/completions, /chat/completions, /openai/v1/responses,
+// /anthropic/v1/messages), and "" for everything else, which passes through.
+// Messages are matched only as /v1/messages or /messages so that OpenAI's
+// /v1/threads/{id}/messages is not mistaken for Anthropic's.
+func guardedAPI(p []byte) inspect.API {
+	switch {
+	case hasSuffixBytes(p, "/chat/completions"):
+		return inspect.ChatCompletions
+	case hasSuffixBytes(p, "/v1/responses") || string(p) == "/responses":
+		return inspect.Responses
+	case hasSuffixBytes(p, "/v1/messages") || string(p) == "/messages":
+		return inspect.AnthropicMessages
+	}
+	return ""
+}
+
+func hasSuffixBytes(b []byte, s string) bool {
+	return len(b) >= len(s) && string(b[len(b)-len(s):]) == s
 }
 
 // ready answers 200 when the upstream accepts a TCP connection.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/policy"
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
@@ -40,6 +41,9 @@ type Record struct {
 	// Session, when set, is sent as the session header, so records of one
 	// session escalate along one ladder.
 	Session string `json:"session,omitempty"`
+	// API is "chat", "responses" or "anthropic"; empty: told from the
+	// request's shape.
+	API string `json:"api,omitempty"`
 }
 
 // Result is one output line.
@@ -125,6 +129,11 @@ func checkRecords(recs []Record, firstLine int) error {
 	for i, r := range recs {
 		if len(bytes.TrimSpace(r.Request)) == 0 || r.Request[0] != '{' {
 			return fmt.Errorf("%w: record %d (%q): request must be a JSON object", ErrInput, i+firstLine, r.ID)
+		}
+		switch inspect.API(r.API) {
+		case "", inspect.ChatCompletions, inspect.Responses, inspect.AnthropicMessages:
+		default:
+			return fmt.Errorf("%w: record %d (%q): api must be chat, responses or anthropic, got %q", ErrInput, i+firstLine, r.ID, r.API)
 		}
 		if r.Expect != "" && r.Expect != "loop" && r.Expect != "no_loop" {
 			return fmt.Errorf("%w: record %d (%q): expect must be loop or no_loop, got %q", ErrInput, i+firstLine, r.ID, r.Expect)
@@ -234,13 +243,24 @@ func (r *Runner) answer(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.WriteString(w, `{"id":"chatcmpl-replay","object":"chat.completion","created":0,"model":"replay","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":0,"completion_tokens":1,"total_tokens":1}}`)
 }
 
+// apiPaths are the endpoints each API's records are sent to.
+var apiPaths = map[inspect.API]string{
+	inspect.ChatCompletions:   "/v1/chat/completions",
+	inspect.Responses:         "/v1/responses",
+	inspect.AnthropicMessages: "/v1/messages",
+}
+
 // Run replays one record and returns its result.
 func (r *Runner) Run(rec Record) Result {
 	res := Result{ID: rec.ID, Expect: rec.Expect, Action: string(policy.None)}
 	r.mu.Lock()
 	r.current = &rec
 	r.mu.Unlock()
-	req, err := http.NewRequest(http.MethodPost, r.base+"/v1/chat/completions", bytes.NewReader(rec.Request))
+	api := inspect.API(rec.API)
+	if api == "" {
+		api = inspect.DetectAPI("", rec.Request)
+	}
+	req, err := http.NewRequest(http.MethodPost, r.base+apiPaths[api], bytes.NewReader(rec.Request))
 	if err != nil {
 		res.Error = err.Error()
 		return res

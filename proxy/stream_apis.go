@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"bufio"
+
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/sse"
+)
+
+// apiEvent inspects one event of a Responses or Anthropic Messages stream
+// after forwarding it: output and reasoning text feed the degeneration
+// detectors, each completed function call is compared with the earlier
+// calls of the answer, and a cut ends the stream in that API's own shape.
+func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
+	_, _ = w.Write(ev.Raw)
+	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
+		return false
+	}
+	var err error
+	if o.pl.api == inspect.Responses {
+		err = o.racc.Add(ev.Data, o.update)
+	} else {
+		err = o.aacc.Add(ev.Data, o.update)
+	}
+	if err != nil || o.cut == nil {
+		return false
+	}
+	_, _ = w.Write(o.apiCutTail())
+	return true
+}
+
+// update inspects what one event of a Responses or Anthropic stream added.
+func (o *chatObserver) update(u sse.Update) {
+	if o.cut != nil {
+		return
+	}
+	o.bytes += int64(len(u.Text) + len(u.Reasoning))
+	o.text0 += int64(len(u.Text))
+	o.reason0 += int64(len(u.Reasoning))
+	o.arrive()
+	if len(u.Text) > 0 && o.watch(&o.content[0], u.Text) {
+		o.cutSlot = 1
+		return
+	}
+	if len(u.Reasoning) > 0 && o.watch(&o.reason[0], u.Reasoning) {
+		o.cutSlot = 2
+		return
+	}
+	if u.ToolCallDone < 0 {
+		return
+	}
+	var name, args []byte
+	var ok bool
+	if o.pl.api == inspect.Responses {
+		name, args, ok = o.racc.ToolCallBytes(u.ToolCallDone)
+	} else {
+		name, args, ok = o.aacc.ToolCallBytes(u.ToolCallDone)
+	}
+	if ok {
+		o.noteCall(name, args)
+	}
+}
+
+// apiCutTail renders the events that end a cut Responses or Anthropic
+// stream well-formed.
+func (o *chatObserver) apiCutTail() []byte {
+	category := string(o.cut.Category)
+	if o.pl.api == inspect.Responses {
+		c := inject.ResponsesCut{
+			Category:  category,
+			ID:        o.racc.ID(),
+			Model:     o.racc.Model(),
+			CreatedAt: o.racc.CreatedAt(),
+			Sequence:  o.racc.Sequence(),
+			Output:    o.racc.AppendOutput(nil),
+		}
+		if idx, id, text, ok := o.racc.OpenMessage(); ok {
+			c.Open = &inject.OpenMessage{Index: idx, ID: string(id), Text: string(text)}
+		}
+		return inject.AppendResponsesCut(nil, c)
+	}
+	c := inject.AnthropicCut{Category: category, OutputTokens: estimateTokens(o.bytes)}
+	c.OpenBlock, c.HasOpen = o.aacc.OpenBlock()
+	if o.cut.Category == inspect.ToolRepetition {
+		// The calls forwarded so far, the first duplicate included, are
+		// complete: let the agent run them.
+		c.StopReason = "tool_use"
+	}
+	return inject.AppendAnthropicCut(nil, c)
+}
