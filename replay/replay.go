@@ -22,8 +22,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
