@@ -1,9 +1,9 @@
 package inspect
 
 import (
+	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"strings"
 
-	"github.com/tidwall/gjson"
 )
 
 // CallKey fingerprints one tool call the way a trajectory's Call.Fingerprint
@@ -13,7 +13,7 @@ import (
 func CallKey(scratch []byte, name, args string) (uint64, []byte) {
 	trimmed := strings.TrimSpace(args)
 	h := newFNV().str(name).byte(0)
-	if k := rawKind(trimmed); (k == '{' || k == '[') && gjson.Valid(trimmed) {
+	if k := rawKind(trimmed); (k == '{' || k == '[') && jsonvalid.Valid(unsafeBytes(trimmed)) {
 		var cs canonScratch
 		scratch = cs.appendCanonical(scratch[:0], trimmed, 0, defaultMetadataArgs)
 		return uint64(h.bytes(scratch)), scratch

@@ -136,6 +136,12 @@ func appendUnescaped(dst []byte, s string) []byte {
 	}
 }
 
+// Byte-lane constants for searching eight bytes at a time in a uint64.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
 // indexBackslash is strings.IndexByte(s, '\\') tuned for text with an
 // escape every few dozen bytes (tool output is full of \n): the first 64
 // bytes are searched eight at a time in a register, and only a longer

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"slices"
 	"strings"
 
@@ -671,7 +672,7 @@ func (in *inspection) editUndo() (Detection, bool) {
 		if x.isErr || !strings.Contains(x.c.Args, `"`) {
 			continue
 		}
-		if rawKind(x.c.Args) != '{' || !validJSON(unsafeBytes(x.c.Args)) {
+		if rawKind(x.c.Args) != '{' || !jsonvalid.Valid(unsafeBytes(x.c.Args)) {
 			continue
 		}
 		var f editFields

@@ -3,6 +3,7 @@ package inspect
 import (
 	"errors"
 	"fmt"
+	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"slices"
 	"strings"
 	"sync"
@@ -72,7 +73,7 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 			t, err = nil, fmt.Errorf("%w: internal error: %v", ErrMalformed, r)
 		}
 	}()
-	if !validJSON(body) {
+	if !jsonvalid.Valid(body) {
 		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
 	}
 	s := scratchPool.Get().(*scratch)
@@ -362,7 +363,7 @@ func (p *parser) function(c *Call, fn string) {
 func (p *parser) setArgs(c *Call, argText string) {
 	trimmed := strings.TrimSpace(argText)
 	k := rawKind(trimmed)
-	if (k == '{' || k == '[') && validJSON(unsafeBytes(trimmed)) {
+	if (k == '{' || k == '[') && jsonvalid.Valid(unsafeBytes(trimmed)) {
 		p.ar.reserve(len(trimmed))
 		m := p.ar.mark()
 		p.ar.buf = p.cs.appendCanonical(p.ar.buf, trimmed, 0, p.meta)

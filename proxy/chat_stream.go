@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"strconv"
 	"sync"
 	"time"
@@ -355,7 +356,7 @@ func estimateTokens(n int64) int { return int((n + 3) / 4) }
 // body inspects a non-streamed chat answer: a degenerate text is cut at the
 // offset where the repetition began, with finish_reason set as for streams.
 func (o *chatObserver) body(status int, b []byte) []byte {
-	if status != fasthttp.StatusOK || o.encoded || !o.p.cfg.Stream.Cut || !gjson.ValidBytes(b) {
+	if status != fasthttp.StatusOK || o.encoded || !o.p.cfg.Stream.Cut || !jsonvalid.Valid(b) {
 		return nil
 	}
 	out := b

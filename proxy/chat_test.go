@@ -350,3 +350,46 @@ func TestChatStreamCutTail(t *testing.T) {
 		})
 	}
 }
+
+// A body nested millions deep must not crash the proxy: recursive JSON
+// validators overflow the goroutine stack, a fatal error recover cannot catch.
+func TestDeeplyNestedBodiesPassThrough(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(400)
+		io.WriteString(w, `{"error":{"message":"bad"}}`)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	deep := strings.Repeat("[", 8<<20)
+	for _, body := range []string{deep, `{"messages":` + deep, `{"input":` + deep, `{"model":"m","messages":[{"role":"user","content":` + deep} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/responses", "/v1/messages"} {
+			resp, err := newClient().Post(base+path, "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 400 || len((<-got).body) != len(body) {
+				t.Errorf("%s: status %d; want the upstream's 400 for the unchanged body", path, resp.StatusCode)
+			}
+		}
+	}
+}
+
+func TestDeeplyNestedAnswersPassThrough(t *testing.T) {
+	deep := strings.Repeat("[", 8<<20)
+	for _, tc := range []struct{ name, contentType, body string }{
+		{"stream", "text/event-stream", "data: {\"choices\":" + deep + "\n\ndata: [DONE]\n\n"},
+		{"json", "application/json", `{"choices":` + deep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.contentType)
+				io.WriteString(w, tc.body)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			resp, answer := postChat(t, base, "", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+			if resp.StatusCode != 200 || answer != tc.body {
+				t.Errorf("status %d, %d bytes; want the upstream's %d bytes unchanged", resp.StatusCode, len(answer), len(tc.body))
+			}
+		})
+	}
+}

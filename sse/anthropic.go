@@ -2,10 +2,10 @@ package sse
 
 import (
 	"bytes"
+	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"slices"
 	"unsafe"
 
-	"github.com/tidwall/gjson"
 )
 
 // block is one content block of an Anthropic message stream.
@@ -53,7 +53,7 @@ func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if !gjson.ValidBytes(data) || data[0] != '{' {
+	if !jsonvalid.Valid(data) || data[0] != '{' {
 		return ErrInvalidChunk
 	}
 	s := unsafe.String(unsafe.SliceData(data), len(data))

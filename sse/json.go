@@ -5,7 +5,7 @@ import (
 	"unicode/utf8"
 )
 
-// The helpers below walk JSON that gjson.Valid has already accepted. They
+// The helpers below walk JSON that jsonvalid.Valid has already accepted. They
 // exist because every gjson accessor unescapes each string value it touches
 // into a new string, and the strings of a chunk (content, tool arguments) are
 // exactly the ones that carry escapes. Walking raw tokens and unescaping

@@ -2,10 +2,10 @@ package sse
 
 import (
 	"bytes"
+	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"slices"
 	"unsafe"
 
-	"github.com/tidwall/gjson"
 )
 
 // Update is what one event of a Responses API or Anthropic Messages stream
@@ -74,7 +74,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if !gjson.ValidBytes(data) || data[0] != '{' {
+	if !jsonvalid.Valid(data) || data[0] != '{' {
 		return ErrInvalidChunk
 	}
 	// A view of data for the walk; nothing of it is kept without a copy.

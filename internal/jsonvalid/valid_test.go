@@ -1,4 +1,4 @@
-package inspect
+package jsonvalid
 
 import (
 	"os"
@@ -50,26 +50,26 @@ var validCases = []struct {
 	{"deep unbalanced", strings.Repeat("[", 5000) + strings.Repeat("]", 4999), false},
 }
 
-func TestValidJSON(t *testing.T) {
+func TestValid(t *testing.T) {
 	for _, tt := range validCases {
 		t.Run(tt.name, func(t *testing.T) {
 			if g := gjson.Valid(tt.give); g != tt.want {
 				t.Fatalf("gjson.Valid(%q) = %v; the case's want %v is wrong", tt.give, g, tt.want)
 			}
-			if got := validJSON([]byte(tt.give)); got != tt.want {
-				t.Errorf("validJSON(%q) = %v; want %v", tt.give, got, tt.want)
+			if got := Valid([]byte(tt.give)); got != tt.want {
+				t.Errorf("Valid(%q) = %v; want %v", tt.give, got, tt.want)
 			}
 		})
 	}
 }
 
-// FuzzValidJSON holds validJSON to gjson.ValidBytes, the validator it
+// FuzzValid holds Valid to gjson.ValidBytes, the validator it
 // replaces, on any input.
-func FuzzValidJSON(f *testing.F) {
+func FuzzValid(f *testing.F) {
 	for _, tt := range validCases {
 		f.Add([]byte(tt.give))
 	}
-	seeds, _ := filepath.Glob("testdata/parse/*.json")
+	seeds, _ := filepath.Glob("../../inspect/testdata/parse/*.json")
 	for _, p := range seeds {
 		if b, err := os.ReadFile(p); err == nil {
 			f.Add(b)
@@ -79,8 +79,8 @@ func FuzzValidJSON(f *testing.F) {
 		if len(data) > 0 && data[0] == '[' && strings.Count(string(data), "[") > 10000 {
 			return // gjson recurses: keep the reference from overflowing
 		}
-		if got, want := validJSON(data), gjson.ValidBytes(data); got != want {
-			t.Fatalf("validJSON(%q) = %v; gjson.ValidBytes = %v", data, got, want)
+		if got, want := Valid(data), gjson.ValidBytes(data); got != want {
+			t.Fatalf("Valid(%q) = %v; gjson.ValidBytes = %v", data, got, want)
 		}
 	})
 }

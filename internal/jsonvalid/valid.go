@@ -1,11 +1,17 @@
-package inspect
+// Package jsonvalid validates untrusted JSON without recursion.
+//
+// gjson.Valid recurses once per nesting level, so a request body of a few
+// megabytes of '[' exhausts the goroutine stack: a fatal error that recover
+// cannot catch, which would let one request crash the proxy. Every package
+// that validates bytes from a client or an upstream uses Valid instead.
+package jsonvalid
 
 import (
 	"encoding/binary"
 	"math/bits"
 )
 
-// validJSON reports whether data is one JSON value with optional
+// Valid reports whether data is one JSON value with optional
 // surrounding whitespace. It accepts exactly what gjson.ValidBytes accepts
 // (RFC 8259; string bytes are not checked for UTF-8), which a differential
 // fuzz test holds it to, but it is faster and safer on request bodies:
@@ -16,7 +22,7 @@ import (
 //   - nesting is tracked on an explicit stack, not by recursion, so a body
 //     of a million '[' cannot exhaust the goroutine stack (a fatal error
 //     that recover cannot catch).
-func validJSON(data []byte) bool {
+func Valid(data []byte) bool {
 	var stk [32]byte
 	stack := stk[:0] // the closing byte of each open container
 	i := 0
@@ -220,3 +226,7 @@ func validNumber(data []byte, i int) (int, bool) {
 	}
 	return i, true
 }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isHex(c byte) bool { return isDigit(c) || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
