@@ -3,7 +3,6 @@ package inspect
 import (
 	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"strings"
-
 )
 
 // CallKey fingerprints one tool call the way a trajectory's Call.Fingerprint

@@ -5,7 +5,6 @@ import (
 	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"slices"
 	"unsafe"
-
 )
 
 // block is one content block of an Anthropic message stream.

@@ -5,7 +5,6 @@ import (
 	"github.com/loopguard/loopguard/internal/jsonvalid"
 	"slices"
 	"unsafe"
-
 )
 
 // Update is what one event of a Responses API or Anthropic Messages stream
