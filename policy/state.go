@@ -42,6 +42,12 @@ type State struct {
 	Resets int `json:"resets,omitempty"`
 	// Recoveries counts patterns that stopped after an intervention.
 	Recoveries int `json:"recoveries,omitempty"`
+	// Items is the record of a Responses API history that lives on the
+	// upstream (previous_response_id, conversation): the input and output
+	// items loopguard saw go by, raw JSON, oldest first, at most
+	// MaxRecordItems. It is stored under a record key (RecordKey), not a
+	// session key.
+	Items []string `json:"items,omitempty"`
 	// Updated is when the state last changed.
 	Updated time.Time `json:"updated"`
 }
@@ -106,6 +112,7 @@ func (s *State) Clone() State {
 	}
 	c.Interventions = append([]Intervention(nil), s.Interventions...)
 	c.Cuts = append([]Cut(nil), s.Cuts...)
+	c.Items = append([]string(nil), s.Items...)
 	return c
 }
 

@@ -165,3 +165,55 @@ func TestOtherAPIsStreamCut(t *testing.T) {
 		})
 	}
 }
+
+// TestResponsesPreviousResponseIDLoop: an agent that keeps its history on the
+// server sends only its new function output each turn; loopguard's record of
+// what went by shows the loop.
+func TestResponsesPreviousResponseIDLoop(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			n := 0
+			up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				n++
+				call := fmt.Sprintf(`{"id":"fc_%d","type":"function_call","status":"completed","call_id":"call_%d","name":"bash","arguments":"{\"command\":\"make build\"}"}`, n, n)
+				resp := fmt.Sprintf(`{"id":"resp_%d","object":"response","created_at":1,"status":"completed","model":"gpt-4.1","output":[%s]}`, n, call)
+				if !stream {
+					w.Header().Set("Content-Type", "application/json")
+					io.WriteString(w, resp)
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprintf(w, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_%d\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"gpt-4.1\",\"output\":[]}}\n\n", n)
+				fmt.Fprintf(w, "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"sequence_number\":1,\"output_index\":0,\"item\":%s}\n\n", call)
+				fmt.Fprintf(w, "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":%s}\n\n", resp)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			prev := ""
+			var actions []string
+			for turn := 1; turn <= 6; turn++ {
+				body := fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"input":"Fix the build."}`, stream)
+				if prev != "" {
+					body = fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"previous_response_id":%q,"input":[{"type":"function_call_output","call_id":"call_%d","output":"make: *** No rule to make target 'build'.  Stop."}]}`,
+						stream, prev, turn-1)
+				}
+				req, _ := http.NewRequest("POST", base+"/v1/responses", strings.NewReader(body))
+				resp, err := newClient().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.ReadAll(resp.Body)
+				resp.Body.Close()
+				actions = append(actions, resp.Header.Get(HeaderAction))
+				if resp.Header.Get(HeaderAction) == "terminate" {
+					break
+				}
+				<-got
+				prev = fmt.Sprintf("resp_%d", n)
+			}
+			want := "none,none,none,warn,constrain,terminate"
+			if strings.Join(actions, ",") != want {
+				t.Errorf("actions = %v; want %s", actions, want)
+			}
+		})
+	}
+}

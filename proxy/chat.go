@@ -76,7 +76,8 @@ type plan struct {
 	maxTok   int64
 	model    string
 	verdict  inspect.Verdict
-	failOpen string // the stage that failed open, "" if none
+	record   *recordPlan // Responses API: the server-side history record, nil if none
+	failOpen string      // the stage that failed open, "" if none
 	start    time.Time
 }
 
@@ -129,15 +130,21 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}()
 	pl.readOptions(body)
 
+	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	defer cancel()
+	judged := body // the history to judge
+	if api == inspect.Responses {
+		judged = p.prepareRecord(sctx, &pl, body)
+	}
 	pcfg := p.policy.Config()
-	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), body)
+	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), judged)
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	if mode == policy.ModeOff {
 		return pl
 	}
 
 	t0 := time.Now()
-	traj, err := p.engine.ParseAPI(api, body)
+	traj, err := p.engine.ParseAPI(api, judged)
 	if err != nil {
 		p.failOpen(&pl, "unreadable_history", err)
 		return pl
@@ -146,8 +153,6 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	pl.verdict = verdict
 	t1 := time.Now()
 
-	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
-	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
 		p.failOpen(&pl, "policy", err)

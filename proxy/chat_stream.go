@@ -56,6 +56,11 @@ type chatObserver struct {
 
 	encoded bool // the answer is compressed: forward it uninspected
 
+	// A non-streamed Responses answer's id and output items, for the record.
+	respID     string
+	respOutput string
+	recorded   bool // the record was saved when the stream completed
+
 	// tail = "trim": events held until TrimWindow content bytes follow them.
 	trim       bool
 	text0      int64 // choice 0 content bytes so far
@@ -108,6 +113,7 @@ func (o *chatObserver) release() {
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
 	o.trim, o.text0, o.cutInText0, o.trimQ, o.trimBuf = false, 0, false, o.trimQ[:0], o.trimBuf[:0]
 	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
+	o.respID, o.respOutput, o.recorded = "", "", false
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -356,7 +362,14 @@ func estimateTokens(n int64) int { return int((n + 3) / 4) }
 // body inspects a non-streamed chat answer: a degenerate text is cut at the
 // offset where the repetition began, with finish_reason set as for streams.
 func (o *chatObserver) body(status int, b []byte) []byte {
-	if status != fasthttp.StatusOK || o.encoded || !o.p.cfg.Stream.Cut || !jsonvalid.Valid(b) {
+	if status != fasthttp.StatusOK || o.encoded || !jsonvalid.Valid(b) {
+		return nil
+	}
+	if o.pl.record != nil {
+		res := gjson.GetManyBytes(b, "id", "output")
+		o.respID, o.respOutput = res[0].String(), res[1].Raw
+	}
+	if !o.p.cfg.Stream.Cut {
 		return nil
 	}
 	out := b
@@ -403,6 +416,13 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 		saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
 	}
 	info.Session = o.pl.key
+	if o.pl.record != nil && !o.recorded && info.Status == fasthttp.StatusOK {
+		if o.respID != "" {
+			o.p.saveRecord(o.pl, o.respID, gjson.Parse(o.respOutput))
+		} else if id := o.racc.ID(); id != "" {
+			o.p.saveRecord(o.pl, id, gjson.ParseBytes(o.racc.AppendOutput(nil)))
+		}
+	}
 	if o.cut != nil && !o.replaced {
 		info.Cut = policy.Cut{Category: o.cut.Category, Offset: o.cutOffset, TokensSaved: saved, At: o.cutAt}
 		info.CutDelay = o.cutDelay()

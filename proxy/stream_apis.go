@@ -6,6 +6,7 @@ import (
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/sse"
+	"github.com/tidwall/gjson"
 )
 
 // apiEvent inspects one event of a Responses or Anthropic Messages stream
@@ -13,8 +14,18 @@ import (
 // detectors, each completed function call is compared with the earlier
 // calls of the answer, and a cut ends the stream in that API's own shape.
 func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
+	if o.pl.record != nil && o.cut == nil && string(ev.Name) == "response.completed" {
+		// Record the answer before the agent sees its end: the agent's next
+		// request may name this response at once.
+		if o.racc.Add(ev.Data, o.update) == nil {
+			o.p.saveRecord(o.pl, o.racc.ID(), gjson.ParseBytes(o.racc.AppendOutput(nil)))
+			o.recorded = true
+		}
+		_, _ = w.Write(ev.Raw)
+		return false
+	}
 	_, _ = w.Write(ev.Raw)
-	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
+	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut && o.pl.record == nil {
 		return false
 	}
 	var err error
@@ -23,7 +34,7 @@ func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	} else {
 		err = o.aacc.Add(ev.Data, o.update)
 	}
-	if err != nil || o.cut == nil {
+	if err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
 		return false
 	}
 	_, _ = w.Write(o.apiCutTail())
