@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/policy"
+	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -144,4 +148,39 @@ func BenchmarkCutLatency(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-to-close")
 	b.ReportMetric(float64(bytesToDetect), "bytes-to-detect")
+}
+
+// BenchmarkResponsesRecord is the cost the server-side history record adds
+// to a Responses request with previous_response_id: loading a full record
+// (MaxRecordItems items) from the memory store, building the body to judge,
+// and saving the extended record.
+func BenchmarkResponsesRecord(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = "http://127.0.0.1:1"
+	p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	var items []string
+	for i := 0; i < policy.MaxRecordItems/2; i++ {
+		items = append(items,
+			fmt.Sprintf(`{"type":"function_call","call_id":"call_%d","name":"bash","arguments":"{\"command\":\"go test ./pkg%d/...\"}"}`, i, i),
+			fmt.Sprintf(`{"type":"function_call_output","call_id":"call_%d","output":%q}`, i, strings.Repeat("ok  \tpkg/sub\t0.01s\n", 20)))
+	}
+	ctx := context.Background()
+	if err := p.policy.SaveRecord(ctx, policy.RecordKey("resp_0", ""), items); err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"model":"gpt-4.1","previous_response_id":"resp_0","input":[{"type":"function_call_output","call_id":"call_x","output":"done"}]}`)
+	output := gjson.Parse(`[{"type":"function_call","call_id":"call_y","name":"bash","arguments":"{\"command\":\"ls\"}"}]`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var pl plan
+		if judged := p.prepareRecord(ctx, &pl, body); len(judged) == len(body) {
+			b.Fatal("record not used")
+		}
+		p.saveRecord(&pl, "resp_next", output)
+	}
 }
