@@ -1,11 +1,8 @@
 package inspect
 
 import (
-	"encoding/binary"
-	"math/bits"
 	"slices"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
 )
 
@@ -90,115 +87,6 @@ func (a *arena) copy(s string) string {
 	m := a.mark()
 	a.buf = append(a.buf, s...)
 	return a.since(m)
-}
-
-// appendUnescaped decodes the body of a JSON string (without quotes).
-// Bad escapes are kept as they are: a malformed argument string must not
-// fail the whole request, the body was validated already anyway.
-func appendUnescaped(dst []byte, s string) []byte {
-	for {
-		i := indexBackslash(s)
-		if i < 0 {
-			return append(dst, s...)
-		}
-		dst = append(dst, s[:i]...)
-		s = s[i:]
-		if len(s) < 2 {
-			return append(dst, s...)
-		}
-		switch c := s[1]; c {
-		case '"', '\\', '/':
-			dst = append(dst, c)
-		case 'n':
-			dst = append(dst, '\n')
-		case 't':
-			dst = append(dst, '\t')
-		case 'r':
-			dst = append(dst, '\r')
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'u':
-			r, n := decodeU(s)
-			if n == 0 {
-				dst = append(dst, s[:2]...)
-				s = s[2:]
-				continue
-			}
-			dst = utf8.AppendRune(dst, r)
-			s = s[n:]
-			continue
-		default:
-			dst = append(dst, s[:2]...)
-		}
-		s = s[2:]
-	}
-}
-
-// Byte-lane constants for searching eight bytes at a time in a uint64.
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
-
-// indexBackslash is strings.IndexByte(s, '\\') tuned for text with an
-// escape every few dozen bytes (tool output is full of \n): the first 64
-// bytes are searched eight at a time in a register, and only a longer
-// run without escapes goes to the vectorised IndexByte, whose call costs
-// more than a short search.
-func indexBackslash(s string) int {
-	const bs = lsb * '\\'
-	i := 0
-	for lim := min(len(s), 64) - 8; i <= lim; i += 8 {
-		v := binary.LittleEndian.Uint64(unsafeBytes(s[i : i+8]))
-		x := v ^ bs
-		if m := (x - lsb) &^ x & msb; m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
-		}
-	}
-	if j := strings.IndexByte(s[i:], '\\'); j >= 0 {
-		return i + j
-	}
-	return -1
-}
-
-// decodeU decodes \uXXXX (with a following low surrogate when needed) and
-// returns the rune and the bytes consumed, 0 if s does not start with one.
-func decodeU(s string) (rune, int) {
-	hex4 := func(s string) (rune, bool) {
-		if len(s) < 4 {
-			return 0, false
-		}
-		var r rune
-		for i := 0; i < 4; i++ {
-			c := s[i]
-			switch {
-			case c >= '0' && c <= '9':
-				r = r<<4 | rune(c-'0')
-			case c >= 'a' && c <= 'f':
-				r = r<<4 | rune(c-'a'+10)
-			case c >= 'A' && c <= 'F':
-				r = r<<4 | rune(c-'A'+10)
-			default:
-				return 0, false
-			}
-		}
-		return r, true
-	}
-	r, ok := hex4(s[2:])
-	if !ok {
-		return 0, 0
-	}
-	if r >= 0xD800 && r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
-		if lo, ok := hex4(s[8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
-			return (r-0xD800)<<10 | (lo - 0xDC00) + 0x10000, 12
-		}
-	}
-	if r >= 0xD800 && r < 0xE000 {
-		return utf8.RuneError, 6
-	}
-	return r, 6
 }
 
 // kv is one member of an object being canonicalised.

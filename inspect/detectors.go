@@ -1,7 +1,7 @@
 package inspect
 
 import (
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
 	"strings"
 
@@ -649,7 +649,7 @@ func (in *inspection) hashJSONString(raw string) uint64 {
 	if strings.Contains(body, `\u`) {
 		return hashString(gjson.Parse(raw).Str)
 	}
-	in.w.tmp = appendUnescaped(in.w.tmp[:0], body)
+	in.w.tmp = rawjson.AppendUnescaped(in.w.tmp[:0], body)
 	return uint64(newFNV().bytes(in.w.tmp))
 }
 
@@ -672,7 +672,7 @@ func (in *inspection) editUndo() (Detection, bool) {
 		if x.isErr || !strings.Contains(x.c.Args, `"`) {
 			continue
 		}
-		if rawKind(x.c.Args) != '{' || !jsonvalid.Valid(unsafeBytes(x.c.Args)) {
+		if rawKind(x.c.Args) != '{' || !rawjson.Valid(unsafeBytes(x.c.Args)) {
 			continue
 		}
 		var f editFields

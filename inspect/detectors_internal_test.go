@@ -72,20 +72,3 @@ func TestEditKeysFit(t *testing.T) {
 		t.Fatalf("len(editKeys) = %d; editFields holds %d", n, max)
 	}
 }
-
-func TestIndexBackslash(t *testing.T) {
-	for n := 0; n < 150; n++ {
-		for at := -1; at < n; at++ {
-			b := []byte(strings.Repeat("a", n))
-			if at >= 0 {
-				b[at] = '\\'
-				if at+1 < n {
-					b[at+1] = '\\' // the first one counts
-				}
-			}
-			if got, want := indexBackslash(string(b)), strings.IndexByte(string(b), '\\'); got != want {
-				t.Fatalf("indexBackslash(%q) = %d; want %d", b, got, want)
-			}
-		}
-	}
-}

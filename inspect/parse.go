@@ -3,7 +3,7 @@ package inspect
 import (
 	"errors"
 	"fmt"
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
 	"strings"
 	"sync"
@@ -73,7 +73,7 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 			t, err = nil, fmt.Errorf("%w: internal error: %v", ErrMalformed, r)
 		}
 	}()
-	if !jsonvalid.Valid(body) {
+	if !rawjson.Valid(body) {
 		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
 	}
 	s := scratchPool.Get().(*scratch)
@@ -87,7 +87,7 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	// usual case, tool results making up most of the body.
 	p := &parser{scratch: s, ar: newArena(len(body) + 1024), meta: meta, t: &Trajectory{}}
 	src := unsafeString(body)
-	i := skipSpace(src, 0)
+	i := rawjson.SkipSpace(src, 0)
 	if i >= len(src) || src[i] != '{' {
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
@@ -121,7 +121,7 @@ func (p *parser) chat(root string) (err error) {
 	idx := 0
 	// Messages are walked member by member in one pass (membersAt), not
 	// bounded first and walked again: tool results make them large.
-	for i := skipSpace(msgs, 1); i < len(msgs) && msgs[i] != ']'; i = skipSpace(msgs, i) {
+	for i := rawjson.SkipSpace(msgs, 1); i < len(msgs) && msgs[i] != ']'; i = rawjson.SkipSpace(msgs, i) {
 		if msgs[i] == ',' {
 			i++
 			continue
@@ -226,7 +226,7 @@ func (p *parser) textView(c string) string {
 		if strings.IndexByte(body, '\\') < 0 {
 			return body
 		}
-		p.view = appendUnescaped(p.view[:0], body)
+		p.view = rawjson.AppendUnescaped(p.view[:0], body)
 	case '[':
 		p.view = p.appendParts(p.view[:0], c)
 	default:
@@ -244,7 +244,7 @@ func (p *parser) appendParts(dst []byte, c string) []byte {
 			dst = append(dst, '\n')
 		}
 		first = false
-		dst = appendUnescaped(dst, raw[1:len(raw)-1])
+		dst = rawjson.AppendUnescaped(dst, raw[1:len(raw)-1])
 	})
 	return dst
 }
@@ -351,7 +351,7 @@ func (p *parser) function(c *Call, fn string) {
 	c.Name = p.rawStr(name)
 	argText := args // Ollama and some clients send an object: use it as it is
 	if rawKind(args) == '"' && len(args) >= 2 {
-		p.args = appendUnescaped(p.args[:0], args[1:len(args)-1])
+		p.args = rawjson.AppendUnescaped(p.args[:0], args[1:len(args)-1])
 		argText = unsafeString(p.args)
 	}
 	p.setArgs(c, argText)
@@ -363,7 +363,7 @@ func (p *parser) function(c *Call, fn string) {
 func (p *parser) setArgs(c *Call, argText string) {
 	trimmed := strings.TrimSpace(argText)
 	k := rawKind(trimmed)
-	if (k == '{' || k == '[') && jsonvalid.Valid(unsafeBytes(trimmed)) {
+	if (k == '{' || k == '[') && rawjson.Valid(unsafeBytes(trimmed)) {
 		p.ar.reserve(len(trimmed))
 		m := p.ar.mark()
 		p.ar.buf = p.cs.appendCanonical(p.ar.buf, trimmed, 0, p.meta)

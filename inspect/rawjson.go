@@ -1,91 +1,15 @@
 package inspect
 
-// A minimal walker over JSON already validated by validJSON. gjson's
-// ForEach and Get unescape every string value they pass (an allocation per
-// tool result); the walker only finds boundaries, and strings are unescaped
-// once, into the trajectory's arena, when they are wanted.
+// Iteration over objects and arrays of a body rawjson.Valid accepted, on
+// top of rawjson's walkers: strings are unescaped once, into the
+// trajectory's arena, when they are wanted.
 
-import "strings"
-
-// skipSpace returns the index of the first non-space byte at or after i.
-func skipSpace(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// valueEnd returns the index just past the JSON value starting at i.
-func valueEnd(s string, i int) int {
-	if i >= len(s) {
-		return len(s)
-	}
-	switch s[i] {
-	case '"':
-		return stringEnd(s, i)
-	case '{', '[':
-		depth := 0
-		for i < len(s) {
-			switch s[i] {
-			case '"':
-				i = stringEnd(s, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(s)
-	default:
-		for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t' {
-			i++
-		}
-		return i
-	}
-}
-
-// stringEnd returns the index just past the string starting at i (a quote).
-// It jumps from quote to quote with IndexByte (vectorised) and counts the
-// backslashes before each: tool results are long strings.
-func stringEnd(s string, i int) int {
-	// Keys, roles and ids end within a few bytes, before a call to
-	// IndexByte pays off.
-	j := i + 1
-	for lim := min(len(s), i+24); j < lim; j++ {
-		switch s[j] {
-		case '"':
-			return j + 1
-		case '\\':
-			j++ // the escaped byte cannot end the string
-		}
-	}
-	for j < len(s) {
-		q := strings.IndexByte(s[j:], '"')
-		if q < 0 {
-			return len(s)
-		}
-		j += q
-		bs := 0
-		for k := j - 1; k > i && s[k] == '\\'; k-- {
-			bs++
-		}
-		if bs%2 == 0 {
-			return j + 1
-		}
-		j++
-	}
-	return len(s)
-}
+import "github.com/loopguard/loopguard/internal/rawjson"
 
 // eachMember calls fn with the raw key (quoted) and raw value of every
 // member of the object obj, until fn returns false.
 func eachMember(obj string, fn func(key, val string) bool) {
-	i := skipSpace(obj, 0)
+	i := rawjson.SkipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return
 	}
@@ -99,7 +23,7 @@ func eachMember(obj string, fn func(key, val string) bool) {
 func membersAt(s string, i int, fn func(key, val string) bool) int {
 	i++
 	for {
-		i = skipSpace(s, i)
+		i = rawjson.SkipSpace(s, i)
 		if i >= len(s) {
 			return len(s)
 		}
@@ -110,14 +34,14 @@ func membersAt(s string, i int, fn func(key, val string) bool) int {
 			i++
 			continue
 		}
-		ke := stringEnd(s, i)
+		ke := rawjson.StringEnd(s, i)
 		key := s[i:ke]
-		i = skipSpace(s, ke)
+		i = rawjson.SkipSpace(s, ke)
 		if i < len(s) && s[i] == ':' {
 			i++
 		}
-		i = skipSpace(s, i)
-		ve := valueEnd(s, i)
+		i = rawjson.SkipSpace(s, i)
+		ve := rawjson.ValueEnd(s, i)
 		if !fn(key, s[i:ve]) {
 			return len(s)
 		}
@@ -127,13 +51,13 @@ func membersAt(s string, i int, fn func(key, val string) bool) int {
 
 // eachElement calls fn with the raw text of every element of the array arr.
 func eachElement(arr string, fn func(val string) bool) {
-	i := skipSpace(arr, 0)
+	i := rawjson.SkipSpace(arr, 0)
 	if i >= len(arr) || arr[i] != '[' {
 		return
 	}
 	i++
 	for {
-		i = skipSpace(arr, i)
+		i = rawjson.SkipSpace(arr, i)
 		if i >= len(arr) || arr[i] == ']' {
 			return
 		}
@@ -141,7 +65,7 @@ func eachElement(arr string, fn func(val string) bool) {
 			i++
 			continue
 		}
-		ve := valueEnd(arr, i)
+		ve := rawjson.ValueEnd(arr, i)
 		if !fn(arr[i:ve]) {
 			return
 		}
@@ -173,6 +97,6 @@ func (a *arena) rawStr(v string) string {
 	body := v[1 : len(v)-1]
 	a.reserve(len(body))
 	m := a.mark()
-	a.buf = appendUnescaped(a.buf, body)
+	a.buf = rawjson.AppendUnescaped(a.buf, body)
 	return a.since(m)
 }

@@ -2,7 +2,7 @@ package sse
 
 import (
 	"bytes"
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
 	"unsafe"
 )
@@ -52,7 +52,7 @@ func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if !jsonvalid.Valid(data) || data[0] != '{' {
+	if !rawjson.Valid(data) || data[0] != '{' {
 		return ErrInvalidChunk
 	}
 	s := unsafe.String(unsafe.SliceData(data), len(data))

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
 	"unsafe"
 
@@ -145,7 +145,7 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 		return nil
 	}
 	// Validate once; the walks below then rely on well-formed JSON.
-	if !jsonvalid.Valid(data) {
+	if !rawjson.Valid(data) {
 		return ErrInvalidChunk
 	}
 	// gjson reads strings; this view of data lives only during Add and

@@ -22,8 +22,8 @@ func TestAppendString(t *testing.T) {
 		{`"\ud83dx"`, "\uFFFDx"},       // lone high surrogate
 		{`"\ude00"`, "\uFFFD"},         // lone low surrogate
 		{`"\ud83d\u0041"`, "\uFFFDA"},  // high surrogate then a non-surrogate
-		{`"\u12"`, "\uFFFD12"},         // short escape (invalid JSON, still safe)
-		{`"x\"`, `x`},                  // unterminated: never past the end
+		{`"\u12"`, `\u12`},             // short escape (invalid JSON, kept as it is)
+		{`"x\"`, `x\`},                 // unterminated: never past the end
 		{`null`, ""},                   // not a string
 		{`"é raw utf8"`, "é raw utf8"}, // raw UTF-8 copied
 	}

@@ -2,7 +2,7 @@ package sse
 
 import (
 	"bytes"
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
 	"unsafe"
 )
@@ -73,7 +73,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if !jsonvalid.Valid(data) || data[0] != '{' {
+	if !rawjson.Valid(data) || data[0] != '{' {
 		return ErrInvalidChunk
 	}
 	// A view of data for the walk; nothing of it is kept without a copy.

@@ -1,10 +1,15 @@
-// Package jsonvalid validates untrusted JSON without recursion.
+// Package rawjson validates untrusted JSON and walks validated JSON in
+// place, for the packages that read request bodies and stream events without
+// unmarshalling them (inspect, sse, inject, proxy).
 //
-// gjson.Valid recurses once per nesting level, so a request body of a few
-// megabytes of '[' exhausts the goroutine stack: a fatal error that recover
-// cannot catch, which would let one request crash the proxy. Every package
-// that validates bytes from a client or an upstream uses Valid instead.
-package jsonvalid
+// Valid replaces gjson.Valid on untrusted bytes: gjson recurses once per
+// nesting level, so a body of a few megabytes of '[' exhausts the goroutine
+// stack, a fatal error that recover cannot catch, which would let one
+// request crash the proxy. The walkers (SkipSpace, StringEnd, ValueEnd,
+// AppendUnescaped) only find boundaries and decode strings on demand:
+// gjson's Get and ForEach unescape every string they pass, an allocation per
+// tool result.
+package rawjson
 
 import (
 	"encoding/binary"

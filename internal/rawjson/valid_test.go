@@ -1,4 +1,4 @@
-package jsonvalid
+package rawjson
 
 import (
 	"os"

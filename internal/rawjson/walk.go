@@ -1,0 +1,194 @@
+package rawjson
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// The walkers below take JSON that Valid has accepted, as a string that
+// aliases the body (no copy): they find where tokens end and decode strings
+// when asked, and never allocate.
+
+// SkipSpace returns the index of the first non-space byte at or after i.
+func SkipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// ValueEnd returns the index just past the JSON value starting at i.
+func ValueEnd(s string, i int) int {
+	if i >= len(s) {
+		return len(s)
+	}
+	switch s[i] {
+	case '"':
+		return StringEnd(s, i)
+	case '{', '[':
+		depth := 0
+		for i < len(s) {
+			switch s[i] {
+			case '"':
+				i = StringEnd(s, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(s)
+	default:
+		for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t' {
+			i++
+		}
+		return i
+	}
+}
+
+// StringEnd returns the index just past the string starting at i (a quote).
+// It jumps from quote to quote with IndexByte (vectorised) and counts the
+// backslashes before each: tool results are long strings.
+func StringEnd(s string, i int) int {
+	// Keys, roles and ids end within a few bytes, before a call to
+	// IndexByte pays off.
+	j := i + 1
+	for lim := min(len(s), i+24); j < lim; j++ {
+		switch s[j] {
+		case '"':
+			return j + 1
+		case '\\':
+			j++ // the escaped byte cannot end the string
+		}
+	}
+	for j < len(s) {
+		q := strings.IndexByte(s[j:], '"')
+		if q < 0 {
+			return len(s)
+		}
+		j += q
+		bs := 0
+		for k := j - 1; k > i && s[k] == '\\'; k-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+	return len(s)
+}
+
+// AppendUnescaped decodes the body of a JSON string (without quotes).
+// Bad escapes are kept as they are: a malformed argument string must not
+// fail the whole request, the body was validated already anyway.
+func AppendUnescaped(dst []byte, s string) []byte {
+	for {
+		i := indexBackslash(s)
+		if i < 0 {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:i]...)
+		s = s[i:]
+		if len(s) < 2 {
+			return append(dst, s...)
+		}
+		switch c := s[1]; c {
+		case '"', '\\', '/':
+			dst = append(dst, c)
+		case 'n':
+			dst = append(dst, '\n')
+		case 't':
+			dst = append(dst, '\t')
+		case 'r':
+			dst = append(dst, '\r')
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'u':
+			r, n := decodeU(s)
+			if n == 0 {
+				dst = append(dst, s[:2]...)
+				s = s[2:]
+				continue
+			}
+			dst = utf8.AppendRune(dst, r)
+			s = s[n:]
+			continue
+		default:
+			dst = append(dst, s[:2]...)
+		}
+		s = s[2:]
+	}
+}
+
+// indexBackslash is strings.IndexByte(s, '\\') tuned for text with an
+// escape every few dozen bytes (tool output is full of \n): the first 64
+// bytes are searched eight at a time in a register, and only a longer
+// run without escapes goes to the vectorised IndexByte, whose call costs
+// more than a short search.
+func indexBackslash(s string) int {
+	const bs = lsb * '\\'
+	i := 0
+	for lim := min(len(s), 64) - 8; i <= lim; i += 8 {
+		v := binary.LittleEndian.Uint64(bytesOf(s[i : i+8]))
+		x := v ^ bs
+		if m := (x - lsb) &^ x & msb; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if j := strings.IndexByte(s[i:], '\\'); j >= 0 {
+		return i + j
+	}
+	return -1
+}
+
+// decodeU decodes \uXXXX (with a following low surrogate when needed) and
+// returns the rune and the bytes consumed, 0 if s does not start with one.
+func decodeU(s string) (rune, int) {
+	hex4 := func(s string) (rune, bool) {
+		if len(s) < 4 {
+			return 0, false
+		}
+		var r rune
+		for i := 0; i < 4; i++ {
+			c := s[i]
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	r, ok := hex4(s[2:])
+	if !ok {
+		return 0, 0
+	}
+	if r >= 0xD800 && r < 0xDC00 && len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+		if lo, ok := hex4(s[8:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+			return (r-0xD800)<<10 | (lo - 0xDC00) + 0x10000, 12
+		}
+	}
+	if r >= 0xD800 && r < 0xE000 {
+		return utf8.RuneError, 6
+	}
+	return r, 6
+}
+
+// bytesOf returns s's bytes without copying; they must not be modified.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
