@@ -2,7 +2,7 @@ package inject
 
 import (
 	"errors"
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"net/http"
 	"strconv"
 	"strings"
@@ -36,7 +36,7 @@ func (in *Injector) ApplyAnthropic(body []byte, e Edit) (Result, error) {
 // Only the insertion point changes; every other byte is kept.
 func InsertAnthropic(body []byte, p Placement, text string) ([]byte, Placement, error) {
 	b := view(body)
-	if !jsonvalid.Valid(body) || !gjson.Parse(b).IsObject() {
+	if !rawjson.Valid(body) || !gjson.Parse(b).IsObject() {
 		return nil, "", ErrMalformed
 	}
 	if p == System {

@@ -3,7 +3,7 @@ package inject
 import (
 	"encoding/hex"
 	"errors"
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"io"
 	"net/http"
 	"strconv"
@@ -81,7 +81,7 @@ func (in *Injector) applyTexts(body []byte, e Edit, insert func([]byte, Placemen
 // Only the insertion point changes; every other byte is kept.
 func InsertResponses(body []byte, p Placement, text string) ([]byte, Placement, error) {
 	b := view(body)
-	if !jsonvalid.Valid(body) || !gjson.Parse(b).IsObject() {
+	if !rawjson.Valid(body) || !gjson.Parse(b).IsObject() {
 		return nil, "", ErrMalformed
 	}
 	input := gjson.Get(b, "input")

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"github.com/loopguard/loopguard/internal/jsonvalid"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"strconv"
 	"sync"
 	"time"
@@ -362,7 +362,7 @@ func estimateTokens(n int64) int { return int((n + 3) / 4) }
 // body inspects a non-streamed chat answer: a degenerate text is cut at the
 // offset where the repetition began, with finish_reason set as for streams.
 func (o *chatObserver) body(status int, b []byte) []byte {
-	if status != fasthttp.StatusOK || o.encoded || !jsonvalid.Valid(b) {
+	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
 		return nil
 	}
 	if o.pl.record != nil {
