@@ -65,6 +65,8 @@ func run() error {
 	}
 	go func() { _ = fake.Serve(fln) }()
 	defer fake.Close()
+	// Serve records the URL asynchronously; the listener knows it now.
+	fakeURL := "http://" + fln.Addr().String()
 
 	bin := o.bin
 	if bin == "" {
@@ -84,13 +86,13 @@ func run() error {
 			return fmt.Errorf("go build: %w", err)
 		}
 	}
-	lg, err := startLoopguard(bin, fake.URL())
+	lg, err := startLoopguard(bin, fakeURL)
 	if err != nil {
 		return err
 	}
 	defer lg.stop()
 
-	direct, proxied := fake.URL(), lg.url
+	direct, proxied := fakeURL, lg.url
 	client := &http.Client{Transport: &http.Transport{
 		DisableCompression: true, MaxIdleConns: 4 * o.c, MaxIdleConnsPerHost: 4 * o.c,
 	}}
