@@ -105,29 +105,30 @@ func run() error {
 	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
 
 	for _, w := range []struct {
-		name, body string
-		n          int
-		events     int
+		name, path, body string
+		n                int
+		events           int
 	}{
-		{"chat json, 20 KB body", body20k, o.n, 0},
-		{"chat stream, 500 events", streamBody, nStreams, o.events},
+		{"pass-through, 20 KB body", "/v1/embeddings", body20k, o.n, 0},
+		{"chat json, 20 KB body", "/v1/chat/completions", body20k, o.n, 0},
+		{"chat stream, 500 events", "/v1/chat/completions", streamBody, nStreams, o.events},
 	} {
-		if err := warm(client, direct, w.body); err != nil {
+		if err := warm(client, direct+w.path, w.body); err != nil {
 			return err
 		}
-		d, err := measure(client, direct, w.body, w.n, o.c)
+		d, err := measure(client, direct+w.path, w.body, w.n, o.c)
 		if err != nil {
 			return fmt.Errorf("%s direct: %w", w.name, err)
 		}
 		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", w.name, "direct", d.rps, d.p50, d.p99, "")
-		if err := warm(client, proxied, w.body); err != nil {
+		if err := warm(client, proxied+w.path, w.body); err != nil {
 			return err
 		}
 		before, err := cpuTime(lg.cmd.Process.Pid)
 		if err != nil {
 			return err
 		}
-		p, err := measure(client, proxied, w.body, w.n, o.c)
+		p, err := measure(client, proxied+w.path, w.body, w.n, o.c)
 		if err != nil {
 			return fmt.Errorf("%s via loopguard: %w", w.name, err)
 		}
@@ -199,11 +200,11 @@ func warm(c *http.Client, base, body string) error {
 	return nil
 }
 
-// do sends one request and reads the whole answer.
-func do(c *http.Client, base, body, load string) (time.Duration, error) {
+// do sends one request to url and reads the whole answer.
+func do(c *http.Client, url, body, load string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
