@@ -146,15 +146,24 @@ func fillTurn(rec *recorder, httpResp *http.Response, err error) agentTurn {
 // text goes to instructions, calls and results are function_call and
 // function_call_output items.
 func responsesAgent(t *testing.T, base string, o agentOpts) agentRun {
+	return responsesAgentAs(t, base, o, "")
+}
+
+// responsesAgentAs is responsesAgent with the body's "user" set to user
+// when it is not empty; o.session "" sends no session header.
+func responsesAgentAs(t *testing.T, base string, o agentOpts, user string) agentRun {
 	t.Helper()
 	rec := newRecorder(t, "")
-	client := oai.NewClient(
-		option.WithBaseURL(base+"/v1/"),
+	opts := []option.RequestOption{
+		option.WithBaseURL(base + "/v1/"),
 		option.WithAPIKey(openAIKey),
 		option.WithMaxRetries(o.retries),
 		option.WithHTTPClient(&http.Client{Transport: rec}),
-		option.WithHeader("X-Session-ID", o.session),
-	)
+	}
+	if o.session != "" {
+		opts = append(opts, option.WithHeader("X-Session-ID", o.session))
+	}
+	client := oai.NewClient(opts...)
 	var tools []responses.ToolUnionParam
 	for _, n := range agentTools {
 		tools = append(tools, responses.ToolParamOfFunction(n, map[string]any{"type": "object", "properties": map[string]any{}}, false))
@@ -163,6 +172,9 @@ func responsesAgent(t *testing.T, base string, o agentOpts) agentRun {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 		params := responses.ResponseNewParams{Model: "fake-model", Tools: tools}
+		if user != "" {
+			params.User = oai.String(user)
+		}
 		var items responses.ResponseInputParam
 		for _, m := range hist {
 			switch m.Role {
@@ -235,15 +247,24 @@ func responsesAgent(t *testing.T, base string, o agentOpts) agentRun {
 // one turn are tool_result blocks of one user message. A streamed answer is
 // rebuilt with Message.Accumulate.
 func anthropicAgent(t *testing.T, base string, o agentOpts) agentRun {
+	return anthropicAgentAs(t, base, o, "")
+}
+
+// anthropicAgentAs is anthropicAgent with metadata.user_id set to user
+// when it is not empty; o.session "" sends no session header.
+func anthropicAgentAs(t *testing.T, base string, o agentOpts, user string) agentRun {
 	t.Helper()
 	rec := newRecorder(t, "")
-	client := anthropic.NewClient(
+	opts := []aoption.RequestOption{
 		aoption.WithBaseURL(base),
 		aoption.WithAPIKey(anthropicKey),
 		aoption.WithMaxRetries(o.retries),
 		aoption.WithHTTPClient(&http.Client{Transport: rec}),
-		aoption.WithHeader("X-Session-ID", o.session),
-	)
+	}
+	if o.session != "" {
+		opts = append(opts, aoption.WithHeader("X-Session-ID", o.session))
+	}
+	client := anthropic.NewClient(opts...)
 	var tools []anthropic.ToolUnionParam
 	for _, n := range agentTools {
 		tools = append(tools, anthropic.ToolUnionParamOfTool(anthropic.ToolInputSchemaParam{Properties: map[string]any{}}, n))
@@ -252,6 +273,9 @@ func anthropicAgent(t *testing.T, base string, o agentOpts) agentRun {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
 		params := anthropic.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 1024, Tools: tools}
+		if user != "" {
+			params.Metadata.UserID = anthropic.String(user)
+		}
 		var results []anthropic.ContentBlockParamUnion
 		flush := func() {
 			if len(results) > 0 {
@@ -455,6 +479,29 @@ func TestAPIsLadderRealClients(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestAPIsSessionFromBody: without a session header the session is the
+// body's own id (Responses "user", Anthropic metadata.user_id), and the
+// ladder climbs in it all the same.
+func TestAPIsSessionFromBody(t *testing.T) {
+	for _, api := range apiCases() {
+		agent := map[string]func(*testing.T, string, agentOpts, string) agentRun{
+			"responses": responsesAgentAs, "anthropic": anthropicAgentAs}[api.name]
+		t.Run(api.name, func(t *testing.T) {
+			t.Parallel()
+			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{api.looping()}})
+			lg := startLoopguard(t, fake.URL(), nil)
+			const user = "agent-7f3a"
+			run := agent(t, lg.URL, agentOpts{stream: true, maxTurns: 10}, user)
+			checkAPILadder(t, api, run, fake.Requests(), user, true)
+			for i, up := range fake.Requests() {
+				if up.Header.Get("X-Session-ID") != "" {
+					t.Errorf("request %d carried a session header", i)
+				}
+			}
+		})
 	}
 }
 
