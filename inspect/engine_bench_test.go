@@ -23,8 +23,44 @@ func benchBody(n int) []byte {
 	return b
 }
 
+// benchBody20KB builds the realistic per-request size: a 20-turn history
+// of about 20 KB, each tool result a few hundred bytes, tools mixed the
+// way a coding agent mixes them.
+func benchBody20KB() []byte {
+	msgs := []any{map[string]any{"role": "system", "content": "You are a coding agent."}, map[string]any{"role": "user", "content": "Fix the failing test."}}
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		var name string
+		var args map[string]any
+		var res string
+		switch i % 4 {
+		case 0:
+			name, args = "read_file", map[string]any{"path": fmt.Sprintf("src/pkg%d/file%d.go", i%5, i)}
+			res = strings.Repeat(fmt.Sprintf("func handler%d(w http.ResponseWriter, r *http.Request) {\n", i), 13)
+		case 1:
+			name, args = "bash", map[string]any{"command": fmt.Sprintf("grep -rn 'handler%d' src/", i)}
+			res = strings.Repeat(fmt.Sprintf("src/pkg%d/file%d.go:%d: handler%d(w, r)\n", i%5, i, 10+i, i), 18)
+		case 2:
+			name, args = "bash", map[string]any{"command": "go test ./src/..."}
+			res = fmt.Sprintf("ok  \tgithub.com/acme/svc/src/pkg%d\t0.%03ds\n", i%5, 100+i) + strings.Repeat("--- PASS: TestHandler (0.00s)\n", 21)
+		default:
+			name, args = "str_replace_editor", map[string]any{"command": "str_replace", "path": fmt.Sprintf("src/pkg%d/file%d.go", i%5, i), "old_str": fmt.Sprintf("return %d", i), "new_str": fmt.Sprintf("return %d", i+1)}
+			res = fmt.Sprintf("The file src/pkg%d/file%d.go has been edited. Here's the result of running `cat -n` on a snippet:\n", i%5, i) + strings.Repeat(fmt.Sprintf("    %d\treturn %d\n", i, i+1), 20)
+		}
+		a, _ := json.Marshal(args)
+		msgs = append(msgs, map[string]any{"role": "assistant", "content": fmt.Sprintf("Step %d: checking the handler.", i), "tool_calls": []any{
+			map[string]any{"id": id, "type": "function", "function": map[string]any{"name": name, "arguments": string(a)}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": res})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "messages": msgs})
+	return b
+}
+
 func benchParseInspect(b *testing.B, turns int) {
-	body := benchBody(turns)
+	benchParseInspectBody(b, benchBody(turns))
+}
+
+func benchParseInspectBody(b *testing.B, body []byte) {
 	e, _ := NewEngine(DefaultConfig())
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -44,6 +80,7 @@ func benchParseInspect(b *testing.B, turns int) {
 	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
+func BenchmarkParseInspect20KB(b *testing.B) { benchParseInspectBody(b, benchBody20KB()) }
 func BenchmarkParseInspect200(b *testing.B)  { benchParseInspect(b, 200) }
 func BenchmarkParseInspect1000(b *testing.B) { benchParseInspect(b, 1000) }
 
