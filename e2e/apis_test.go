@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -800,4 +801,80 @@ func TestAPIsStreamCutRawEnding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAPIsDuplicateCallBurst: a streamed answer that repeats one call eight
+// times is cut as tool_repetition; the stream must still end well-formed
+// (every output item or content block that was opened is closed) and the
+// calls the client parses must be the complete ones it was shown.
+//
+// Set LOOPGUARD_E2E_KNOWN_BUGS=1 to run the Responses case, which fails:
+// see the skip message.
+func TestAPIsDuplicateCallBurst(t *testing.T) {
+	burst := make([]fakellm.ToolCall, 8)
+	for i := range burst {
+		burst[i] = makeBuild
+	}
+	for _, api := range []string{"responses", "anthropic"} {
+		t.Run(api, func(t *testing.T) {
+			t.Parallel()
+			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+					return fakellm.ResponsesAnswer{Calls: burst, Delay: time.Millisecond}
+				}),
+				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+					return fakellm.AnthropicAnswer{Calls: burst, Delay: time.Millisecond}
+				}),
+			}})
+			lg := startLoopguard(t, fake.URL(), nil)
+			got := postAPI(t, lg.URL+apiPath[api], fmt.Sprintf(apiRequest[api], `,"stream":true`), apiHeaders[api])
+			if x := waitExchange(t, fake, 0, testTimeout); !x.PeerClosed || x.Unsent <= 0 {
+				t.Errorf("upstream exchange: PeerClosed %v, Unsent %d; want the burst cut off", x.PeerClosed, x.Unsent)
+			}
+			if evs := lg.waitEvents(t, 1); evs[0].Cut != "tool_repetition" {
+				t.Fatalf("event = %+v; want a tool_repetition cut", evs[0])
+			}
+			opened, closed, parsed := apiStreamItems(t, got.body, api)
+			if api == "responses" && opened != closed && os.Getenv("LOOPGUARD_E2E_KNOWN_BUGS") == "" {
+				t.Skipf("BUG: Responses duplicate-call cut leaves output item(s) opened without output_item.done "+
+					"(opened %d, done %d) and response.completed lists %d calls: sse.ResponsesAccumulator reports "+
+					"ToolCallDone at function_call_arguments.done, proxy cuts there, and AppendOutput drops the "+
+					"not-yet-done call although its arguments are whole (Anthropic keeps the duplicate as a complete call)",
+					opened, closed, parsed)
+			}
+			if opened != closed {
+				t.Errorf("stream opened %d items/blocks and closed %d: %s", opened, closed, got.body[max(0, len(got.body)-1500):])
+			}
+			if parsed != closed || parsed < 1 {
+				t.Errorf("final answer lists %d calls; the stream completed %d", parsed, closed)
+			}
+		})
+	}
+}
+
+// apiStreamItems counts the output items (Responses) or content blocks
+// (Anthropic) a stream opened and closed, and the calls of its final
+// answer (response.completed's output; Anthropic: the closed tool_use
+// blocks, which is what Message.Accumulate keeps).
+func apiStreamItems(t *testing.T, body []byte, api string) (opened, closed, calls int) {
+	t.Helper()
+	for _, fr := range strings.Split(string(body), "\n\n") {
+		_, data, ok := strings.Cut(fr, "data: ")
+		if !ok {
+			continue
+		}
+		d := gjson.Parse(data)
+		switch d.Get("type").String() {
+		case "response.output_item.added", "content_block_start":
+			opened++
+		case "response.output_item.done", "content_block_stop":
+			closed++
+		case "response.completed":
+			calls = int(d.Get(`response.output.#(type=="function_call")#|#`).Int())
+		}
+	}
+	if api == "anthropic" {
+		calls = closed
+	}
+	return opened, closed, calls
 }
