@@ -60,6 +60,7 @@ type chatObserver struct {
 	respID     string
 	respOutput string
 	recorded   bool // the record was saved when the stream completed
+	cutPending bool // a duplicate Responses call: cut once its item is done
 
 	// tail = "trim": events held until TrimWindow content bytes follow them.
 	trim       bool
@@ -113,7 +114,7 @@ func (o *chatObserver) release() {
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
 	o.trim, o.text0, o.cutInText0, o.trimQ, o.trimBuf = false, 0, false, o.trimQ[:0], o.trimBuf[:0]
 	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
-	o.respID, o.respOutput, o.recorded = "", "", false
+	o.respID, o.respOutput, o.recorded, o.cutPending = "", "", false, false
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }

@@ -24,6 +24,17 @@ func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
 		_, _ = w.Write(ev.Raw)
 		return false
 	}
+	if o.cutPending {
+		// The duplicate call's arguments are complete; its item closes with
+		// output_item.done, which the agent gets before the end, so that
+		// the stream shows whole calls only, as the Anthropic ending does.
+		if eventType(ev) == "response.output_item.done" {
+			_, _ = w.Write(ev.Raw)
+			_ = o.racc.Add(ev.Data, o.update)
+		}
+		_, _ = w.Write(o.apiCutTail())
+		return true
+	}
 	_, _ = w.Write(ev.Raw)
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut && o.pl.record == nil {
 		return false
@@ -37,8 +48,21 @@ func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	if err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
 		return false
 	}
+	if o.pl.api == inspect.Responses && o.cut.Category == inspect.ToolRepetition {
+		o.cutPending = true
+		return false
+	}
 	_, _ = w.Write(o.apiCutTail())
 	return true
+}
+
+// eventType is a Responses event's type: its event: field, or the type
+// member of its data when a server leaves the field out.
+func eventType(ev *sse.Event) string {
+	if len(ev.Name) > 0 {
+		return string(ev.Name)
+	}
+	return gjson.GetBytes(ev.Data, "type").String()
 }
 
 // update inspects what one event of a Responses or Anthropic stream added.
