@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"bytes"
+	"math/bits"
 	"strings"
 	"sync"
 )
@@ -416,6 +417,9 @@ func classifyError(s string) errorInfo {
 
 // exitCode finds a process exit status: <returncode>1</returncode>,
 // "exit code 1", "Exit code: 1", "exit status 2", "exited with code 1".
+// The phrases are tried in exitPhrases order, each at its first
+// occurrence, as one strings.Index per phrase would; but they are found in
+// one pass: every phrase has an 'x' second, a rare byte in tool output.
 func exitCode(s string) string {
 	if i := strings.Index(s, "<returncode>"); i >= 0 {
 		j := i + len("<returncode>")
@@ -427,12 +431,32 @@ func exitCode(s string) string {
 			return s[j:k]
 		}
 	}
-	for _, p := range [...]string{"exit code", "Exit code", "exit status", "Exit status", "exited with code", "Exit Code", "exitCode"} {
-		i := strings.Index(s, p)
-		if i < 0 {
+	var first [len(exitPhrases)]int
+	found := 0
+	for j := 1; j < len(s); j++ {
+		x := strings.IndexByte(s[j:], 'x')
+		if x < 0 {
+			break
+		}
+		j += x
+		if c := s[j-1]; c != 'e' && c != 'E' {
 			continue
 		}
-		j := i + len(p)
+		for p, ph := range exitPhrases {
+			if first[p] == 0 && strings.HasPrefix(s[j-1:], ph) {
+				first[p] = j // index+1 of the phrase: 0 means not seen
+				found++
+			}
+		}
+		if found == len(exitPhrases) {
+			break
+		}
+	}
+	for p, ph := range exitPhrases {
+		if first[p] == 0 {
+			continue
+		}
+		j := first[p] - 1 + len(ph)
 		for j < len(s) && (s[j] == ' ' || s[j] == ':' || s[j] == '=' || s[j] == '"') {
 			j++
 		}
@@ -446,6 +470,9 @@ func exitCode(s string) string {
 	}
 	return ""
 }
+
+// exitPhrases introduce an exit status, in the order exitCode tries them.
+var exitPhrases = [...]string{"exit code", "Exit code", "exit status", "Exit status", "exited with code", "Exit Code", "exitCode"}
 
 // lastException finds the last "FooError: message" line.
 func lastException(s, tail string) (string, string) {
@@ -470,8 +497,17 @@ func lastException(s, tail string) (string, string) {
 // exceptionName returns "ValueError" for "ValueError: bad" or
 // "pkg.mod.CustomException: x", "" otherwise.
 func exceptionName(line string) string {
-	i := strings.IndexByte(line, ':')
-	if i <= 0 {
+	// The name runs to the first ':'. A space before it makes the line
+	// prose, and so does a space anywhere in a line without a colon: only
+	// the first word is read, not the whole line.
+	i := 0
+	for i < len(line) && line[i] != ':' && line[i] != ' ' {
+		i++
+	}
+	if i < len(line) && line[i] == ' ' {
+		return ""
+	}
+	if i == len(line) || i == 0 {
 		if isExceptionIdent(line) {
 			return line // "KeyboardInterrupt"
 		}
@@ -481,7 +517,7 @@ func exceptionName(line string) string {
 	if j := strings.LastIndexByte(name, '.'); j >= 0 {
 		name = name[j+1:]
 	}
-	if isExceptionIdent(name) && strings.IndexByte(line[:i], ' ') < 0 {
+	if isExceptionIdent(name) {
 		return name
 	}
 	return ""
@@ -517,37 +553,79 @@ var errorMarkers = [...]struct{ sub, kind string }{
 	{"fatal: ", "fatal"},
 }
 
-// markerLine scans the lines of s for an error marker.
+// markerLine scans the lines of s for an error marker. Every line gets
+// the prefix and exception-name checks, which read only its start; the
+// errorMarkers, which may sit anywhere in a line, are found for the whole
+// of s in one pass (nextMarker), and only the line holding the next
+// occurrence is compared with each of them, in order.
 func markerLine(s string) (string, string) {
-	for rest := s; rest != ""; {
-		i := strings.IndexByte(rest, '\n')
-		var line string
-		if i < 0 {
-			line, rest = rest, ""
-		} else {
-			line, rest = rest[:i], rest[i+1:]
+	m := nextMarker(s, 0)
+	for pos := 0; pos < len(s); {
+		end, next := len(s), len(s)
+		if i := strings.IndexByte(s[pos:], '\n'); i >= 0 {
+			end, next = pos+i, pos+i+1
 		}
-		t := strings.TrimSpace(line)
-		if t == "" {
+		if t := strings.TrimSpace(s[pos:end]); t != "" {
+			t = strings.TrimPrefix(t, "<output>")
+			if hasPrefixFold(t, "error:") || hasPrefixFold(t, "error ") || strings.HasPrefix(t, "ERROR") || strings.HasPrefix(t, "E   ") {
+				return "error", t
+			}
+			if strings.HasPrefix(t, "FAIL ") || strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "npm ERR!") {
+				return "FAIL", t // jest, go test, npm
+			}
+			if k := exceptionName(t); k != "" {
+				return k, t
+			}
+			if m < end {
+				// A marker starts in this line (markers hold no newline);
+				// trimming may still have cut it ("fatal: " at the end).
+				for _, mk := range errorMarkers {
+					if strings.Contains(t, mk.sub) {
+						return mk.kind, t
+					}
+				}
+			}
+		}
+		if m < next {
+			m = nextMarker(s, next)
+		}
+		pos = next
+	}
+	return "", ""
+}
+
+// markerFirst and markerSecond flag, for each byte, the errorMarkers
+// (bit k: errorMarkers[k]) whose first or second byte it is: a position
+// where both flags share a bit is worth a comparison.
+var markerFirst, markerSecond = func() (f, s [256]uint16) {
+	for k, m := range errorMarkers {
+		f[m.sub[0]] |= 1 << k
+		s[m.sub[1]] |= 1 << k
+	}
+	return f, s
+}()
+
+// markerFirst holds one bit per marker.
+var _ = [16 - len(errorMarkers)]struct{}{}
+
+// minMarker is the length of the shortest errorMarkers entry.
+const minMarker = len("FAILED")
+
+// nextMarker returns the index of the first occurrence of any errorMarkers
+// entry in s at or after from, len(s) if there is none.
+func nextMarker(s string, from int) int {
+	for i := from; i+minMarker <= len(s); i++ {
+		b := markerFirst[s[i]]
+		if b == 0 {
 			continue
 		}
-		t = strings.TrimPrefix(t, "<output>")
-		if hasPrefixFold(t, "error:") || hasPrefixFold(t, "error ") || strings.HasPrefix(t, "ERROR") || strings.HasPrefix(t, "E   ") {
-			return "error", t
-		}
-		if strings.HasPrefix(t, "FAIL ") || strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "npm ERR!") {
-			return "FAIL", t // jest, go test, npm
-		}
-		if k := exceptionName(t); k != "" {
-			return k, t
-		}
-		for _, m := range errorMarkers {
-			if strings.Contains(t, m.sub) {
-				return m.kind, t
+		for b &= markerSecond[s[i+1]]; b != 0; b &= b - 1 {
+			if strings.HasPrefix(s[i:], errorMarkers[bits.TrailingZeros16(b)].sub) {
+				return i
 			}
 		}
 	}
-	return "", ""
+	return len(s)
 }
 
 func hasPrefixFold(s, p string) bool { return len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) }
