@@ -197,6 +197,13 @@ func TestClassifyError(t *testing.T) {
 		{"panic: runtime error: index out of range", true, "panic"},
 		{"<returncode>0</returncode>\n<output>\nError: printed by the repro\n</output>", false, ""},
 		{"all good\n3 passed", false, ""},
+		{"exit code: unknown\nexit status 3", true, "exit 3"},
+		{"build done\nwarning: x\nfatal: not a git repository", true, "fatal"},
+		{"the log ends with fatal: ", false, ""},        // the marker's space is trimmed away
+		{"FAILED: could not find x", true, "not found"}, // markers in list order, not by position
+		{"Some Error: text", false, ""},
+		{"pkg.mod.CustomException: boom", true, "CustomException"},
+		{"    12\treturn 13\n", false, ""},
 	}
 	for _, tt := range tests {
 		ei := classifyError(tt.give)

@@ -37,10 +37,18 @@ func appendNormalized(dst []byte, s string) []byte {
 				i = wordEnd(s, i+1)
 				continue
 			}
-			j, hexOnly := i+1, isHex(c)
+			j, hexOnly, digits := i+1, isHex(c), isDigit(c)
 			for j < len(s) && isWordByte(s[j]) {
 				hexOnly = hexOnly && isHex(s[j])
+				digits = digits && isDigit(s[j])
 				j++
+			}
+			if digits && j-i < 8 && (j == len(s) || !numberGoesOn[s[j]]) {
+				// A short plain number (a line number, a count) that no
+				// date, time or duration continues: kept, and the most
+				// common number in tool output.
+				i = j
+				continue
 			}
 			if isDigit(c) || hexOnly && j-i >= 8 || j-i == 3 && (c == 'p' || c == 'P') {
 				if repl, n := volatileToken(s, i); n > 0 {
@@ -115,6 +123,11 @@ var normClass = func() (t [256]uint8) {
 	}
 	return t
 }()
+
+// numberGoesOn flags the bytes after a run of digits that may make it a
+// date (2024-01-31, 2024/01/31), a time (12:00), a fraction or a duration
+// (0.5s, 3 seconds, 12µs): only then does volatileToken need to look.
+var numberGoesOn = [256]bool{'-': true, '/': true, ':': true, '.': true, ' ': true, 0xc2: true}
 
 // wordEnd returns the index of the first non-word byte at or after i.
 func wordEnd(s string, i int) int {
@@ -339,7 +352,7 @@ func durationLen(t string) int {
 			if len(u) > 2 { // long units may follow a space: "3.2 seconds"
 				at = sp
 			}
-			if strings.HasPrefix(t[at:], u) && (at+len(u) == len(t) || !isWordByte(t[at+len(u)]) || isDigit(t[at+len(u)])) {
+			if at < len(t) && t[at] == u[0] && strings.HasPrefix(t[at:], u) && (at+len(u) == len(t) || !isWordByte(t[at+len(u)]) || isDigit(t[at+len(u)])) {
 				// a bare "m"/"h"/"s" needs a fraction or a following number (1m30s) to be a duration
 				if len(u) == 1 && !frac && !(at+1 < len(t) && isDigit(t[at+1])) && u != "s" {
 					continue

@@ -74,6 +74,7 @@ var normalizeCases = []string{
 	"addr 0x7ffd1234abcd pid 4242 PID: 17 pid=9 pidx 3", "took 0.53s and 12ms, 3.2 seconds, 1m30s, 5 m",
 	"see /tmp/pytest-of-x/a.py: and a/tmp/b and /var/folders/xy/z", "x2024-01-31 ab2024 _12345678 p1d",
 	"café 0x12 0xZZ 1e10 3 failed", "\x1b[1;32m1234567890abcdef\x1b[m", "pid\n123", "line\r\n\r\n  \t\n",
+	"12 seconds 2024/01/31 7:05 3µs 1234567 12\t9", "line 1234567-2 9/10 5. 42:x 7,5",
 }
 
 func TestAppendNormalizedMatchesReference(t *testing.T) {
