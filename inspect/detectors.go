@@ -23,6 +23,17 @@ func (in *inspection) toolThresholds(tool string) (int, int) {
 	return cons, win
 }
 
+// minRepeatInWindow is the lowest windowed repeat threshold of any tool.
+func (in *inspection) minRepeatInWindow() int {
+	m := in.lim.repeatInWindow
+	for _, o := range in.e.cfg.Tools {
+		if o.RepeatInWindow > 0 {
+			m = min(m, o.RepeatInWindow)
+		}
+	}
+	return m
+}
+
 // toolRepetition: the same call (tool + canonical arguments) back to back,
 // or often in the window, with the same normalised result. Identical calls
 // whose results keep changing are polling and never count.
@@ -80,9 +91,22 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	// Windowed: the same call with the same non-trivial outcome, not
 	// necessarily back to back.
 	best, bestN := -1, 0
+	minWin := in.minRepeatInWindow()
 	for a := in.win; a < len(evs); a++ {
 		x := &evs[a]
 		if !x.has || (x.ack && !x.isErr) || x.neg {
+			continue
+		}
+		// The identical calls bound the count: when they cannot beat the
+		// best so far, or reach any threshold, their results need no
+		// hashing (the outcome is the same without it).
+		ub := 0
+		for b := a; b < len(evs); b++ {
+			if evs[b].fp == x.fp {
+				ub++
+			}
+		}
+		if ub <= bestN || ub < minWin {
 			continue
 		}
 		cnt := 0
@@ -349,8 +373,13 @@ func (in *inspection) paramDrift() (Detection, bool) {
 		}
 		if ref == nil {
 			ref = x
-		} else if !sameOutcome(ref, x) {
+		} else if same && !sameOutcome(ref, x) {
 			same = false
+		}
+		if !same && !allErr {
+			// Changing results that are not all failures: progress,
+			// whatever the rest say. Their results need no hashing.
+			return Detection{}, false
 		}
 	}
 	var d Detection
@@ -670,6 +699,10 @@ func (in *inspection) editUndo() (Detection, bool) {
 	for a := range evs {
 		x := &evs[a]
 		if x.isErr || !strings.Contains(x.c.Args, `"`) {
+			continue
+		}
+		// Every pathKeys name spells "path" or "file", unless escaped.
+		if !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
 			continue
 		}
 		if rawKind(x.c.Args) != '{' || !rawjson.Valid(unsafeBytes(x.c.Args)) {
