@@ -82,12 +82,12 @@ func (d *demo) stubborn(ctx context.Context) error {
 		"the same error. loopguard escalates: warn, then constrain (a <loop-recovery> block and a collapsed " +
 		"history), then terminate (it answers LOOP_DETECTED itself).")
 	a := newAgent(d.proxyURL, d.client, ModelStubborn, "demo-stubborn-agent")
-	last, err := d.toolLoop(ctx, a)
+	evs, err := d.toolLoop(ctx, a)
 	if err != nil {
 		return err
 	}
-	if last.Action != policy.Terminate {
-		return fmt.Errorf("%w: stubborn agent ended with action %s", ErrNoEnding, last.Action)
+	if last := evs[len(evs)-1]; last.Action != policy.Terminate {
+		return fmt.Errorf("%w: stubborn agent ended with action %s", ErrNoEnding, evs[len(evs)-1].Action)
 	}
 	d.p.line("result", sgrBold, "the agent got LOOP_DETECTED instead of another tool call and stopped: "+
 		"no more tokens burnt on `make build`.")
@@ -98,32 +98,55 @@ func (d *demo) stubborn(ctx context.Context) error {
 func (d *demo) listener(ctx context.Context) error {
 	d.p.heading("Scenario 2: the agent that listens")
 	d.p.para("Same task, same failing build; this model reads loopguard's warning, looks at the Makefile, " +
-		"runs the right target and finishes. loopguard stays out of the way once the loop has stopped.")
+		"runs the right target and finishes.")
 	a := newAgent(d.proxyURL, d.client, ModelListener, "demo-listening-agent")
-	last, err := d.toolLoop(ctx, a)
+	evs, err := d.toolLoop(ctx, a)
 	if err != nil {
 		return err
 	}
-	if last.Action != policy.None || last.Terminated {
-		return fmt.Errorf("%w: listening agent ended with action %s", ErrNoEnding, last.Action)
+	if last := evs[len(evs)-1]; last.Terminated || last.Action == policy.Terminate {
+		return fmt.Errorf("%w: listening agent was terminated", ErrNoEnding)
 	}
-	d.p.line("result", sgrBold, "the agent recovered after one warning and finished normally.")
+	if later := actedAfterWarning(evs); later > 0 {
+		d.p.line("result", sgrBold, fmt.Sprintf("the agent changed approach after the warning and finished, "+
+			"though loopguard still acted on %d later turn(s).", later))
+		return nil
+	}
+	d.p.line("result", sgrBold, "the agent changed approach after one warning and finished normally; "+
+		"loopguard let every later turn through untouched.")
 	return nil
 }
 
+// actedAfterWarning counts the turns after the first warning on which
+// loopguard did anything but pass the request through.
+func actedAfterWarning(evs []event) int {
+	n, warned := 0, false
+	for _, ev := range evs {
+		switch {
+		case !warned:
+			warned = ev.Action == policy.Warn
+		case ev.Action != policy.None || ev.Constraints > 0:
+			n++
+		}
+	}
+	return n
+}
+
 // toolLoop runs turns until the model answers without tool calls, and
-// returns the last turn's event.
-func (d *demo) toolLoop(ctx context.Context, a *agent) (event, error) {
+// returns every turn's event.
+func (d *demo) toolLoop(ctx context.Context, a *agent) ([]event, error) {
+	var evs []event
 	for turn := 1; turn <= maxTurns; turn++ {
 		ev, done, err := d.turn(ctx, a, turn)
 		if err != nil {
-			return event{}, err
+			return nil, err
 		}
+		evs = append(evs, ev)
 		if done {
-			return ev, nil
+			return evs, nil
 		}
 	}
-	return event{}, fmt.Errorf("%w: still calling tools after %d turns", ErrNoEnding, maxTurns)
+	return nil, fmt.Errorf("%w: still calling tools after %d turns", ErrNoEnding, maxTurns)
 }
 
 // turn plays one request of a tool-using agent and prints it.

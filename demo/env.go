@@ -136,7 +136,38 @@ func start(ln net.Listener, opts Options, hook func(event)) (_ *env, err error) 
 	// keep-alive connections and leave no goroutine behind.
 	e.transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4}
 	e.client = &http.Client{Transport: e.transport, Timeout: 30 * time.Second}
+	if err := e.ready(); err != nil {
+		_ = e.close()
+		return nil, err
+	}
 	return e, nil
+}
+
+// readyWait bounds the wait for the proxy's first answer on loopback.
+const readyWait = 5 * time.Second
+
+// ready waits until the proxy answers /healthz. Besides telling the user a
+// working address, it guarantees that Serve is running before anyone can
+// call close: fasthttp's Shutdown does not stop a Serve that starts after
+// it, which would leave close waiting for ever.
+func (e *env) ready() error {
+	url := strings.TrimSuffix(e.proxyURL, "/v1") + "/healthz"
+	deadline := time.Now().Add(readyWait)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		resp, err := e.client.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("proxy not ready after %v: %w", readyWait, err)
+		}
+		time.Sleep(pause)
+	}
 }
 
 // close stops the proxy, letting running answers finish, then the model.
