@@ -196,11 +196,10 @@ func (d *demo) turn(ctx context.Context, a *agent, n int) (event, bool, error) {
 
 // action prints what loopguard did with one request and why.
 func (d *demo) action(ev event, rep reply) {
-	hdr := fmt.Sprintf("(X-Loopguard-Action: %s", rep.header.Get(proxy.HeaderAction))
+	hdr := fmt.Sprintf("X-Loopguard-Action: %s", rep.header.Get(proxy.HeaderAction))
 	if l := rep.header.Get(proxy.HeaderLoop); l != "" {
 		hdr += ", X-Loopguard-Loop: " + l
 	}
-	hdr = d.p.paint(sgrDim, hdr+")")
 	var what string
 	switch ev.Action {
 	case policy.None:
@@ -227,14 +226,14 @@ func (d *demo) action(ev event, rep reply) {
 		what += " (failed open at " + ev.FailOpen + ")"
 	}
 	if ev.Action == policy.None {
-		d.p.line("loopguard", sgrCyan, what+" "+hdr)
+		d.p.line("loopguard", sgrCyan, what+" "+d.p.paint(sgrDim, "("+hdr+")"))
 		return
 	}
 	d.p.line("loopguard", sgrCyan, what)
 	if ev.Summary != "" {
 		d.p.line("why", sgrDim, ev.Summary)
 	}
-	d.p.line("headers", sgrDim, hdr)
+	d.p.line("headers", sgrDim, d.p.paint(sgrDim, hdr))
 }
 
 // modelSaw prints what loopguard changed in the request the model got:

@@ -8,7 +8,7 @@
 // Serve keeps the proxy up in front of the scripted model so that any
 // OpenAI-compatible client can be tried against it.
 //
-// demo never opens a socket beyond 127.0.0.1, never sleeps for effect and
-// never prints or logs content that did not come from its own script, apart
-// from the model and tool names a client chooses to send in Serve mode.
+// demo listens only where it is told (127.0.0.1 by default), never sleeps
+// for effect, and in Serve mode prints only the session key and loopguard's
+// verdict for each request, never the content a client sent.
 package demo
