@@ -62,7 +62,14 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 	}
 
 	key := ""
-	if v.Loop {
+	if v.Loop && stale(st, strongest(v), pos) {
+		// Every occurrence the detector counted came before an earlier
+		// intervention, and the agent has stepped since: it is working on
+		// something else, and counting the old occurrences again would
+		// deny it the room to recover that an intervention promises
+		// (DESIGN.md: "the count restarts").
+		d.Stale = true
+	} else if v.Loop {
 		key = patternKey(v)
 		d.Pattern = key
 		changed = p.loop(st, &d, key, v, pos, now) || changed
@@ -99,6 +106,17 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 		st.Updated = now
 	}
 	return d, changed
+}
+
+// stale reports whether the evidence of a loop lies wholly at or before the
+// history position of the session's latest intervention while the request
+// has steps after it.
+func stale(st *State, ev inspect.Evidence, pos position) bool {
+	horizon := -1
+	for _, pt := range st.Patterns {
+		horizon = max(horizon, pt.Seen)
+	}
+	return horizon >= 0 && ev.Last <= horizon && pos.step > horizon
 }
 
 // loop applies the ladder to the verdict's pattern and reports whether st

@@ -93,10 +93,10 @@ func TestLadder(t *testing.T) {
 			},
 		},
 		{
-			name: "old occurrences reported again after new steps do not escalate",
+			name: "old occurrences reported again after the agent moved on are left alone",
 			steps: []step{
 				{loopReq(3, true), warn0},
-				{req{steps: 4, loop: true, last: 2, count: 3, noProg: true}, want{action: Warn, level: 0, reapplied: true, urgency: Warning, failed: 0}},
+				{req{steps: 4, loop: true, last: 2, count: 3, noProg: true}, want{action: None, level: -1, failed: 1}},
 			},
 		},
 		{

@@ -74,6 +74,10 @@ type Decision struct {
 	GlobalSessions int
 	// StoreFailed is true when the store could not be read or written and
 	// the decision was made from the request history alone (fail open).
+	// Stale is true when the verdict's loop was left alone because all its
+	// occurrences came before an earlier intervention and the agent has
+	// moved on since (Action None).
+	Stale bool
 	StoreFailed bool
 }
 
