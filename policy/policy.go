@@ -77,7 +77,7 @@ type Decision struct {
 	// Stale is true when the verdict's loop was left alone because all its
 	// occurrences came before an earlier intervention and the agent has
 	// moved on since (Action None).
-	Stale bool
+	Stale       bool
 	StoreFailed bool
 }
 

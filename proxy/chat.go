@@ -330,7 +330,9 @@ func setLoopHeaders(h *fasthttp.ResponseHeader, pl *plan) {
 		h.Set(HeaderSession, pl.key)
 	}
 	h.Set(HeaderAction, string(pl.decision.Action))
-	if v := pl.decision.Verdict; v.Loop {
+	// A stale loop (all of it before an earlier intervention) was left
+	// alone; the header names loops loopguard acts on or would act on.
+	if v := pl.decision.Verdict; v.Loop && !pl.decision.Stale {
 		h.Set(HeaderLoop, string(v.Category))
 	}
 }
