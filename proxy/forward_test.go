@@ -413,3 +413,26 @@ func TestShutdownLetsRunningStreamsFinish(t *testing.T) {
 		t.Errorf("stream cut by shutdown: %q", body)
 	}
 }
+
+func TestShutdownBeforeServeDoesNotHang(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = "http://127.0.0.1:1"
+	srv, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve after Shutdown = %v; want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve after Shutdown did not return")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
@@ -31,6 +32,10 @@ type Server struct {
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics
 	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
+
+	mu        sync.Mutex
+	listeners []net.Listener // given to Serve, closed by Shutdown
+	closed    bool           // Shutdown was called
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -93,6 +98,14 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	s.listeners = append(s.listeners, ln)
+	s.mu.Unlock()
 	err := s.http.Serve(ln)
 	if errors.Is(err, net.ErrClosed) {
 		return nil
@@ -103,7 +116,19 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting connections and waits for running requests and
 // streams to finish, until ctx ends. It then releases the session store.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for _, ln := range s.listeners {
+		// fasthttp closes only the listeners its Serve has registered; one
+		// handed to Serve a moment ago may not be yet, and would be served
+		// forever.
+		_ = ln.Close()
+	}
+	s.mu.Unlock()
 	err := s.http.ShutdownWithContext(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // the listeners closed above
+	}
 	s.up.client.CloseIdleConnections()
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
