@@ -85,7 +85,10 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		IdleTimeout:        cfg.Server.IdleTimeout,
 		// WriteTimeout stays 0: it is one deadline for the whole response and
 		// would cut long streams (proxy-notes P4).
-		ReadBufferSize:        64 << 10,
+		// The read buffer bounds the request headers; 16 KiB holds any API
+		// client's and keeps an idle open stream cheap (it is held per
+		// connection).
+		ReadBufferSize:        16 << 10,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
