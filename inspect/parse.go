@@ -636,7 +636,9 @@ func classifyUser(txt string) userKind {
 			return userAutomated
 		}
 	}
-	if strings.Contains(strings.ToLower(t), "<loop-recovery") || strings.Contains(t, "[loopguard]") {
+	// loopguard writes its markers in lower case: no need to lower the
+	// whole message, which can be a long tool output in user role.
+	if strings.Contains(t, "<loop-recovery") || strings.Contains(t, "[loopguard]") {
 		return userAutomated
 	}
 	return userGenuine

@@ -54,18 +54,42 @@ func SessionKeyFor(api inspect.API, header, body []byte) string {
 	if k := clientKey(header); k != "" {
 		return k
 	}
-	if k := clientKey(stringBytes(gjson.GetBytes(body, "user"))); k != "" {
+	// One pass over the top-level members: "messages" may be megabytes
+	// long and come first, and a Get per field would scan it again each time.
+	var f topFields
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "user":
+			f.user = v
+		case "metadata":
+			f.metadata = v
+		case "model":
+			f.model = v.String()
+		case "messages", "input":
+			f.history = v
+		case "system", "instructions":
+			f.system = v
+		}
+		return true
+	})
+	if k := clientKey(stringBytes(f.user)); k != "" {
 		return k
 	}
-	if k := clientKey(stringBytes(gjson.GetBytes(body, "metadata.session_id"))); k != "" {
+	if k := clientKey(stringBytes(f.metadata.Get("session_id"))); k != "" {
 		return k
 	}
 	if api == inspect.AnthropicMessages {
-		if k := clientKey(stringBytes(gjson.GetBytes(body, "metadata.user_id"))); k != "" {
+		if k := clientKey(stringBytes(f.metadata.Get("user_id"))); k != "" {
 			return k
 		}
 	}
-	return derivedKey(api, body)
+	return derivedKey(api, &f)
+}
+
+// topFields are the top-level members of a request that name its session.
+type topFields struct {
+	user, metadata, history, system gjson.Result
+	model                           string
 }
 
 // stringBytes returns the raw text of a JSON string or number, nil for
@@ -115,7 +139,7 @@ func printable(b []byte) bool {
 
 // derivedKey hashes the opening of the conversation. Each field is written
 // with its length so that moving bytes between fields changes the hash.
-func derivedKey(api inspect.API, body []byte) string {
+func derivedKey(api inspect.API, f *topFields) string {
 	h := fnv.New64a()
 	var n [8]byte
 	field := func(s string) {
@@ -123,15 +147,15 @@ func derivedKey(api inspect.API, body []byte) string {
 		h.Write(n[:])
 		h.Write([]byte(s))
 	}
-	field(gjson.GetBytes(body, "model").String())
+	field(f.model)
 	var o opening
 	switch api {
 	case inspect.Responses:
-		o = responsesOpening(body)
+		o = responsesOpening(f)
 	case inspect.AnthropicMessages:
-		o = anthropicOpening(body)
+		o = anthropicOpening(f)
 	default:
-		o = chatOpening(body)
+		o = chatOpening(f)
 	}
 	field(o.system)
 	field(o.user)
@@ -148,8 +172,8 @@ type opening struct {
 
 func (o *opening) complete() bool { return o.haveSystem && o.haveUser && o.haveAssistant }
 
-func chatOpening(body []byte) (o opening) {
-	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+func chatOpening(f *topFields) (o opening) {
+	f.history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "system", "developer":
 			if !o.haveSystem {
@@ -169,9 +193,9 @@ func chatOpening(body []byte) (o opening) {
 	return o
 }
 
-func anthropicOpening(body []byte) (o opening) {
-	o.system, o.haveSystem = contentText(gjson.GetBytes(body, "system")), true
-	gjson.GetBytes(body, "messages").ForEach(func(_, m gjson.Result) bool {
+func anthropicOpening(f *topFields) (o opening) {
+	o.system, o.haveSystem = contentText(f.system), true
+	f.history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "user":
 			if !o.haveUser {
@@ -198,9 +222,9 @@ func anthropicOpening(body []byte) (o opening) {
 	return o
 }
 
-func responsesOpening(body []byte) (o opening) {
-	o.system, o.haveSystem = gjson.GetBytes(body, "instructions").String(), true
-	input := gjson.GetBytes(body, "input")
+func responsesOpening(f *topFields) (o opening) {
+	o.system, o.haveSystem = f.system.String(), true
+	input := f.history
 	if input.Type == gjson.String {
 		o.user = input.String()
 		return o
