@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/tidwall/gjson"
 )
 
@@ -57,7 +58,8 @@ func SessionKeyFor(api inspect.API, header, body []byte) string {
 	// One pass over the top-level members: "messages" may be megabytes
 	// long and come first, and a Get per field would scan it again each time.
 	var f topFields
-	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+	// Everything read from the view is copied or hashed before returning.
+	gjson.Parse(rawjson.View(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "user":
 			f.user = v

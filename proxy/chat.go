@@ -9,6 +9,7 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/rs/zerolog"
@@ -197,14 +198,14 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 // so one Get per option would scan it again each time.
 func (pl *plan) readOptions(body []byte) {
 	completionTokens := int64(-1)
-	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+	gjson.Parse(rawjson.View(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "stream":
 			pl.stream = v.Bool()
 		case "stream_options":
 			pl.usage = v.Get("include_usage").Bool()
 		case "model":
-			pl.model = v.String()
+			pl.model = strings.Clone(v.String()) // outlives the request body
 		case "max_tokens", "max_output_tokens":
 			pl.maxTok = v.Int()
 		case "max_completion_tokens":

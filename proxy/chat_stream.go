@@ -380,7 +380,11 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 		if text.Type != gjson.String || i.Int() >= maxWatchedChoices {
 			return true
 		}
-		d := inspect.NewDegeneration(o.p.cfg.Detect.Stream)
+		slot := &o.content[min(int(i.Int()), maxWatchedChoices-1)]
+		if *slot == nil {
+			*slot = inspect.NewDegeneration(o.p.cfg.Detect.Stream)
+		}
+		d := *slot
 		s := text.String()
 		o.bytes += int64(len(s))
 		if !d.Write([]byte(s)) {

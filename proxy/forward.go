@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +76,10 @@ func asciiEqualFold(b []byte, s string) bool {
 	return true
 }
 
+// copyBufs are the buffers of body copies (io.Copy would allocate 32 KiB
+// for each response).
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // bufferLimit is the largest non-streamed body read whole before answering;
 // larger ones stream through.
 const bufferLimit = 1 << 20
@@ -132,7 +137,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		return
 	}
 	bw := ctx.Response.BodyWriter()
-	written, err := io.Copy(bw, br)
+	buf := copyBufs.Get().(*[]byte)
+	written, err := io.CopyBuffer(bw, br, *buf)
+	copyBufs.Put(buf)
 	closeStream(resp, err)
 	fasthttp.ReleaseResponse(resp)
 	if err != nil {

@@ -192,3 +192,8 @@ func decodeU(s string) (rune, int) {
 
 // bytesOf returns s's bytes without copying; they must not be modified.
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// View returns b as a string without copying, for gjson.Parse on a body:
+// gjson.ParseBytes copies the whole body first. Results alias b: copy any
+// string kept beyond b's lifetime, and do not change b while they are in use.
+func View(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
