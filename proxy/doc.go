@@ -1,7 +1,17 @@
 // Package proxy is loopguard's HTTP front and back: it accepts the agent's
-// request, routes it, runs policy/inspect/inject on chat completions, forwards
-// it to the upstream and streams the answer back event by event.
+// request, routes it, runs policy/inspect/inject on the endpoints it guards
+// (chat completions, the Responses API, Anthropic Messages), forwards the
+// request to the upstream and streams the answer back event by event,
+// inspecting it as it passes and cutting it when it degenerates.
+//
+// Files follow the request: server.go routes and serves loopguard's own
+// endpoints; chat.go decides (session, verdict, ladder, rewrite or
+// LOOP_DETECTED); forward.go and upstream.go relay the request and answer;
+// chat_stream.go, chat_hold.go, chat_trim.go and stream_apis.go inspect
+// answers on the way back; responses_record.go keeps server-side Responses
+// histories in view.
 //
 // proxy is the only package that speaks HTTP (fasthttp on both sides); a
-// fasthttp.RequestCtx never leaves it.
+// fasthttp.RequestCtx never leaves it. Whatever fails inside the pipeline, the
+// request passes through unchanged (fail open).
 package proxy
