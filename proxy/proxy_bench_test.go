@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/redistest"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/rs/zerolog"
@@ -233,4 +234,75 @@ func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
 		o.event(&events[i], w)
 	}
 	return o, events
+}
+
+// BenchmarkDecideAndInject measures what the session adds to a 200-turn
+// looping request once the detectors have run: the store lookup and
+// update, the ladder, and the rewrite of the ~400 KB body (a warning
+// inserted after the last tool result). Detection itself is
+// inspect's BenchmarkParseInspect200.
+func BenchmarkDecideAndInject(b *testing.B) {
+	for _, store := range []string{"memory", "redis"} {
+		b.Run(store, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Upstream.URL = "http://127.0.0.1:1"
+			if store == "redis" {
+				cfg.Policy.Store = policy.StoreRedis
+				cfg.Policy.RedisURL = redistest.Start(b).URL(0)
+			}
+			p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			body := []byte(longLoopingHistory(200))
+			traj, err := p.engine.Parse(body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			v := p.engine.Inspect(traj)
+			if !v.Loop {
+				b.Fatal("the history does not loop")
+			}
+			ctx := context.Background()
+			sessionKeys := make([]string, 64)
+			for i := range sessionKeys {
+				sessionKeys[i] = fmt.Sprintf("bench-%d", i)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				// 64 sessions in turn: after the first round each request is
+				// a retry that re-applies its warning, as agents retry.
+				pl := plan{api: inspect.ChatCompletions, key: sessionKeys[i%len(sessionKeys)]}
+				d, err := p.policy.Decide(ctx, pl.key, v, traj, policy.ModeEnforce)
+				if err != nil || d.Action != policy.Warn {
+					b.Fatalf("Decide = %v, %v; want warn", d.Action, err)
+				}
+				if out := p.rewrite(&pl, body, &d); len(out) <= len(body) {
+					b.Fatal("nothing injected")
+				}
+			}
+		})
+	}
+}
+
+// longLoopingHistory is an agent session of n turns, about 2 KB each, whose
+// last three calls repeat a failing build.
+func longLoopingHistory(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Fix the failing build."}`)
+	for i := 0; i < n; i++ {
+		args := fmt.Sprintf(`{\"path\":\"src/file%d.go\"}`, i)
+		result := strings.Repeat(fmt.Sprintf("%d: func handler%d(w http.ResponseWriter) {}\n", i, i), 40)
+		name := "read_file"
+		if i >= n-3 {
+			name, args, result = "bash", `{\"command\":\"make build\"}`, "make: *** No rule to make target 'build'.  Stop.\nexit code 2"
+		}
+		fmt.Fprintf(&b, `,{"role":"assistant","content":"Step %d.","tool_calls":[{"id":"call_%d","type":"function","function":{"name":%q,"arguments":"%s"}}]}`, i, i, name, args)
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%d","content":%q}`, i, result)
+	}
+	b.WriteString(`]}`)
+	return b.String()
 }
