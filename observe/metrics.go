@@ -25,6 +25,7 @@ type Metrics struct {
 	cutDelay       prometheus.Histogram
 	tokensSaved    *prometheus.CounterVec
 	terminations   *prometheus.CounterVec
+	incidents      *prometheus.CounterVec
 	failOpen       *prometheus.CounterVec
 	storeLatency   *prometheus.HistogramVec
 	detectDuration prometheus.Histogram
@@ -125,6 +126,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "loopguard_terminations_total",
 			Help: "Requests answered LOOP_DETECTED without calling the upstream, by category.",
 		}, []string{"category"}),
+		incidents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loopguard_global_incidents_total",
+			Help: "Cross-session incidents: one loop pattern seen in global_sessions sessions within global_window (redis store), by category.",
+		}, []string{"category"}),
 		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loopguard_fail_open_total",
 			Help: "Requests passed through unchanged because a stage failed, by stage.",
@@ -167,7 +172,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.requests, m.duration, m.upstream, m.ttfb, m.activeStreams, m.events,
-		m.detections, m.interventions, m.cuts, m.cutDelay, m.tokensSaved, m.terminations,
+		m.detections, m.interventions, m.cuts, m.cutDelay, m.tokensSaved, m.terminations, m.incidents,
 		m.failOpen, m.storeLatency, m.detectDuration, m.recoveries,
 	}
 }
@@ -253,6 +258,12 @@ func (m *Metrics) termination(cat int) {
 		return
 	}
 	put(slot, m.terminations.WithLabelValues(string(categories[cat]))).Inc()
+}
+
+// incident counts a cross-session incident; rare, so the label lookup is
+// not cached.
+func (m *Metrics) incident(cat int) {
+	m.incidents.WithLabelValues(string(categories[cat])).Inc()
 }
 
 func (m *Metrics) cut(cat int, tokensSaved int, delay time.Duration) {

@@ -147,6 +147,9 @@ func (o *Observer) Request(info RequestInfo) {
 				m.termination(cat)
 			}
 		}
+		if d.Incident {
+			m.incident(cat)
+		}
 		if d.Verdict.Loop || isIntervention(d.Action) {
 			o.logDecision(&info, d)
 		}

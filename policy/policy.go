@@ -72,6 +72,9 @@ type Decision struct {
 	// holds the count seen (redis store only).
 	CrossSession   bool
 	GlobalSessions int
+	// Incident is true for the one decision per GlobalWindow that opened a
+	// cross-session incident (counted once in metrics).
+	Incident bool
 	// StoreFailed is true when the store could not be read or written and
 	// the decision was made from the request history alone (fail open).
 	// Stale is true when the verdict's loop was left alone because all its
@@ -266,6 +269,7 @@ func (p *Policy) recordGlobal(ctx context.Context, key string, d *Decision, now 
 	}
 	d.GlobalSessions = n
 	d.CrossSession = n >= p.cfg.GlobalSessions
+	d.Incident = incident
 	if incident {
 		p.log.Warn().Str("pattern", d.Pattern).Str("category", string(d.Verdict.Category)).
 			Int("sessions", n).Dur("window", p.cfg.GlobalWindow).Msg("global loop incident: one pattern looping in many sessions")

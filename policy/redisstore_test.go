@@ -187,6 +187,9 @@ func TestGlobalDoomLoop(t *testing.T) {
 		if d.CrossSession != wantCross || d.GlobalSessions != i+1 {
 			t.Fatalf("session %d: CrossSession %v, GlobalSessions %d; want %v, %d", i, d.CrossSession, d.GlobalSessions, wantCross, i+1)
 		}
+		if wantIncident := i == 2; d.Incident != wantIncident {
+			t.Errorf("session %d: Incident %v; want %v (one incident per window)", i, d.Incident, wantIncident)
+		}
 	}
 	// The same session again does not count twice.
 	d, _ := a.Decide(ctx, "session-0", r.verdict(), r.trajectory(), ModeEnforce)
