@@ -22,6 +22,7 @@ import (
 
 	"github.com/loopguard/loopguard/config"
 	"github.com/loopguard/loopguard/proxy"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
 
@@ -60,6 +61,9 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := newLogger(cfg.Log, stderr)
+	// go-redis writes its connection errors with the standard logger;
+	// route them into loopguard's log lines.
+	redis.SetLogger(redisLogger{log})
 	srv, err := proxy.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "loopguard: %v\n", err)
@@ -111,6 +115,13 @@ func newLogger(cfg proxy.LogConfig, w io.Writer) zerolog.Logger {
 		level = zerolog.InfoLevel
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// redisLogger adapts zerolog to go-redis's logger.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn().Str("component", "redis").Msgf(format, v...)
 }
 
 // redact drops userinfo from a URL for logging.
