@@ -436,3 +436,27 @@ func TestShutdownBeforeServeDoesNotHang(t *testing.T) {
 		t.Fatal("Serve after Shutdown did not return")
 	}
 }
+
+func TestStreamRequestTimeout(t *testing.T) {
+	closed := make(chan int, 1)
+	up := sseUpstream(t, 100, 50*time.Millisecond, closed)
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Upstream.RequestTimeout = 300 * time.Millisecond })
+	resp, err := newClient().Get(base + "/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !strings.HasPrefix(string(b), `data: {"i":0}`) || !strings.Contains(string(b), `"code":"upstream_timeout"`) ||
+		!strings.Contains(string(b), "request_timeout") {
+		t.Errorf("stream = %q, %v; want events, then an upstream_timeout error naming request_timeout", b, err)
+	}
+	select {
+	case left := <-closed:
+		if left == 0 {
+			t.Error("the upstream finished; the timeout did not close it")
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the upstream never saw its connection closed")
+	}
+}
