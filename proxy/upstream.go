@@ -76,7 +76,7 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 		DisableHeaderNamesNormalizing: true,
 		DisablePathNormalizing:        true,
 		MaxResponseBodySize:           0,
-		ReadBufferSize:                16 << 10, // response headers; held per open stream
+		ReadBufferSize:                8 << 10, // response headers; held per open stream
 		RetryIfErr:                    retryIfStale,
 	}
 	return up, nil
