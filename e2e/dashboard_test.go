@@ -61,6 +61,13 @@ func browser(t *testing.T) context.Context {
 		}
 		t.Skip("chromium not installed; set LOOPGUARD_REQUIRE_BROWSER=1 to make this a failure")
 	}
+	// Not t.TempDir: Chromium's helper processes can still be writing to
+	// the profile for a moment after the browser is gone, and TempDir's
+	// cleanup fails the test on a directory it cannot empty.
+	profile, err := os.MkdirTemp("", "loopguard-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.Flag("headless", true),
@@ -72,7 +79,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1500, 1000),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -82,6 +89,13 @@ func browser(t *testing.T) context.Context {
 		cancelTimeout()
 		cancelBrowser()
 		cancelAlloc()
+		for range 20 {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("could not remove the Chromium profile %s", profile)
 	})
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("starting %s: %v", path, err)
