@@ -195,6 +195,8 @@ func logger(w io.Writer) zerolog.Logger {
 	if w == nil {
 		return zerolog.Nop()
 	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}).
+	// The proxy logs from many goroutines; w (a buffer in tests) need not
+	// be safe for concurrent writes.
+	return zerolog.New(zerolog.ConsoleWriter{Out: zerolog.SyncWriter(w), TimeFormat: time.TimeOnly}).
 		Level(zerolog.InfoLevel).With().Timestamp().Logger()
 }

@@ -60,6 +60,15 @@ type Edit struct {
 	Constraints []Loop
 	// Warnings are the warn notices.
 	Warnings []Loop
+
+	// Model is the request's model, for the per-model placement; "" reads
+	// it from the body.
+	Model string
+	// Layout, when known (inspect.Trajectory.Layout of this very body),
+	// spares the insertion its search for the messages array. It is not
+	// used after a collapse, which moves them, nor where it does not match
+	// the body.
+	Layout inspect.Layout
 }
 
 // Result is the outcome of Apply.
@@ -123,8 +132,15 @@ func (in *Injector) Apply(body []byte, e Edit) (Result, error) {
 	if len(texts) == 0 {
 		return res, nil
 	}
-	model := gjson.Get(view(res.Body), "model").String()
-	nb, used, err := Insert(res.Body, in.Placement(model), strings.Join(texts, "\n\n"))
+	model := e.Model
+	if model == "" {
+		model = gjson.Get(view(res.Body), "model").String()
+	}
+	layout := e.Layout
+	if len(calls) > 0 {
+		layout = inspect.Layout{} // the collapse moved the messages
+	}
+	nb, used, err := insert(res.Body, in.Placement(model), strings.Join(texts, "\n\n"), layout)
 	if err != nil {
 		return Result{Body: body}, err
 	}

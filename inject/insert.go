@@ -2,6 +2,7 @@ package inject
 
 import (
 	"errors"
+	"github.com/loopguard/loopguard/inspect"
 	"unicode/utf8"
 	"unsafe"
 
@@ -93,6 +94,34 @@ func scan(body []byte, p Placement) (shape, error) {
 	return s, nil
 }
 
+// scanLayout builds the shape from a known layout, for the placements that
+// need only the last message (Auto, User, and Tool when the last message is a
+// tool result). ok is false when the layout is unknown, does not fit the
+// body, or the placement needs more: the caller scans instead.
+func scanLayout(body []byte, p Placement, l inspect.Layout) (s shape, ok bool) {
+	a, z := l.Messages, l.Last
+	if a[1] == 0 || a[0] >= z[0] || z[0] >= z[1] || z[1] >= a[1] || a[1] > len(body) ||
+		body[a[0]] != '[' || body[a[1]-1] != ']' || body[z[0]] != '{' || body[z[1]-1] != '}' {
+		return s, false
+	}
+	raw := view(body[z[0]:z[1]])
+	last := message{at: z[0], raw: raw, role: gjson.Get(raw, "role").String()}
+	switch p {
+	case Auto, "", User:
+	case Tool:
+		if !isToolRole(last.role) {
+			return s, false
+		}
+	default:
+		return s, false
+	}
+	s.arr, s.n, s.last = span{a[0], a[1]}, 1, last
+	if isToolRole(last.role) {
+		s.lastTool = last
+	}
+	return s, true
+}
+
 // splice is one edit of the body: replace body[start:end] with ins.
 type splice struct {
 	start, end int
@@ -118,9 +147,17 @@ func (sp splice) apply(body []byte) []byte {
 // re-encoded), so removing the inserted bytes gives back body exactly. body
 // is not modified; the returned slice is new.
 func Insert(body []byte, p Placement, text string) ([]byte, Placement, error) {
-	s, err := scan(body, p)
-	if err != nil {
-		return nil, "", err
+	return insert(body, p, text, inspect.Layout{})
+}
+
+// insert is Insert with the messages' layout when the caller knows it.
+func insert(body []byte, p Placement, text string, l inspect.Layout) ([]byte, Placement, error) {
+	s, ok := scanLayout(body, p, l)
+	if !ok {
+		var err error
+		if s, err = scan(body, p); err != nil {
+			return nil, "", err
+		}
 	}
 	sp, used, err := s.place(p, text)
 	if err != nil {

@@ -3,6 +3,7 @@ package inject
 import (
 	"bytes"
 	"flag"
+	"github.com/loopguard/loopguard/inspect"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,6 +238,38 @@ func TestAppendStringBody(t *testing.T) {
 		s := appendString(nil, tt.give)
 		if !gjson.ValidBytes(s) {
 			t.Errorf("appendString(%q) = %s is not valid JSON", tt.give, s)
+		}
+	}
+}
+
+// TestInsertWithLayout holds the layout fast path to the scanning one: the
+// same bytes for every placement it serves, and a fallback when the layout
+// does not fit the body.
+func TestInsertWithLayout(t *testing.T) {
+	bodies := []string{
+		`{"model":"m","messages":[{"role":"user","content":"go"},{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"a b"}]}`,
+		`{"messages" : [ {"role":"system","content":"s"}, {"role":"user","content":[{"type":"text","text":"hi"}]} ], "model":"m"}`,
+		`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"y"}],"stream":true}`,
+	}
+	for _, body := range bodies {
+		tr, err := inspect.Parse([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []Placement{Auto, User, Tool, System} {
+			want, wantUsed, err := Insert([]byte(body), p, "[loopguard] note")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, used, err := insert([]byte(body), p, "[loopguard] note", tr.Layout)
+			if err != nil || string(got) != string(want) || used != wantUsed {
+				t.Errorf("%s in %s: with layout %q (%s, %v); scanning %q (%s)", p, body, got, used, err, want, wantUsed)
+			}
+			bad := tr.Layout
+			bad.Last[0]++
+			if got, _, err := insert([]byte(body), p, "[loopguard] note", bad); err != nil || string(got) != string(want) {
+				t.Errorf("%s: a layout that does not fit was used: %q", p, got)
+			}
 		}
 	}
 }

@@ -51,6 +51,8 @@ type parser struct {
 	// lastAssistant is true while the previous non-system message was an
 	// assistant turn: a user message right after it may be tool output.
 	lastAssistant bool
+	// src is the whole body, for the offsets of Trajectory.Layout.
+	src string
 }
 
 func parse(body []byte, meta []string) (*Trajectory, error) {
@@ -92,6 +94,7 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
 	}
 	p.t.meta = meta
+	p.src = src
 	p.t.Steps = make([]Step, 0, 16)
 	if err := walk(p, src[i:]); err != nil {
 		return nil, err
@@ -119,6 +122,7 @@ func (p *parser) chat(root string) (err error) {
 	}
 	p.t.Model = p.rawStr(model)
 	idx := 0
+	last := [2]int{}
 	// Messages are walked member by member in one pass (membersAt), not
 	// bounded first and walked again: tool results make them large.
 	for i := rawjson.SkipSpace(msgs, 1); i < len(msgs) && msgs[i] != ']'; i = rawjson.SkipSpace(msgs, i) {
@@ -126,13 +130,24 @@ func (p *parser) chat(root string) (err error) {
 			i++
 			continue
 		}
+		start := i
 		if i, err = p.message(idx, msgs, i); err != nil {
 			return err
 		}
+		last = [2]int{start, i}
 		idx++
 	}
 	p.t.Messages = idx
+	if idx > 0 {
+		off := p.offset(msgs)
+		p.t.Layout = Layout{Messages: [2]int{off, off + len(msgs)}, Last: [2]int{off + last[0], off + last[1]}}
+	}
 	return nil
+}
+
+// offset is the position in the body of v, a view of it.
+func (p *parser) offset(v string) int {
+	return int(uintptr(unsafe.Pointer(unsafe.StringData(v))) - uintptr(unsafe.Pointer(unsafe.StringData(p.src))))
 }
 
 // rawStr returns a raw JSON string's value as a string the Trajectory may

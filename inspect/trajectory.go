@@ -17,9 +17,21 @@ type Trajectory struct {
 	Start int
 	// Messages is the number of messages in the request.
 	Messages int
+	// Layout locates the messages in the body Parse read (chat completions
+	// only), so that a rewrite of that same body need not search for them.
+	Layout Layout
 
 	// meta is the metadata-argument list the fingerprints were made with.
 	meta []string
+}
+
+// Layout holds byte offsets [start, end) into a chat-completions body: of
+// its messages array and of the array's last element. The zero Layout means
+// unknown (other APIs, no messages). The offsets are valid for the body Parse
+// read and nothing else.
+type Layout struct {
+	Messages [2]int
+	Last     [2]int
 }
 
 // Step is one assistant turn.

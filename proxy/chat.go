@@ -77,8 +77,9 @@ type plan struct {
 	maxTok   int64
 	model    string
 	verdict  inspect.Verdict
-	record   *recordPlan // Responses API: the server-side history record, nil if none
-	failOpen string      // the stage that failed open, "" if none
+	record   *recordPlan    // Responses API: the server-side history record, nil if none
+	layout   inspect.Layout // where the messages lie in body (chat completions)
+	failOpen string         // the stage that failed open, "" if none
 	start    time.Time
 }
 
@@ -152,6 +153,9 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}
 	verdict := p.engine.Inspect(traj)
 	pl.verdict = verdict
+	if &judged[0] == &body[0] {
+		pl.layout = traj.Layout
+	}
 	t1 := time.Now()
 
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
@@ -232,7 +236,7 @@ func (p *chatPipeline) terminate(api inspect.API, body []byte, l inject.Loop) (i
 // rewrite applies the decision's texts to body, or returns body unchanged
 // when inject cannot patch it.
 func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
-	var e inject.Edit
+	e := inject.Edit{Model: pl.model, Layout: pl.layout}
 	if d.Cut != nil {
 		e.Degenerated = &inject.Degeneration{Category: d.Cut.Category}
 	}

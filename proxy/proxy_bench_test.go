@@ -275,7 +275,7 @@ func BenchmarkDecideAndInject(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				// 64 sessions in turn: after the first round each request is
 				// a retry that re-applies its warning, as agents retry.
-				pl := plan{api: inspect.ChatCompletions, key: sessionKeys[i%len(sessionKeys)]}
+				pl := plan{api: inspect.ChatCompletions, key: sessionKeys[i%len(sessionKeys)], model: "m", layout: traj.Layout}
 				d, err := p.policy.Decide(ctx, pl.key, v, traj, policy.ModeEnforce)
 				if err != nil || d.Action != policy.Warn {
 					b.Fatalf("Decide = %v, %v; want warn", d.Action, err)
