@@ -64,6 +64,10 @@ type Edit struct {
 	// Model is the request's model, for the per-model placement; "" reads
 	// it from the body.
 	Model string
+	// Dst, when it has room, is where the new body is built, so that the
+	// caller can reuse its buffers for bodies of hundreds of kilobytes; nil
+	// allocates. Result.Body aliases it then.
+	Dst []byte
 	// Layout, when known (inspect.Trajectory.Layout of this very body),
 	// spares the insertion its search for the messages array. It is not
 	// used after a collapse, which moves them, nor where it does not match
@@ -140,7 +144,7 @@ func (in *Injector) Apply(body []byte, e Edit) (Result, error) {
 	if len(calls) > 0 {
 		layout = inspect.Layout{} // the collapse moved the messages
 	}
-	nb, used, err := insert(res.Body, in.Placement(model), strings.Join(texts, "\n\n"), layout)
+	nb, used, err := insert(e.Dst, res.Body, in.Placement(model), strings.Join(texts, "\n\n"), layout)
 	if err != nil {
 		return Result{Body: body}, err
 	}

@@ -130,8 +130,15 @@ type splice struct {
 
 // apply builds the new body in one allocation; every byte outside
 // [start,end) is copied unchanged.
-func (sp splice) apply(body []byte) []byte {
-	out := make([]byte, 0, len(body)-(sp.end-sp.start)+len(sp.ins))
+func (sp splice) apply(body []byte) []byte { return sp.applyTo(nil, body) }
+
+// applyTo builds the new body in dst when it has room, else in a new slice.
+func (sp splice) applyTo(dst, body []byte) []byte {
+	n := len(body) - (sp.end - sp.start) + len(sp.ins)
+	out := dst[:0]
+	if cap(out) < n {
+		out = make([]byte, 0, n)
+	}
 	out = append(out, body[:sp.start]...)
 	out = append(out, sp.ins...)
 	return append(out, body[sp.end:]...)
@@ -147,11 +154,12 @@ func (sp splice) apply(body []byte) []byte {
 // re-encoded), so removing the inserted bytes gives back body exactly. body
 // is not modified; the returned slice is new.
 func Insert(body []byte, p Placement, text string) ([]byte, Placement, error) {
-	return insert(body, p, text, inspect.Layout{})
+	return insert(nil, body, p, text, inspect.Layout{})
 }
 
-// insert is Insert with the messages' layout when the caller knows it.
-func insert(body []byte, p Placement, text string, l inspect.Layout) ([]byte, Placement, error) {
+// insert is Insert with the messages' layout when the caller knows it, and
+// the new body built in dst when dst has room.
+func insert(dst, body []byte, p Placement, text string, l inspect.Layout) ([]byte, Placement, error) {
 	s, ok := scanLayout(body, p, l)
 	if !ok {
 		var err error
@@ -163,7 +171,7 @@ func insert(body []byte, p Placement, text string, l inspect.Layout) ([]byte, Pl
 	if err != nil {
 		return nil, "", err
 	}
-	return sp.apply(body), used, nil
+	return sp.applyTo(dst, body), used, nil
 }
 
 // place decides where text goes.

@@ -261,13 +261,13 @@ func TestInsertWithLayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, used, err := insert([]byte(body), p, "[loopguard] note", tr.Layout)
+			got, used, err := insert(make([]byte, 0, 4096), []byte(body), p, "[loopguard] note", tr.Layout)
 			if err != nil || string(got) != string(want) || used != wantUsed {
 				t.Errorf("%s in %s: with layout %q (%s, %v); scanning %q (%s)", p, body, got, used, err, want, wantUsed)
 			}
 			bad := tr.Layout
 			bad.Last[0]++
-			if got, _, err := insert([]byte(body), p, "[loopguard] note", bad); err != nil || string(got) != string(want) {
+			if got, _, err := insert(nil, []byte(body), p, "[loopguard] note", bad); err != nil || string(got) != string(want) {
 				t.Errorf("%s: a layout that does not fit was used: %q", p, got)
 			}
 		}

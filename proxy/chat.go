@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/loopguard/loopguard/inject"
@@ -79,6 +80,7 @@ type plan struct {
 	verdict  inspect.Verdict
 	record   *recordPlan    // Responses API: the server-side history record, nil if none
 	layout   inspect.Layout // where the messages lie in body (chat completions)
+	buf      *[]byte        // pooled buffer body was built in, nil if none
 	failOpen string         // the stage that failed open, "" if none
 	start    time.Time
 }
@@ -101,7 +103,24 @@ func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server, api inspect.AP
 		return
 	}
 	s.forward(ctx, pl.body, newChatObserver(p, &pl, s.chatDone))
+	// forward has sent the request (a stream is relayed from here on
+	// without it), so the rewritten body's buffer can serve another.
+	pl.releaseBody()
 }
+
+// releaseBody returns a rewritten body's buffer to the pool; pl.body must
+// not be used afterwards.
+func (pl *plan) releaseBody() {
+	if pl.buf != nil {
+		*pl.buf = pl.body[:0]
+		bodyBufs.Put(pl.buf)
+		pl.body, pl.buf = nil, nil
+	}
+}
+
+// bodyBufs hold rewritten request bodies: histories of hundreds of kilobytes
+// would otherwise be allocated (and zeroed, and collected) per rewrite.
+var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // event is the ChatEvent of a plan, before the answer is known.
 func (pl *plan) event() ChatEvent {
@@ -236,7 +255,8 @@ func (p *chatPipeline) terminate(api inspect.API, body []byte, l inject.Loop) (i
 // rewrite applies the decision's texts to body, or returns body unchanged
 // when inject cannot patch it.
 func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
-	e := inject.Edit{Model: pl.model, Layout: pl.layout}
+	buf := bodyBufs.Get().(*[]byte)
+	e := inject.Edit{Model: pl.model, Layout: pl.layout, Dst: *buf}
 	if d.Cut != nil {
 		e.Degenerated = &inject.Degeneration{Category: d.Cut.Category}
 	}
@@ -273,8 +293,17 @@ func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte
 		res, err = p.inject.Apply(body, e)
 	}
 	if err != nil {
+		bodyBufs.Put(buf)
 		p.failOpen(pl, "inject", err)
 		return body
+	}
+	if len(res.Body) > 0 && len(body) > 0 && &res.Body[0] != &body[0] {
+		// A body of our own, built in buf or newly allocated: it goes back
+		// to the pool once the upstream call has sent it (serve).
+		*buf = res.Body
+		pl.buf = buf
+	} else {
+		bodyBufs.Put(buf)
 	}
 	if res.Collapsed.Saved > 0 {
 		p.log.Info().Int("turns_removed", res.Collapsed.Turns).Int("bytes_saved", res.Collapsed.Saved).Msg("history collapsed")

@@ -280,9 +280,10 @@ func BenchmarkDecideAndInject(b *testing.B) {
 				if err != nil || d.Action != policy.Warn {
 					b.Fatalf("Decide = %v, %v; want warn", d.Action, err)
 				}
-				if out := p.rewrite(&pl, body, &d); len(out) <= len(body) {
+				if pl.body = p.rewrite(&pl, body, &d); len(pl.body) <= len(body) {
 					b.Fatal("nothing injected")
 				}
+				pl.releaseBody() // as serve does once the request is sent
 			}
 		})
 	}
