@@ -144,6 +144,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	pl.decision.Action = policy.None
 	defer func() {
 		if r := recover(); r != nil {
+			p.obs.FailOpen("panic")
 			p.log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
 			pl = plan{api: api, key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
 				stream: pl.stream, usage: pl.usage, model: pl.model}
@@ -172,8 +173,8 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}
 	verdict := p.engine.Inspect(traj)
 	pl.verdict = verdict
-	if &judged[0] == &body[0] {
-		pl.layout = traj.Layout
+	if len(body) > 0 && &judged[0] == &body[0] {
+		pl.layout = traj.Layout // the offsets are of body itself
 	}
 	t1 := time.Now()
 
