@@ -70,7 +70,27 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 			}
 			same++
 		}
+		// Every result of the run an error, whatever its text: the same
+		// call failing again and again is no progress even when the
+		// messages differ (OpenHands' "repeating action, error" rule).
+		errs := 0
+		for j := last; j >= i; j-- {
+			if x := &evs[j]; x.has {
+				if !x.isErr {
+					break
+				}
+				errs++
+			}
+		}
 		switch {
+		case same < thr && errs >= thr:
+			for j := i; j <= last; j++ {
+				idx = append(idx, j)
+			}
+			d := Detection{Score: grow(strongBase, strongStep, errs, thr, 1), Evidence: in.evidence(idx)}
+			d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
+			withOutcome(&d.Evidence, L.c)
+			return d, true
 		case same >= thr:
 			for j := i; j <= last; j++ {
 				idx = append(idx, j)

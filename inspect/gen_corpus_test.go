@@ -111,6 +111,17 @@ func loopCases() []genCase {
 		}
 		return c
 	})
+	add("openhands-same-action-varying-errors-x3", "tool_repetition", func() *conv {
+		c := newConv(sysPrompt, "Run the app")
+		for _, out := range []string{
+			"bash: python: command not found",
+			"Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\nImportError: No module named flask",
+			"Error: address already in use\nexit code 1",
+		} {
+			c.call("", "execute_bash", map[string]any{"command": "python app.py"}, out)
+		}
+		return c
+	})
 	add("git-status-x3-timestamps", "tool_repetition", func() *conv {
 		c := newConv(sysPrompt, "Commit the changes")
 		for i := 0; i < 3; i++ {
