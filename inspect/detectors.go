@@ -761,20 +761,24 @@ func (in *inspection) editUndo() (Detection, bool) {
 		}
 		edits = append(edits, e)
 	}
-	// Count reverts per file.
+	// Count reverts per file: each edit that swaps back an earlier edit of
+	// its file counts once, so A->B, B->A, A->B is two reverts (the revert
+	// repeated), however many times each direction occurred before.
 	bestPath, best, bestIdx := "", 0, []int(nil)
+	swaps := map[string]int{}
+	swapIdx := map[string][]int{}
 	for j := range edits {
 		ej := &edits[j]
 		reverts := 0
 		var idx []int
-		for i := 0; i < j; i++ {
+		for i := j - 1; i >= 0 && ej.old != 0; i-- {
 			ei := &edits[i]
-			if ei.path != ej.path {
-				continue
-			}
-			if ej.old != 0 && ej.old == ei.new && ej.new == ei.old {
-				reverts++
-				idx = append(idx, ei.a)
+			if ei.path == ej.path && ej.old == ei.new && ej.new == ei.old {
+				swaps[ej.path]++
+				swapIdx[ej.path] = append(swapIdx[ej.path], ei.a, ej.a)
+				reverts = swaps[ej.path]
+				idx = append(idx, swapIdx[ej.path]...)
+				break
 			}
 		}
 		if ej.content != 0 {

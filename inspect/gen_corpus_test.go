@@ -292,6 +292,15 @@ func loopCases() []genCase {
 		}
 		return c
 	})
+	add("edit-revert-then-redo", "edit_undo", func() *conv {
+		c := newConv(sysPrompt, "Fix the off-by-one")
+		a, b := "return n", "return n + 1"
+		for i, e := range [][2]string{{a, b}, {b, a}, {a, b}} {
+			c.call("", "str_replace_editor", map[string]any{"command": "str_replace", "path": "/w/count.py", "old_str": e[0], "new_str": e[1]}, "The file /w/count.py has been edited.")
+			c.bash("pytest tests/test_count.py", rc(1, fmt.Sprintf("FAILED tests/test_count.py::test_count - assert %d == 3", 2+i%2)))
+		}
+		return c
+	})
 	add("write-content-oscillates", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "Fix the config")
 		A := "port: 8080\nhost: 0.0.0.0\n"
