@@ -102,7 +102,9 @@ type canonScratch struct{ stack [][]kv }
 func (cs *canonScratch) appendCanonical(dst []byte, v string, depth int, skip []string) []byte {
 	switch rawKind(v) {
 	case '{':
-		if depth >= len(cs.stack) {
+		// Arrays take no level of their own, so an object in an array in an
+		// object is two levels down: grow to depth, not by one.
+		for depth >= len(cs.stack) {
 			cs.stack = append(cs.stack, make([]kv, 0, 8))
 		}
 		members := cs.stack[depth][:0]

@@ -1,6 +1,8 @@
 package inspect
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -35,3 +37,26 @@ func TestLayoutLocatesMessages(t *testing.T) {
 		t.Errorf("empty messages: Layout = %v, %v; want zero", tr.Layout, err)
 	}
 }
+
+// TestParseNestedArguments: arguments with objects inside arrays (todo
+// lists, multi-edits) canonicalise like any other; they once made the
+// canonicaliser index past its scratch stack, failing the whole parse.
+func TestParseNestedArguments(t *testing.T) {
+	args := []string{
+		`{"todos":[{"id":1,"status":"in_progress"},{"status":"done","id":2}]}`,
+		`{"edits":[[{"b":1,"a":[{"y":2,"x":1}]}]],"path":"a.go"}`,
+		`[{"k":{"z":[{"q":1}]}}]`,
+	}
+	for _, a := range args {
+		body := `{"model":"m","messages":[{"role":"user","content":"go"},{"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"t","arguments":` + strconvQuote(a) + `}}]},{"role":"tool","tool_call_id":"1","content":"ok"}]}`
+		tr, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatalf("Parse with arguments %s: %v", a, err)
+		}
+		if got := tr.Steps[0].Calls[0].Args; !gjson.Valid(got) || len(got) != len(a)-strings.Count(a, " ") {
+			t.Errorf("canonical arguments of %s = %s", a, got)
+		}
+	}
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
