@@ -59,6 +59,27 @@ type ev struct {
 	ack        bool // short successful acknowledgement
 }
 
+// meaningfulError reports whether an error text says what failed. "exit 1"
+// alone, or "exit 1: exit code 1" (the status line found again as the
+// message), does not: a test run failing with fewer failures each time
+// exits 1 every time.
+func meaningfulError(text string) bool {
+	if !strings.HasPrefix(text, "exit ") {
+		return true
+	}
+	_, msg, ok := strings.Cut(text, ": ")
+	if !ok || strings.TrimSpace(msg) == "" {
+		return false
+	}
+	lower := strings.ToLower(msg)
+	for _, status := range []string{"exit code", "exit status", "exited with", "returncode", "return code"} {
+		if strings.HasPrefix(lower, status) {
+			return false
+		}
+	}
+	return true
+}
+
 // work is the per-Inspect scratch memory.
 type work struct {
 	evs   []ev
@@ -165,7 +186,7 @@ func (in *inspection) collect() {
 				}
 				// An error with only an exit status says nothing about
 				// what failed ("grep" finding nothing exits 1).
-				x.meaningful = x.isErr && !strings.HasPrefix(c.ErrorText, "exit ") || strings.Contains(c.ErrorText, ": ") && !strings.HasSuffix(c.ErrorText, ": ")
+				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
 				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
 				x.ack = !x.isErr && !x.neg && isAck(c.Result)
 			}
