@@ -45,6 +45,9 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	last := len(evs) - 1
 	L := &evs[last]
 	thr, thrWin := in.toolThresholds(L.c.Name)
+	if isWait(L.c) {
+		thr, thrWin = thr*waitFactor, thrWin*waitFactor
+	}
 	// Trailing run of identical calls.
 	i := last
 	for i > 0 && evs[i-1].fp == L.fp {
@@ -158,6 +161,25 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	return d, true
 }
 
+// waitFactor multiplies the repetition thresholds of calls that wait
+// (sleep, wait_for): polling a job until it finishes repeats by design.
+const waitFactor = 3
+
+// isWait reports a call that waits: a wait/sleep tool, or a shell command
+// that starts with or chains a sleep.
+func isWait(c *Call) bool {
+	name := strings.ToLower(c.Name)
+	if strings.Contains(name, "sleep") || strings.Contains(name, "wait") {
+		return true
+	}
+	cmd := strings.TrimSpace(c.Primary) // the command, for shell tools
+	if cmd == "" {
+		return false
+	}
+	return strings.HasPrefix(cmd, "sleep ") || strings.Contains(cmd, "; sleep ") || strings.Contains(cmd, "&& sleep ") ||
+		strings.HasPrefix(cmd, "wait") || strings.HasPrefix(cmd, "timeout ")
+}
+
 // toolCycle: a sequence of 2..5 different calls repeating back to back
 // (A,B,A,B or A,B,C,A,B,C). It reports at CycleRepeats occurrences with a
 // low score (only a help to other rules) and fires on its own one
@@ -202,6 +224,18 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			}
 		}
 		thr := in.lim.CycleRepeats
+		for j := L - k; j < L; j++ {
+			if isWait(evs[j].c) {
+				// A cycle that sleeps between checks is an agent waiting
+				// for something to finish; give it time before calling it
+				// stuck (the field's most common false positive).
+				thr *= waitFactor
+				if occ < thr {
+					return Detection{}, false
+				}
+				break
+			}
+		}
 		var score float64
 		noProgress := known > 0 && sameAll
 		switch {

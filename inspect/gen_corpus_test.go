@@ -418,6 +418,24 @@ func healthyCases() []genCase {
 	add := func(id, fam string, b func() *conv) {
 		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
 	}
+	add("tests-fail-less-after-each-edit-exit-status-only", "healthy_test_after_edit", func() *conv {
+		c := newConv(sysPrompt, "Make the test suite pass")
+		for i, out := range []string{"3 failing", "2 failing", "1 failing"} {
+			c.bash("npm test", out+"\nexit code 1")
+			c.call("", "str_replace_editor", map[string]any{"command": "str_replace", "path": fmt.Sprintf("src/m%d.js", i), "old_str": "a", "new_str": "b"}, "The file has been edited.")
+		}
+		c.bash("npm test", "all passing")
+		return c
+	})
+	add("wait-for-server-with-sleep", "healthy_polling", func() *conv {
+		c := newConv(sysPrompt, "Start the server and check it responds")
+		c.bash("nohup ./server &", "")
+		for i := 0; i < 3; i++ {
+			c.bash("curl -s localhost:8080/health", "curl: (7) Failed to connect to localhost port 8080: Connection refused")
+			c.bash("sleep 5", "")
+		}
+		return c
+	})
 	add("tests-after-each-different-edit", "healthy_test_after_edit", func() *conv {
 		c := newConv(sysPrompt, "Fix the three failing tests")
 		fails := []string{"3 failed, 7 passed", "2 failed, 8 passed", "1 failed, 9 passed", "10 passed"}
