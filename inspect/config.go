@@ -84,7 +84,8 @@ type StreamConfig struct {
 	MinPhrase int `toml:"min_phrase"` // shortest repeated phrase in bytes (default 20)
 	MaxPhrase int `toml:"max_phrase"` // longest repeated phrase in bytes (default 200)
 	// Repeats is how many back-to-back copies of a phrase make a confident
-	// degeneration in prose (default 8).
+	// degeneration in prose (default 10, as gemini-cli's content loop
+	// threshold: fewer copies of a sentence occur in healthy text).
 	Repeats int `toml:"repeats"`
 	// StructuredRepeats is the higher count used inside code blocks, tables,
 	// lists, JSON and for units without words (default 30).

@@ -46,7 +46,7 @@ func DefaultStreamConfig() StreamConfig {
 	return StreamConfig{
 		MinPhrase:              20,
 		MaxPhrase:              200,
-		Repeats:                8,
+		Repeats:                10,
 		StructuredRepeats:      30,
 		ShapeRepeats:           16,
 		StructuredShapeRepeats: 300,

@@ -22,5 +22,5 @@ func ExampleDegeneration() {
 	}
 	fmt.Println("healthy")
 	// Output:
-	// cut: token_degeneration at byte 23, "Wait, I'll check the config again. " x8 (threshold 8)
+	// cut: token_degeneration at byte 23, "Wait, I'll check the config again. " x10 (threshold 10)
 }

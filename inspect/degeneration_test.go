@@ -314,8 +314,8 @@ func TestDegenerationConfigRespected(t *testing.T) {
 		copies int
 		want   bool
 	}{
-		{"default repeats 8: 7 copies", StreamConfig{}, 7, false},
-		{"default repeats 8: 9 copies", StreamConfig{}, 9, true},
+		{"default repeats 10: 9 copies", StreamConfig{}, 9, false},
+		{"default repeats 10: 11 copies", StreamConfig{}, 11, true},
 		{"repeats 4: 5 copies", StreamConfig{Repeats: 4}, 5, true},
 		{"max phrase below unit", StreamConfig{MaxPhrase: 30}, 40, false},
 	}
