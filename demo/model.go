@@ -1,7 +1,7 @@
 package demo
 
 import (
-	"encoding/json"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"strconv"
 	"strings"
 	"time"
@@ -141,7 +141,7 @@ func plain(msgs, tools []gjson.Result) fakellm.Response {
 func callBash(say, command string) fakellm.Response {
 	return fakellm.Response{
 		Content:   say,
-		ToolCalls: []fakellm.ToolCall{{Name: "bash", Arguments: string(appendJSONString([]byte(`{"command":`), command)) + `}`}},
+		ToolCalls: []fakellm.ToolCall{{Name: "bash", Arguments: string(rawjson.AppendQuote([]byte(`{"command":`), command)) + `}`}},
 	}
 }
 
@@ -177,7 +177,7 @@ func firstToolCall(tools []gjson.Result) fakellm.ToolCall {
 		default:
 			val = `"demo"`
 		}
-		args = appendJSONString(args, req.String())
+		args = rawjson.AppendQuote(args, req.String())
 		args = append(args, ':')
 		args = append(args, val...)
 	}
@@ -233,11 +233,4 @@ func hasNotice(content gjson.Result) bool {
 		}
 	}
 	return false
-}
-
-// appendJSONString appends s as a JSON string. strconv.Quote is not JSON:
-// it writes \x escapes for control bytes.
-func appendJSONString(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s) // a string always marshals
-	return append(dst, b...)
 }

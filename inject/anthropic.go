@@ -48,7 +48,7 @@ func InsertAnthropic(body []byte, p Placement, text string) ([]byte, Placement, 
 				ins = append(ins, ',')
 			}
 			ins = append(ins, `{"type":"text","text":`...)
-			ins = appendString(ins, text)
+			ins = rawjson.AppendQuote(ins, text)
 			return splice{start: at, end: at, ins: append(ins, '}')}.apply(body), System, nil
 		}
 		return insertField(body, "system", text), System, nil
@@ -83,7 +83,7 @@ func InsertAnthropic(body []byte, p Placement, text string) ([]byte, Placement, 
 			return sp.apply(body), User, nil
 		}
 	}
-	msg := append([]byte(`{"role":"user","content":[{"type":"text","text":`), appendString(nil, text)...)
+	msg := append([]byte(`{"role":"user","content":[{"type":"text","text":`), rawjson.AppendQuote(nil, text)...)
 	msg = append(msg, "}]}"...)
 	at := msgs.Index + len(msgs.Raw) - 1
 	if n > 0 {
@@ -118,7 +118,7 @@ func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
-		b := append([]byte(`{"type":"error","error":{"type":"`+anthropicLoopErrorType+`","message":`), appendString(nil, content)...)
+		b := append([]byte(`{"type":"error","error":{"type":"`+anthropicLoopErrorType+`","message":`), rawjson.AppendQuote(nil, content)...)
 		return Response{
 			Status: in.cfg.ErrorStatus,
 			Header: []Header{{"Content-Type", contentJSON}, {"X-Should-Retry", "false"}},
@@ -133,7 +133,7 @@ func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
 	if !req[1].Bool() {
 		b := appendAnthropicHead(nil, id, model)
 		b = append(b, `{"type":"text","text":`...)
-		b = appendString(b, content)
+		b = rawjson.AppendQuote(b, content)
 		b = append(b, `}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}`...)
 		return Response{Status: http.StatusOK, Header: []Header{{"Content-Type", contentJSON}}, Body: b}, nil
 	}
@@ -141,7 +141,7 @@ func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
 	b = append(b, `],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`+"\n\n"...)
 	b = append(b, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
 	b = append(b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"...)
-	b = appendString(b, content)
+	b = rawjson.AppendQuote(b, content)
 	b = append(b, "}}\n\n"...)
 	b = appendAnthropicEnd(b, 0, true, "end_turn", 0)
 	return Response{
@@ -154,9 +154,9 @@ func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
 // appendAnthropicHead appends a message object up to its open content array.
 func appendAnthropicHead(b []byte, id, model string) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, id)
+	b = rawjson.AppendQuote(b, id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
-	b = appendString(b, model)
+	b = rawjson.AppendQuote(b, model)
 	return append(b, `,"content":[`...)
 }
 
@@ -169,7 +169,7 @@ func appendAnthropicEnd(b []byte, block int, open bool, stop string, outputToken
 		b = append(b, "}\n\n"...)
 	}
 	b = append(b, "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"...)
-	b = appendString(b, stop)
+	b = rawjson.AppendQuote(b, stop)
 	b = append(b, `,"stop_sequence":null},"usage":{"output_tokens":`...)
 	b = strconv.AppendInt(b, int64(outputTokens), 10)
 	b = append(b, "}}\n\n"...)

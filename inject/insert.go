@@ -3,7 +3,7 @@ package inject
 import (
 	"errors"
 	"github.com/loopguard/loopguard/inspect"
-	"unicode/utf8"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -225,7 +225,7 @@ func (s shape) addMessage(i int, role, text string) splice {
 	msg = append(msg, `{"role":"`...)
 	msg = append(msg, role...)
 	msg = append(msg, `","content":`...)
-	msg = appendString(msg, text)
+	msg = rawjson.AppendQuote(msg, text)
 	msg = append(msg, '}')
 	if i == 0 {
 		// After the '[': the new message, then a comma if others follow.
@@ -250,7 +250,7 @@ func appendContent(m message, text string) (splice, bool) {
 	switch {
 	case !c.Exists():
 		// {"role":"tool",...} -> {"content":"text","role":"tool",...}
-		ins := append([]byte(`"content":`), appendString(nil, text)...)
+		ins := append([]byte(`"content":`), rawjson.AppendQuote(nil, text)...)
 		if hasMembers(m.raw) {
 			ins = append(ins, ',')
 		}
@@ -260,16 +260,16 @@ func appendContent(m message, text string) (splice, bool) {
 		return splice{}, false
 	case c.Type == gjson.Null:
 		start := m.at + c.Index
-		return splice{start: start, end: start + len(c.Raw), ins: appendString(nil, text)}, true
+		return splice{start: start, end: start + len(c.Raw), ins: rawjson.AppendQuote(nil, text)}, true
 	case c.Type == gjson.String:
 		// Splice before the closing quote so the original string keeps its
 		// own bytes (its escapes, its \u sequences) untouched.
 		at := m.at + c.Index + len(c.Raw) - 1
 		ins := make([]byte, 0, len(text)+8)
 		if len(c.Raw) > 2 {
-			ins = appendStringBody(ins, "\n\n")
+			ins = rawjson.AppendEscaped(ins, "\n\n")
 		}
-		return splice{start: at, end: at, ins: appendStringBody(ins, text)}, true
+		return splice{start: at, end: at, ins: rawjson.AppendEscaped(ins, text)}, true
 	case c.IsArray():
 		at := m.at + c.Index + len(c.Raw) - 1 // the closing ']'
 		ins := make([]byte, 0, len(text)+32)
@@ -277,7 +277,7 @@ func appendContent(m message, text string) (splice, bool) {
 			ins = append(ins, ',')
 		}
 		ins = append(ins, `{"type":"text","text":`...)
-		ins = appendString(ins, text)
+		ins = rawjson.AppendQuote(ins, text)
 		return splice{start: at, end: at, ins: append(ins, '}')}, true
 	}
 	return splice{}, false
@@ -294,63 +294,4 @@ func hasMembers(raw string) bool {
 		}
 	}
 	return false
-}
-
-// appendString appends s as a JSON string.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	dst = appendStringBody(dst, s)
-	return append(dst, '"')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendStringBody appends s JSON-escaped, without quotes. Invalid UTF-8
-// becomes U+FFFD, as encoding/json does; U+2028 and U+2029 are escaped
-// because JavaScript clients choke on them raw. HTML characters stay as they
-// are: the reader is a model, not a browser.
-func appendStringBody(dst []byte, s string) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b >= ' ' && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '"', '\\':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(dst, s[start:]...)
 }

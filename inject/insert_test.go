@@ -220,28 +220,6 @@ func TestInsertContentOfOtherType(t *testing.T) {
 	}
 }
 
-func TestAppendStringBody(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{"plain", "plain"},
-		{"q\"b\\", `q\"b\\`},
-		{"n\nr\rt\t", `n\nr\rt\t`},
-		{"\x00\x1f", `\u0000\u001f`},
-		{"bad\xffutf8", `bad\ufffdutf8`},
-		{"ls\u2028ps\u2029", `ls\u2028ps\u2029`},
-		{"<html>&", "<html>&"},
-		{"ü✓😀", "ü✓😀"},
-	}
-	for _, tt := range tests {
-		if got := string(appendStringBody(nil, tt.give)); got != tt.want {
-			t.Errorf("appendStringBody(%q) = %s; want %s", tt.give, got, tt.want)
-		}
-		s := appendString(nil, tt.give)
-		if !gjson.ValidBytes(s) {
-			t.Errorf("appendString(%q) = %s is not valid JSON", tt.give, s)
-		}
-	}
-}
-
 // TestInsertWithLayout holds the layout fast path to the scanning one: the
 // same bytes for every placement it serves, and a fallback when the layout
 // does not fit the body.

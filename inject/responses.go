@@ -94,7 +94,7 @@ func InsertResponses(body []byte, p Placement, text string) ([]byte, Placement, 
 	if input.Type == gjson.String {
 		// A string input is one user message: extend it.
 		at := input.Index + len(input.Raw) - 1
-		ins := appendStringBody(appendStringBody(nil, "\n\n"), text)
+		ins := rawjson.AppendEscaped(rawjson.AppendEscaped(nil, "\n\n"), text)
 		return splice{start: at, end: at, ins: ins}.apply(body), User, nil
 	}
 	if !input.IsArray() {
@@ -123,7 +123,7 @@ func InsertResponses(body []byte, p Placement, text string) ([]byte, Placement, 
 			return sp.apply(body), User, nil
 		}
 	}
-	msg := append([]byte(`{"role":"user","content":`), appendString(nil, text)...)
+	msg := append([]byte(`{"role":"user","content":`), rawjson.AppendQuote(nil, text)...)
 	msg = append(msg, '}')
 	at := input.Index + len(input.Raw) - 1 // the closing ']'
 	if n > 0 {
@@ -148,7 +148,7 @@ func appendMember(body []byte, at int, obj gjson.Result, key, partType, text str
 	c := gjson.Get(obj.Raw, key)
 	switch {
 	case !c.Exists():
-		ins := append(append(append([]byte{'"'}, key...), `":`...), appendString(nil, text)...)
+		ins := append(append(append([]byte{'"'}, key...), `":`...), rawjson.AppendQuote(nil, text)...)
 		if hasMembers(obj.Raw) {
 			ins = append(ins, ',')
 		}
@@ -157,14 +157,14 @@ func appendMember(body []byte, at int, obj gjson.Result, key, partType, text str
 		return splice{}, false
 	case c.Type == gjson.Null:
 		start := at + c.Index
-		return splice{start: start, end: start + len(c.Raw), ins: appendString(nil, text)}, true
+		return splice{start: start, end: start + len(c.Raw), ins: rawjson.AppendQuote(nil, text)}, true
 	case c.Type == gjson.String:
 		end := at + c.Index + len(c.Raw) - 1
 		ins := make([]byte, 0, len(text)+8)
 		if len(c.Raw) > 2 {
-			ins = appendStringBody(ins, "\n\n")
+			ins = rawjson.AppendEscaped(ins, "\n\n")
 		}
-		return splice{start: end, end: end, ins: appendStringBody(ins, text)}, true
+		return splice{start: end, end: end, ins: rawjson.AppendEscaped(ins, text)}, true
 	case c.IsArray():
 		end := at + c.Index + len(c.Raw) - 1
 		ins := make([]byte, 0, len(text)+40)
@@ -174,7 +174,7 @@ func appendMember(body []byte, at int, obj gjson.Result, key, partType, text str
 		ins = append(ins, `{"type":"`...)
 		ins = append(ins, partType...)
 		ins = append(ins, `","text":`...)
-		ins = appendString(ins, text)
+		ins = rawjson.AppendQuote(ins, text)
 		return splice{start: end, end: end, ins: append(ins, '}')}, true
 	}
 	return splice{}, false
@@ -192,14 +192,14 @@ func insertField(body []byte, key, text string) []byte {
 		at := f.Index + len(f.Raw) - 1
 		ins := make([]byte, 0, len(text)+8)
 		if len(f.Raw) > 2 {
-			ins = appendStringBody(ins, "\n\n")
+			ins = rawjson.AppendEscaped(ins, "\n\n")
 		}
-		return splice{start: at, end: at, ins: appendStringBody(ins, text)}.apply(body)
+		return splice{start: at, end: at, ins: rawjson.AppendEscaped(ins, text)}.apply(body)
 	case f.Exists() && f.Index > 0:
-		return splice{start: f.Index, end: f.Index + len(f.Raw), ins: appendString(nil, text)}.apply(body)
+		return splice{start: f.Index, end: f.Index + len(f.Raw), ins: rawjson.AppendQuote(nil, text)}.apply(body)
 	}
 	at := root.Index + strings.IndexByte(root.Raw, '{') + 1
-	ins := append(append(append([]byte{'"'}, key...), `":`...), appendString(nil, text)...)
+	ins := append(append(append([]byte{'"'}, key...), `":`...), rawjson.AppendQuote(nil, text)...)
 	if hasMembers(root.Raw) {
 		ins = append(ins, ',')
 	}
@@ -272,11 +272,11 @@ const zeroResponsesUsage = `{"input_tokens":0,"input_tokens_details":{"cached_to
 // clients read; fields loopguard has no value for are null.
 func (r responseObject) appendJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, r.id)
+	b = rawjson.AppendQuote(b, r.id)
 	b = append(b, `,"object":"response","created_at":`...)
 	b = strconv.AppendInt(b, r.created, 10)
 	b = append(b, `,"status":`...)
-	b = appendString(b, r.status)
+	b = rawjson.AppendQuote(b, r.status)
 	b = append(b, `,"error":null,"incomplete_details":`...)
 	if r.incomplete {
 		b = append(b, `{"reason":"max_output_tokens"}`...)
@@ -284,7 +284,7 @@ func (r responseObject) appendJSON(b []byte) []byte {
 		b = append(b, "null"...)
 	}
 	b = append(b, `,"instructions":null,"max_output_tokens":null,"model":`...)
-	b = appendString(b, r.model)
+	b = rawjson.AppendQuote(b, r.model)
 	b = append(b, `,"output":[`...)
 	b = append(b, r.output...)
 	b = append(b, `],"parallel_tool_calls":true,"previous_response_id":null,"temperature":null,"tool_choice":"auto","tools":[],"top_p":null,"usage":`...)
@@ -302,13 +302,13 @@ func (r responseObject) appendJSON(b []byte) []byte {
 // part (no part when text is "" and the item is in progress).
 func appendMessageItem(b []byte, id, status, text string) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, id)
+	b = rawjson.AppendQuote(b, id)
 	b = append(b, `,"type":"message","status":`...)
-	b = appendString(b, status)
+	b = rawjson.AppendQuote(b, status)
 	b = append(b, `,"role":"assistant","content":[`...)
 	if status != "in_progress" {
 		b = append(b, `{"type":"output_text","text":`...)
-		b = appendString(b, text)
+		b = rawjson.AppendQuote(b, text)
 		b = append(b, `,"annotations":[]}`...)
 	}
 	return append(b, "]}"...)
@@ -339,19 +339,19 @@ func (s *sseEvents) event(typ string, members func(b []byte) []byte) {
 func (s *sseEvents) closeMessage(index int, id, status, text string) {
 	head := func(b []byte) []byte {
 		b = append(b, `,"item_id":`...)
-		b = appendString(b, id)
+		b = rawjson.AppendQuote(b, id)
 		b = append(b, `,"output_index":`...)
 		b = strconv.AppendInt(b, int64(index), 10)
 		return append(b, `,"content_index":0`...)
 	}
 	s.event("response.output_text.done", func(b []byte) []byte {
 		b = append(head(b), `,"text":`...)
-		b = appendString(b, text)
+		b = rawjson.AppendQuote(b, text)
 		return append(b, `,"logprobs":[]`...)
 	})
 	s.event("response.content_part.done", func(b []byte) []byte {
 		b = append(head(b), `,"part":{"type":"output_text","text":`...)
-		b = appendString(b, text)
+		b = rawjson.AppendQuote(b, text)
 		return append(b, `,"annotations":[]}`...)
 	})
 	s.event("response.output_item.done", func(b []byte) []byte {
@@ -374,7 +374,7 @@ func (r responseObject) appendStream(b []byte, content string) []byte {
 	})
 	head := func(b []byte) []byte {
 		b = append(b, `,"item_id":`...)
-		b = appendString(b, r.msgID)
+		b = rawjson.AppendQuote(b, r.msgID)
 		return append(b, `,"output_index":0,"content_index":0`...)
 	}
 	s.event("response.content_part.added", func(b []byte) []byte {
@@ -382,7 +382,7 @@ func (r responseObject) appendStream(b []byte, content string) []byte {
 	})
 	s.event("response.output_text.delta", func(b []byte) []byte {
 		b = append(head(b), `,"delta":`...)
-		b = appendString(b, content)
+		b = rawjson.AppendQuote(b, content)
 		return append(b, `,"logprobs":[]`...)
 	})
 	s.closeMessage(0, r.msgID, "completed", content)

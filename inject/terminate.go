@@ -2,6 +2,7 @@ package inject
 
 import (
 	"encoding/hex"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"io"
 	"net/http"
 	"strconv"
@@ -103,14 +104,14 @@ func (in *Injector) TerminateText(l Loop) (string, error) {
 func ErrorBody(message, typ, code string) []byte {
 	b := make([]byte, 0, len(message)+len(typ)+len(code)+64)
 	b = append(b, `{"error":{"message":`...)
-	b = appendString(b, message)
+	b = rawjson.AppendQuote(b, message)
 	b = append(b, `,"type":`...)
-	b = appendString(b, typ)
+	b = rawjson.AppendQuote(b, typ)
 	b = append(b, `,"param":null,"code":`...)
 	if code == "" {
 		b = append(b, "null"...)
 	} else {
-		b = appendString(b, code)
+		b = rawjson.AppendQuote(b, code)
 	}
 	return append(b, "}}"...)
 }
@@ -140,7 +141,7 @@ const zeroUsage = `{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}`
 func (c completion) appendJSON(b []byte) []byte {
 	b = c.appendHead(b, "chat.completion")
 	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-	b = appendString(b, c.content)
+	b = rawjson.AppendQuote(b, c.content)
 	b = append(b, `,"refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":`...)
 	b = append(b, zeroUsage...)
 	return append(b, '}')
@@ -156,7 +157,7 @@ func (c completion) appendStream(b []byte, includeUsage bool) []byte {
 		b = append(b, `,"choices":[`...)
 		b = append(b, choice...)
 		if withContent {
-			b = appendString(b, c.content)
+			b = rawjson.AppendQuote(b, c.content)
 			b = append(b, `},"logprobs":null,"finish_reason":null}`...)
 		}
 		b = append(b, ']')
@@ -181,11 +182,11 @@ func (c completion) appendStream(b []byte, includeUsage bool) []byte {
 // appendHead appends the object's opening fields, without the closing brace.
 func (c completion) appendHead(b []byte, object string) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, c.id)
+	b = rawjson.AppendQuote(b, c.id)
 	b = append(b, `,"object":"`...)
 	b = append(b, object...)
 	b = append(b, `","created":`...)
 	b = strconv.AppendInt(b, c.created, 10)
 	b = append(b, `,"model":`...)
-	return appendString(b, c.model)
+	return rawjson.AppendQuote(b, c.model)
 }

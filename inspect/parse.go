@@ -534,7 +534,7 @@ func (p *parser) attachUserResult(i int, txt string) {
 	c := &st.Calls[0]
 	c.Name = "bash"
 	p.tmp = append(append(p.tmp[:0], `{"command":`...), '"')
-	p.tmp = appendJSONEscaped(p.tmp, cmd)
+	p.tmp = rawjson.AppendEscaped(p.tmp, cmd)
 	p.tmp = append(p.tmp, `"}`...)
 	c.ResultMessage = -1
 	p.setArgs(c, unsafeString(p.tmp))
@@ -556,28 +556,6 @@ func lastFencedBlock(s string) string {
 		body = body[nl+1:] // language tag
 	}
 	return strings.TrimSpace(body)
-}
-
-func appendJSONEscaped(dst []byte, s string) []byte {
-	const hexd = "0123456789abcdef"
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c == '\n':
-			dst = append(dst, '\\', 'n')
-		case c == '\t':
-			dst = append(dst, '\\', 't')
-		case c == '\r':
-			dst = append(dst, '\\', 'r')
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&15])
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return dst
 }
 
 type userKind int

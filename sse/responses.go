@@ -441,32 +441,8 @@ func (a *ResponsesAccumulator) AppendOutput(dst []byte) []byte {
 // output_text part.
 func appendOpenMessage(dst, id, text []byte) []byte {
 	dst = append(dst, `{"id":`...)
-	dst = appendJSONString(dst, id)
+	dst = rawjson.AppendQuote(dst, rawjson.View(id))
 	dst = append(dst, `,"type":"message","status":"incomplete","role":"assistant","content":[{"type":"output_text","text":`...)
-	dst = appendJSONString(dst, text)
+	dst = rawjson.AppendQuote(dst, rawjson.View(text))
 	return append(dst, `,"annotations":[]}]}`...)
-}
-
-// appendJSONString appends s as a JSON string (control characters, quotes
-// and backslashes escaped; other bytes as they are).
-func appendJSONString(dst, s []byte) []byte {
-	const hexd = "0123456789abcdef"
-	dst = append(dst, '"')
-	for _, c := range s {
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c == '\n':
-			dst = append(dst, '\\', 'n')
-		case c == '\r':
-			dst = append(dst, '\\', 'r')
-		case c == '\t':
-			dst = append(dst, '\\', 't')
-		case c < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&15])
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
 }
