@@ -113,17 +113,13 @@ const anthropicLoopErrorType = "loop_detected"
 // "loop_detected","message":...}} with Config.ErrorStatus and
 // x-should-retry: false, which the Anthropic SDKs do not retry.
 func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
-	content, err := in.render(in.tpl.terminate, in.notice(l))
+	content, err := in.TerminateText(l)
 	if err != nil {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
 		b := append([]byte(`{"type":"error","error":{"type":"`+anthropicLoopErrorType+`","message":`), rawjson.AppendQuote(nil, content)...)
-		return Response{
-			Status: in.cfg.ErrorStatus,
-			Header: []Header{{"Content-Type", contentJSON}, {"X-Should-Retry", "false"}},
-			Body:   append(b, "}}"...),
-		}, nil
+		return in.errorAnswer(append(b, "}}"...)), nil
 	}
 	req := gjson.GetMany(view(body), "model", "stream")
 	id, model := in.hexID("msg_loopguard_"), req[0].String()

@@ -223,16 +223,12 @@ func (in *Injector) hexID(prefix string) string {
 // output_item.done, response.completed). With terminate_as = "error" it is
 // the same OpenAI-shaped error as Terminate's.
 func (in *Injector) TerminateResponses(body []byte, l Loop) (Response, error) {
-	content, err := in.render(in.tpl.terminate, in.notice(l))
+	content, err := in.TerminateText(l)
 	if err != nil {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
-		return Response{
-			Status: in.cfg.ErrorStatus,
-			Header: []Header{{"Content-Type", contentJSON}, {"X-Should-Retry", "false"}},
-			Body:   ErrorBody(content, LoopErrorType, LoopErrorCode),
-		}, nil
+		return in.errorAnswer(ErrorBody(content, LoopErrorType, LoopErrorCode)), nil
 	}
 	req := gjson.GetMany(view(body), "model", "stream")
 	r := responseObject{

@@ -60,11 +60,7 @@ func (in *Injector) Terminate(body []byte, l Loop) (Response, error) {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
-		return Response{
-			Status: in.cfg.ErrorStatus,
-			Header: []Header{{"Content-Type", contentJSON}, {"X-Should-Retry", "false"}},
-			Body:   ErrorBody(content, LoopErrorType, LoopErrorCode),
-		}, nil
+		return in.errorAnswer(ErrorBody(content, LoopErrorType, LoopErrorCode)), nil
 	}
 	req := gjson.GetMany(view(body), "model", "stream", "stream_options.include_usage")
 	c := completion{
@@ -88,6 +84,17 @@ func (in *Injector) Terminate(body []byte, l Loop) (Response, error) {
 		Header: []Header{{"Content-Type", contentJSON}},
 		Body:   c.appendJSON(nil),
 	}, nil
+}
+
+// errorAnswer is the error form of a LOOP_DETECTED answer: a status the
+// official SDKs do not retry, and x-should-retry: false for those that
+// honour it.
+func (in *Injector) errorAnswer(body []byte) Response {
+	return Response{
+		Status: in.cfg.ErrorStatus,
+		Header: []Header{{"Content-Type", contentJSON}, {"X-Should-Retry", "false"}},
+		Body:   body,
+	}
 }
 
 // TerminateText renders the LOOP_DETECTED content for l on its own, for an
