@@ -12,16 +12,7 @@ import "fmt"
 // loopguard's own notices) are not a new human message; a user message
 // without tool results is judged as chat's user messages are.
 func (p *parser) anthropic(root string) error {
-	var msgs, model string
-	eachMember(root, func(k, v string) bool {
-		switch {
-		case rawKeyIs(k, "messages"):
-			msgs = v
-		case rawKeyIs(k, "model"):
-			model = v
-		}
-		return true
-	})
+	msgs, model := historyAndModel(root, "messages")
 	if rawKind(msgs) != '[' {
 		return fmt.Errorf("%w: no messages array", ErrMalformed)
 	}

@@ -134,16 +134,7 @@ func detectShape(body []byte) API {
 // conversation) shows only its new items: the steps before live on the
 // server.
 func (p *parser) responses(root string) error {
-	var input, model string
-	eachMember(root, func(k, v string) bool {
-		switch {
-		case rawKeyIs(k, "input"):
-			input = v
-		case rawKeyIs(k, "model"):
-			model = v
-		}
-		return true
-	})
+	input, model := historyAndModel(root, "input")
 	p.t.Model = p.rawStr(model)
 	switch rawKind(input) {
 	case '"':

@@ -102,18 +102,25 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	return p.t, nil
 }
 
-// chat walks a chat-completions body: {"model", "messages": [...]}.
-func (p *parser) chat(root string) (err error) {
-	var msgs, model string
+// historyAndModel returns the raw values of a body's history member (key:
+// "messages", "input") and its "model", "" when absent; the last of
+// duplicate keys wins, as in gjson.
+func historyAndModel(root, key string) (history, model string) {
 	eachMember(root, func(k, v string) bool {
 		switch {
-		case rawKeyIs(k, "messages"):
-			msgs = v
+		case rawKeyIs(k, key):
+			history = v
 		case rawKeyIs(k, "model"):
 			model = v
 		}
 		return true
 	})
+	return history, model
+}
+
+// chat walks a chat-completions body: {"model", "messages": [...]}.
+func (p *parser) chat(root string) (err error) {
+	msgs, model := historyAndModel(root, "messages")
 	if msgs == "" {
 		return fmt.Errorf("%w: no messages", ErrMalformed)
 	}
