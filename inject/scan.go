@@ -1,6 +1,10 @@
 package inject
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/loopguard/loopguard/internal/rawjson"
+)
 
 // A tiny JSON skipper that finds request.messages and its elements' bounds.
 //
@@ -10,14 +14,6 @@ import "bytes"
 // bytes.IndexByte (memchr) is several times faster, and the scan stops at
 // the end of the messages array. The skipper only finds bounds: the few
 // messages that placement reads are then read with gjson.
-
-// skipWS returns the index of the first non-space byte at or after i.
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}
 
 // skipString returns the index after the string starting at b[i] == '"'.
 func skipString(b []byte, i int) (int, bool) {
@@ -84,13 +80,13 @@ type span struct{ start, end int }
 // body and the bounds of its elements. ok is false when the body is not an
 // object or has no messages array. elems is appended to dst.
 func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool) {
-	i := skipWS(b, 0)
+	i := rawjson.SkipSpace(view(b), 0)
 	if i >= len(b) || b[i] != '{' {
 		return span{}, dst, false, false
 	}
 	i++
 	for {
-		i = skipWS(b, i)
+		i = rawjson.SkipSpace(view(b), i)
 		if i >= len(b) || b[i] != '"' {
 			return span{}, dst, false, false
 		}
@@ -99,11 +95,11 @@ func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool)
 		if !ok {
 			return span{}, dst, false, false
 		}
-		i = skipWS(b, ke)
+		i = rawjson.SkipSpace(view(b), ke)
 		if i >= len(b) || b[i] != ':' {
 			return span{}, dst, false, false
 		}
-		i = skipWS(b, i+1)
+		i = rawjson.SkipSpace(view(b), i+1)
 		if string(b[ks:ke]) == `"messages"` {
 			if i >= len(b) || b[i] != '[' {
 				return span{}, dst, false, true
@@ -113,7 +109,7 @@ func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool)
 		if i, ok = skipValue(b, i); !ok {
 			return span{}, dst, false, false
 		}
-		i = skipWS(b, i)
+		i = rawjson.SkipSpace(view(b), i)
 		if i >= len(b) || b[i] != ',' {
 			return span{}, dst, false, i < len(b) && b[i] == '}'
 		}
@@ -124,7 +120,7 @@ func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool)
 // elements lists the elements of the array starting at b[i] == '['.
 func elements(b []byte, i int, dst []span) (span, []span, bool, bool) {
 	start := i
-	i = skipWS(b, i+1)
+	i = rawjson.SkipSpace(view(b), i+1)
 	if i < len(b) && b[i] == ']' {
 		return span{start, i + 1}, dst, true, true
 	}
@@ -134,7 +130,7 @@ func elements(b []byte, i int, dst []span) (span, []span, bool, bool) {
 			return span{}, dst, false, false
 		}
 		dst = append(dst, span{i, e})
-		i = skipWS(b, e)
+		i = rawjson.SkipSpace(view(b), e)
 		if i >= len(b) {
 			return span{}, dst, false, false
 		}
@@ -142,7 +138,7 @@ func elements(b []byte, i int, dst []span) (span, []span, bool, bool) {
 		case ']':
 			return span{start, i + 1}, dst, true, true
 		case ',':
-			i = skipWS(b, i+1)
+			i = rawjson.SkipSpace(view(b), i+1)
 		default:
 			return span{}, dst, false, false
 		}
