@@ -230,19 +230,10 @@ func (a *AnthropicAccumulator) block(index string) *block {
 func (b *block) isCall() bool { return string(b.typ) == "tool_use" }
 
 func (a *AnthropicAccumulator) callPos(b *block) int {
-	pos := 0
-	for i := range a.blocks {
-		if &a.blocks[i] == b {
-			if !b.isCall() {
-				return -1
-			}
-			return pos
-		}
-		if a.blocks[i].isCall() {
-			pos++
-		}
+	if !b.isCall() {
+		return -1
 	}
-	return -1
+	return callPos(a.blocks, b)
 }
 
 // ToolCallBytes returns the name and input JSON so far of the tool_use
@@ -250,14 +241,8 @@ func (a *AnthropicAccumulator) callPos(b *block) int {
 // none. The slices alias a's buffers and are valid until the next Add or
 // Reset.
 func (a *AnthropicAccumulator) ToolCallBytes(pos int) (name, args []byte, ok bool) {
-	for i := range a.blocks {
-		if !a.blocks[i].isCall() {
-			continue
-		}
-		if pos == 0 {
-			return a.blocks[i].name, a.blocks[i].text, true
-		}
-		pos--
+	if b := nthCall(a.blocks, pos); b != nil {
+		return b.name, b.text, true
 	}
 	return nil, nil, false
 }

@@ -300,31 +300,14 @@ func (a *ResponsesAccumulator) find(outIdx, id string) *respItem {
 }
 
 // callPos is the position of a call item among the calls.
-func (a *ResponsesAccumulator) callPos(ri *respItem) int {
-	pos := 0
-	for i := range a.items {
-		if &a.items[i] == ri {
-			return pos
-		}
-		if a.items[i].isCall() {
-			pos++
-		}
-	}
-	return -1
-}
+func (a *ResponsesAccumulator) callPos(ri *respItem) int { return callPos(a.items, ri) }
 
 // ToolCallBytes returns the name and arguments so far of the function call
 // at position pos (in the order the calls began), ok false if there is none.
 // The slices alias a's buffers and are valid until the next Add or Reset.
 func (a *ResponsesAccumulator) ToolCallBytes(pos int) (name, args []byte, ok bool) {
-	for i := range a.items {
-		if !a.items[i].isCall() {
-			continue
-		}
-		if pos == 0 {
-			return a.items[i].name, a.items[i].args, true
-		}
-		pos--
+	if ri := nthCall(a.items, pos); ri != nil {
+		return ri.name, ri.args, true
 	}
 	return nil, nil, false
 }
