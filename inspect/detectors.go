@@ -285,8 +285,9 @@ func (in *inspection) similarity(a, b string) float64 {
 	return j
 }
 
-// wordHashes appends the sorted, deduplicated hashes of the words of s.
-func wordHashes(dst []uint64, s string) []uint64 {
+// eachWordHash calls fn with the hash of each word of s, lower-cased, in
+// order. Words are runs of word bytes and non-ASCII bytes.
+func eachWordHash(s string, fn func(h uint64)) {
 	for i := 0; i < len(s); {
 		for i < len(s) && !isWordByte(s[i]) && s[i] < 0x80 {
 			i++
@@ -296,10 +297,15 @@ func wordHashes(dst []uint64, s string) []uint64 {
 			j++
 		}
 		if j > i {
-			dst = append(dst, hashString(strings.ToLower(s[i:j])))
+			fn(hashString(strings.ToLower(s[i:j])))
 		}
 		i = j
 	}
+}
+
+// wordHashes appends the sorted, deduplicated hashes of the words of s.
+func wordHashes(dst []uint64, s string) []uint64 {
+	eachWordHash(s, func(h uint64) { dst = append(dst, h) })
 	slices.Sort(dst)
 	return slices.Compact(dst)
 }
@@ -308,23 +314,12 @@ func wordHashes(dst []uint64, s string) []uint64 {
 func bigramHashes(dst []uint64, s string) []uint64 {
 	var prev uint64
 	have := false
-	for i := 0; i < len(s); {
-		for i < len(s) && !isWordByte(s[i]) && s[i] < 0x80 {
-			i++
+	eachWordHash(s, func(h uint64) {
+		if have {
+			dst = append(dst, prev*31+h)
 		}
-		j := i
-		for j < len(s) && (isWordByte(s[j]) || s[j] >= 0x80) {
-			j++
-		}
-		if j > i {
-			h := hashString(strings.ToLower(s[i:j]))
-			if have {
-				dst = append(dst, prev*31+h)
-			}
-			prev, have = h, true
-		}
-		i = j
-	}
+		prev, have = h, true
+	})
 	slices.Sort(dst)
 	return slices.Compact(dst)
 }
