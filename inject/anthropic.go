@@ -35,7 +35,7 @@ func (in *Injector) ApplyAnthropic(body []byte, e Edit) (Result, error) {
 //
 // Only the insertion point changes; every other byte is kept.
 func InsertAnthropic(body []byte, p Placement, text string) ([]byte, Placement, error) {
-	b := view(body)
+	b := rawjson.View(body)
 	if !rawjson.Valid(body) || !gjson.Parse(b).IsObject() {
 		return nil, "", ErrMalformed
 	}
@@ -121,7 +121,7 @@ func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
 		b := append([]byte(`{"type":"error","error":{"type":"`+anthropicLoopErrorType+`","message":`), rawjson.AppendQuote(nil, content)...)
 		return in.errorAnswer(append(b, "}}"...)), nil
 	}
-	req := gjson.GetMany(view(body), "model", "stream")
+	req := gjson.GetMany(rawjson.View(body), "model", "stream")
 	id, model := in.hexID("msg_loopguard_"), req[0].String()
 	if model == "" {
 		model = "loopguard"

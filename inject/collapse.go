@@ -2,6 +2,7 @@ package inject
 
 import (
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -46,7 +47,7 @@ type callKey struct{ name, args string }
 // assistant turn, an id it does not carry) are ignored. When nothing can be
 // removed, the original body is returned with a zero Collapsed.
 func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Collapsed, error) {
-	arr := gjson.Get(view(body), "messages")
+	arr := gjson.Get(rawjson.View(body), "messages")
 	if !arr.IsArray() {
 		return body, Collapsed{}, ErrNoMessages
 	}

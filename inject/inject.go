@@ -2,6 +2,7 @@ package inject
 
 import (
 	"crypto/rand"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"io"
 	"path"
 	"strings"
@@ -138,7 +139,7 @@ func (in *Injector) Apply(body []byte, e Edit) (Result, error) {
 	}
 	model := e.Model
 	if model == "" {
-		model = gjson.Get(view(res.Body), "model").String()
+		model = gjson.Get(rawjson.View(res.Body), "model").String()
 	}
 	layout := e.Layout
 	if len(calls) > 0 {

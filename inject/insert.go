@@ -4,7 +4,6 @@ import (
 	"errors"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
-	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -15,15 +14,6 @@ var (
 	ErrNoMessages = errors.New("inject: request has no messages array")
 	ErrMalformed  = errors.New("inject: malformed chat request")
 )
-
-// view returns body as a string without copying. gjson.GetBytes would copy
-// every Raw it returns, 400 KB for a long history's messages; the results of
-// a view alias body instead, so they must not outlive it and body must not be
-// changed while they are in use. Neither happens: every function here builds
-// a new slice and keeps no Result.
-func view(body []byte) string {
-	return unsafe.String(unsafe.SliceData(body), len(body))
-}
 
 // Roles that matter for placement.
 func isToolRole(r string) bool   { return r == "tool" || r == "function" }
@@ -60,7 +50,7 @@ func scan(body []byte, p Placement) (shape, error) {
 		if body[e.start] != '{' {
 			return message{}, false
 		}
-		raw := view(body[e.start:e.end])
+		raw := rawjson.View(body[e.start:e.end])
 		return message{at: e.start, raw: raw, role: gjson.Get(raw, "role").String()}, true
 	}
 	for i := len(elems) - 1; i >= 0; i-- {
@@ -104,7 +94,7 @@ func scanLayout(body []byte, p Placement, l inspect.Layout) (s shape, ok bool) {
 		body[a[0]] != '[' || body[a[1]-1] != ']' || body[z[0]] != '{' || body[z[1]-1] != '}' {
 		return s, false
 	}
-	raw := view(body[z[0]:z[1]])
+	raw := rawjson.View(body[z[0]:z[1]])
 	last := message{at: z[0], raw: raw, role: gjson.Get(raw, "role").String()}
 	switch p {
 	case Auto, "", User:

@@ -59,7 +59,7 @@ func (in *Injector) applyTexts(body []byte, e Edit, insert func([]byte, Placemen
 	if err != nil || len(texts) == 0 {
 		return Result{Body: body}, err
 	}
-	model := gjson.Get(view(body), "model").String()
+	model := gjson.Get(rawjson.View(body), "model").String()
 	nb, used, err := insert(body, in.Placement(model), strings.Join(texts, "\n\n"))
 	if err != nil {
 		return Result{Body: body}, err
@@ -80,7 +80,7 @@ func (in *Injector) applyTexts(body []byte, e Edit, insert func([]byte, Placemen
 //
 // Only the insertion point changes; every other byte is kept.
 func InsertResponses(body []byte, p Placement, text string) ([]byte, Placement, error) {
-	b := view(body)
+	b := rawjson.View(body)
 	if !rawjson.Valid(body) || !gjson.Parse(b).IsObject() {
 		return nil, "", ErrMalformed
 	}
@@ -185,7 +185,7 @@ func appendMember(body []byte, at int, obj gjson.Result, key, partType, text str
 // (only instructions and system are used, and neither is ever an object we
 // would lose: a system array is handled by the caller).
 func insertField(body []byte, key, text string) []byte {
-	root := gjson.Parse(view(body))
+	root := gjson.Parse(rawjson.View(body))
 	f := root.Get(key)
 	switch {
 	case f.Type == gjson.String && f.Index > 0:
@@ -230,7 +230,7 @@ func (in *Injector) TerminateResponses(body []byte, l Loop) (Response, error) {
 	if in.cfg.TerminateAs == AsError {
 		return in.errorAnswer(ErrorBody(content, LoopErrorType, LoopErrorCode)), nil
 	}
-	req := gjson.GetMany(view(body), "model", "stream")
+	req := gjson.GetMany(rawjson.View(body), "model", "stream")
 	r := responseObject{
 		id: in.hexID("resp_loopguard_"), msgID: in.hexID("msg_loopguard_"),
 		created: in.now().Unix(), model: req[0].String(),

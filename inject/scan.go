@@ -80,13 +80,13 @@ type span struct{ start, end int }
 // body and the bounds of its elements. ok is false when the body is not an
 // object or has no messages array. elems is appended to dst.
 func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool) {
-	i := rawjson.SkipSpace(view(b), 0)
+	i := rawjson.SkipSpace(rawjson.View(b), 0)
 	if i >= len(b) || b[i] != '{' {
 		return span{}, dst, false, false
 	}
 	i++
 	for {
-		i = rawjson.SkipSpace(view(b), i)
+		i = rawjson.SkipSpace(rawjson.View(b), i)
 		if i >= len(b) || b[i] != '"' {
 			return span{}, dst, false, false
 		}
@@ -95,11 +95,11 @@ func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool)
 		if !ok {
 			return span{}, dst, false, false
 		}
-		i = rawjson.SkipSpace(view(b), ke)
+		i = rawjson.SkipSpace(rawjson.View(b), ke)
 		if i >= len(b) || b[i] != ':' {
 			return span{}, dst, false, false
 		}
-		i = rawjson.SkipSpace(view(b), i+1)
+		i = rawjson.SkipSpace(rawjson.View(b), i+1)
 		if string(b[ks:ke]) == `"messages"` {
 			if i >= len(b) || b[i] != '[' {
 				return span{}, dst, false, true
@@ -109,7 +109,7 @@ func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool)
 		if i, ok = skipValue(b, i); !ok {
 			return span{}, dst, false, false
 		}
-		i = rawjson.SkipSpace(view(b), i)
+		i = rawjson.SkipSpace(rawjson.View(b), i)
 		if i >= len(b) || b[i] != ',' {
 			return span{}, dst, false, i < len(b) && b[i] == '}'
 		}
@@ -120,7 +120,7 @@ func findMessages(b []byte, dst []span) (arr span, elems []span, found, ok bool)
 // elements lists the elements of the array starting at b[i] == '['.
 func elements(b []byte, i int, dst []span) (span, []span, bool, bool) {
 	start := i
-	i = rawjson.SkipSpace(view(b), i+1)
+	i = rawjson.SkipSpace(rawjson.View(b), i+1)
 	if i < len(b) && b[i] == ']' {
 		return span{start, i + 1}, dst, true, true
 	}
@@ -130,7 +130,7 @@ func elements(b []byte, i int, dst []span) (span, []span, bool, bool) {
 			return span{}, dst, false, false
 		}
 		dst = append(dst, span{i, e})
-		i = rawjson.SkipSpace(view(b), e)
+		i = rawjson.SkipSpace(rawjson.View(b), e)
 		if i >= len(b) {
 			return span{}, dst, false, false
 		}
@@ -138,7 +138,7 @@ func elements(b []byte, i int, dst []span) (span, []span, bool, bool) {
 		case ']':
 			return span{start, i + 1}, dst, true, true
 		case ',':
-			i = rawjson.SkipSpace(view(b), i+1)
+			i = rawjson.SkipSpace(rawjson.View(b), i+1)
 		default:
 			return span{}, dst, false, false
 		}

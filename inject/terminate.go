@@ -62,7 +62,7 @@ func (in *Injector) Terminate(body []byte, l Loop) (Response, error) {
 	if in.cfg.TerminateAs == AsError {
 		return in.errorAnswer(ErrorBody(content, LoopErrorType, LoopErrorCode)), nil
 	}
-	req := gjson.GetMany(view(body), "model", "stream", "stream_options.include_usage")
+	req := gjson.GetMany(rawjson.View(body), "model", "stream", "stream_options.include_usage")
 	c := completion{
 		id:      in.newID(),
 		created: in.now().Unix(),

@@ -12,7 +12,7 @@ import (
 func CallKey(scratch []byte, name, args string) (uint64, []byte) {
 	trimmed := strings.TrimSpace(args)
 	h := newFNV().str(name).byte(0)
-	if k := rawKind(trimmed); (k == '{' || k == '[') && rawjson.Valid(unsafeBytes(trimmed)) {
+	if k := rawKind(trimmed); (k == '{' || k == '[') && rawjson.Valid(rawjson.Bytes(trimmed)) {
 		var cs canonScratch
 		scratch = cs.appendCanonical(scratch[:0], trimmed, 0, defaultMetadataArgs)
 		return uint64(h.bytes(scratch)), scratch

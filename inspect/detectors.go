@@ -754,7 +754,7 @@ func (in *inspection) editUndo() (Detection, bool) {
 		if !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
 			continue
 		}
-		if rawKind(x.c.Args) != '{' || !rawjson.Valid(unsafeBytes(x.c.Args)) {
+		if rawKind(x.c.Args) != '{' || !rawjson.Valid(rawjson.Bytes(x.c.Args)) {
 			continue
 		}
 		var f editFields

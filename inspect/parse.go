@@ -88,7 +88,7 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	// the arena: not the body, then its strings again. It is sized for the
 	// usual case, tool results making up most of the body.
 	p := &parser{scratch: s, ar: newArena(len(body) + 1024), meta: meta, t: &Trajectory{}}
-	src := unsafeString(body)
+	src := rawjson.View(body)
 	i := rawjson.SkipSpace(src, 0)
 	if i >= len(src) || src[i] != '{' {
 		return nil, fmt.Errorf("%w: body is not a JSON object", ErrMalformed)
@@ -254,7 +254,7 @@ func (p *parser) textView(c string) string {
 	default:
 		return ""
 	}
-	return unsafeString(p.view)
+	return rawjson.View(p.view)
 }
 
 // appendParts appends the text parts of a content array, unescaped and
@@ -374,7 +374,7 @@ func (p *parser) function(c *Call, fn string) {
 	argText := args // Ollama and some clients send an object: use it as it is
 	if rawKind(args) == '"' && len(args) >= 2 {
 		p.args = rawjson.AppendUnescaped(p.args[:0], args[1:len(args)-1])
-		argText = unsafeString(p.args)
+		argText = rawjson.View(p.args)
 	}
 	p.setArgs(c, argText)
 }
@@ -385,7 +385,7 @@ func (p *parser) function(c *Call, fn string) {
 func (p *parser) setArgs(c *Call, argText string) {
 	trimmed := strings.TrimSpace(argText)
 	k := rawKind(trimmed)
-	if (k == '{' || k == '[') && rawjson.Valid(unsafeBytes(trimmed)) {
+	if (k == '{' || k == '[') && rawjson.Valid(rawjson.Bytes(trimmed)) {
 		p.ar.reserve(len(trimmed))
 		m := p.ar.mark()
 		p.ar.buf = p.cs.appendCanonical(p.ar.buf, trimmed, 0, p.meta)
@@ -544,7 +544,7 @@ func (p *parser) attachUserResult(i int, txt string) {
 	p.tmp = rawjson.AppendEscaped(p.tmp, cmd)
 	p.tmp = append(p.tmp, `"}`...)
 	c.ResultMessage = -1
-	p.setArgs(c, unsafeString(p.tmp))
+	p.setArgs(c, rawjson.View(p.tmp))
 	p.setResult(c, i, txt)
 }
 
@@ -642,21 +642,4 @@ func classifyUser(txt string) userKind {
 		return userAutomated
 	}
 	return userGenuine
-}
-
-// unsafeString views b as a string without copying; the caller copies it
-// before b changes.
-func unsafeString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
-}
-
-// unsafeBytes views s as bytes for reading only.
-func unsafeBytes(s string) []byte {
-	if s == "" {
-		return nil
-	}
-	return unsafe.Slice(unsafe.StringData(s), len(s))
 }

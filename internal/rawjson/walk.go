@@ -140,7 +140,7 @@ func indexBackslash(s string) int {
 	const bs = lsb * '\\'
 	i := 0
 	for lim := min(len(s), 64) - 8; i <= lim; i += 8 {
-		v := binary.LittleEndian.Uint64(bytesOf(s[i : i+8]))
+		v := binary.LittleEndian.Uint64(Bytes(s[i : i+8]))
 		x := v ^ bs
 		if m := (x - lsb) &^ x & msb; m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
@@ -190,8 +190,8 @@ func decodeU(s string) (rune, int) {
 	return r, 6
 }
 
-// bytesOf returns s's bytes without copying; they must not be modified.
-func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+// Bytes returns s's bytes without copying; they must not be modified.
+func Bytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // View returns b as a string without copying, for gjson.Parse on a body:
 // gjson.ParseBytes copies the whole body first. Results alias b: copy any
