@@ -1,10 +1,7 @@
 package sse
 
 import (
-	"bytes"
-	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
-	"unsafe"
 )
 
 // block is one content block of an Anthropic message stream.
@@ -48,14 +45,10 @@ func (a *AnthropicAccumulator) Reset() {
 // object returns ErrInvalidChunk and changes nothing. Add never keeps a
 // reference to data.
 func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return nil
+	s, err := objectView(data)
+	if s == "" {
+		return err
 	}
-	if !rawjson.Valid(data) || data[0] != '{' {
-		return ErrInvalidChunk
-	}
-	s := unsafe.String(unsafe.SliceData(data), len(data))
 	var typ, message, index, cb, delta, usage string
 	it := newObjIter(s)
 	for it.next() {

@@ -1,5 +1,25 @@
 package sse
 
+import (
+	"bytes"
+
+	"github.com/loopguard/loopguard/internal/rawjson"
+)
+
+// objectView validates one event's data as a JSON object and returns a view
+// of it for the walk (nothing of it may be kept without a copy): "" and nil
+// for empty data, "" and ErrInvalidChunk for anything but an object.
+func objectView(data []byte) (string, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return "", nil
+	}
+	if !rawjson.Valid(data) || data[0] != '{' {
+		return "", ErrInvalidChunk
+	}
+	return rawjson.View(data), nil
+}
+
 // caller is an accumulated item (an Anthropic content block, a Responses
 // output item) that may be a tool call.
 type caller interface{ isCall() bool }

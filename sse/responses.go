@@ -1,10 +1,8 @@
 package sse
 
 import (
-	"bytes"
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
-	"unsafe"
 )
 
 // Update is what one event of a Responses API or Anthropic Messages stream
@@ -69,15 +67,10 @@ func (a *ResponsesAccumulator) Reset() {
 // a JSON object returns ErrInvalidChunk and changes nothing. Add never keeps
 // a reference to data.
 func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return nil
+	s, err := objectView(data)
+	if s == "" {
+		return err
 	}
-	if !rawjson.Valid(data) || data[0] != '{' {
-		return ErrInvalidChunk
-	}
-	// A view of data for the walk; nothing of it is kept without a copy.
-	s := unsafe.String(unsafe.SliceData(data), len(data))
 	var typ, resp, item, delta, args, name, itemID, outIdx, seq string
 	it := newObjIter(s)
 	for it.next() {
