@@ -77,7 +77,7 @@ const rawJSON = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Le
 const rawSSE = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
 	"e\r\ndata: {\"a\":1}\n\n\r\n" + "e\r\ndata: [DONE]\n\n\r\n" + "0\r\n\r\n"
 
-func post(t *testing.T, url, body string) (int, string) {
+func postJSON(t *testing.T, url, body string) (int, string) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
@@ -110,7 +110,7 @@ func TestStaleConnectionAfterEachAnswer(t *testing.T) {
 		if i%2 == 0 {
 			path = "/v1/stream"
 		}
-		if status, _ := post(t, base+path, `{}`); status != http.StatusOK {
+		if status, _ := postJSON(t, base+path, `{}`); status != http.StatusOK {
 			failed++
 		}
 		time.Sleep(2 * time.Millisecond) // let the upstream's FIN arrive
@@ -134,7 +134,7 @@ func TestStaleConnectionRetriedOnFreshOne(t *testing.T) {
 	})
 	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
 	for i := range 5 {
-		if status, body := post(t, base+"/v1/chat/x", `{}`); status != http.StatusOK {
+		if status, body := postJSON(t, base+"/v1/chat/x", `{}`); status != http.StatusOK {
 			t.Fatalf("request %d: status %d %s; want 200", i, status, body)
 		}
 	}
@@ -170,7 +170,7 @@ func TestNoRetryOnFreshConnectionOrAfterResponseBytes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			up := startRawUpstream(t, tt.serve)
 			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
-			status, _ := post(t, base+"/v1/a", `{}`)
+			status, _ := postJSON(t, base+"/v1/a", `{}`)
 			if tt.name == "fresh connection closed" {
 				if status != http.StatusBadGateway {
 					t.Errorf("status %d; want 502", status)
@@ -183,7 +183,7 @@ func TestNoRetryOnFreshConnectionOrAfterResponseBytes(t *testing.T) {
 			if status != http.StatusOK {
 				t.Fatalf("first request: status %d", status)
 			}
-			if status, _ := post(t, base+"/v1/a", `{}`); status != http.StatusBadGateway {
+			if status, _ := postJSON(t, base+"/v1/a", `{}`); status != http.StatusBadGateway {
 				t.Errorf("second request: status %d; want 502", status)
 			}
 			if got := up.reqs.Load(); got != 2 {
@@ -207,7 +207,7 @@ func TestUpstreamIdleTimeout(t *testing.T) {
 	})
 	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
 	for i := range 3 {
-		if status, body := post(t, base+"/v1/a", `{}`); status != http.StatusOK {
+		if status, body := postJSON(t, base+"/v1/a", `{}`); status != http.StatusOK {
 			t.Fatalf("request %d: %d %s", i, status, body)
 		}
 		time.Sleep(450 * time.Millisecond)
