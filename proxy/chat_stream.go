@@ -53,7 +53,8 @@ type chatObserver struct {
 	chunkFinish  bool   // the current chunk finished choice 0
 	replaced     bool   // a held call was replaced by LOOP_DETECTED
 
-	encoded bool // the answer is compressed: forward it uninspected
+	encoded   bool // the answer is compressed: forward it uninspected
+	abandoned bool // a call panicked: not returned to the pool
 
 	// A non-streamed Responses answer's id and output items, for the record.
 	respID     string
@@ -95,8 +96,14 @@ func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObse
 	return o
 }
 
-// release returns o and its detectors to the pool.
+func (o *chatObserver) abandon() { o.abandoned = true }
+
+// release returns o and its detectors to the pool, unless a panic left them
+// in a state no other answer should inherit.
 func (o *chatObserver) release() {
+	if o.abandoned {
+		return
+	}
 	for i := range o.content {
 		if d := o.content[i]; d != nil {
 			d.Reset()

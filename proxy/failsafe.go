@@ -22,10 +22,14 @@ import (
 const stageStream = "stream"
 
 // recovered counts and logs a panic that the response path recovered from
-// in the stage named where. Only a runtime error's message is logged (an
+// in the stage named where, and abandons obs (nil when the panic was not in
+// it). Only a runtime error's message is logged (an
 // index, a nil dereference): any other panic value may quote upstream
 // content, so it is named by its type.
-func (s *Server) recovered(where string, r any) {
+func (s *Server) recovered(obs responseObserver, where string, r any) {
+	if obs != nil {
+		obs.abandon()
+	}
 	s.obs.FailOpen(stageStream)
 	e := s.log.Error().Str("stage", stageStream).Str("in", where)
 	if re, ok := r.(runtime.Error); ok {
@@ -41,7 +45,7 @@ func (s *Server) recovered(where string, r any) {
 func (s *Server) observeHeader(obs responseObserver, status int, h *fasthttp.ResponseHeader) (ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.recovered("header", r)
+			s.recovered(obs, "header", r)
 			ok = false
 		}
 	}()
@@ -54,7 +58,7 @@ func (s *Server) observeHeader(obs responseObserver, status int, h *fasthttp.Res
 func (s *Server) observeBody(obs responseObserver, status int, b []byte) (out []byte) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.recovered("body", r)
+			s.recovered(obs, "body", r)
 			out = nil
 		}
 	}()
@@ -65,7 +69,7 @@ func (s *Server) observeBody(obs responseObserver, status int, b []byte) (out []
 func (s *Server) observeFinish(obs responseObserver, cause error, info *observe.ResponseInfo) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.recovered("finish", r)
+			s.recovered(obs, "finish", r)
 		}
 	}()
 	obs.finish(cause, info)
@@ -83,10 +87,14 @@ type streamRelay struct {
 	ended bool   // obs.end was called, or event stopped the stream
 }
 
-// fail counts and logs the first panic of the stream and sets raw.
-func (r *streamRelay) fail(where string, p any) {
+// fail counts and logs the first panic of the stream and sets raw; obs is
+// the observer the panic was in, nil for the reader.
+func (r *streamRelay) fail(obs responseObserver, where string, p any) {
+	if obs != nil {
+		obs.abandon()
+	}
 	if !r.raw {
-		r.s.recovered(where, p)
+		r.s.recovered(nil, where, p)
 	}
 	r.raw = true
 }
@@ -99,7 +107,7 @@ func (r *streamRelay) next() (ev sse.Event, err error) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			r.fail("sse", p)
+			r.fail(nil, "sse", p)
 			ev, err = sse.Event{}, nil
 		}
 	}()
@@ -117,7 +125,7 @@ func (r *streamRelay) event(ev *sse.Event) (out []byte, stop bool) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			r.fail("event", p)
+			r.fail(r.obs, "event", p)
 			r.out = append(r.end(), ev.Raw...)
 			out, stop = r.out, false
 		}
@@ -136,7 +144,7 @@ func (r *streamRelay) end() (out []byte) {
 	r.ended = true
 	defer func() {
 		if p := recover(); p != nil {
-			r.fail("end", p)
+			r.fail(r.obs, "end", p)
 			out = nil
 		}
 	}()
@@ -149,7 +157,7 @@ func (r *streamRelay) end() (out []byte) {
 func (r *streamRelay) buffered() (b []byte) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.fail("sse", p)
+			r.fail(nil, "sse", p)
 			b = nil
 		}
 	}()

@@ -33,6 +33,9 @@ type responseObserver interface {
 	end(out []byte) []byte
 	// body sees a complete non-streamed body and returns what the client gets.
 	body(status int, b []byte) []byte
+	// abandon is called when one of the observer's calls panicked: its
+	// state cannot be trusted, so it must not be reused. finish still follows.
+	abandon()
 	// finish is called once when the response is over, with why it ended
 	// (nil: the upstream finished); it completes info with what it knows
 	// (session, cut) before the response is logged and counted.
