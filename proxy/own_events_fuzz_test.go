@@ -11,6 +11,7 @@ import (
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/policy"
+	"github.com/loopguard/loopguard/sse"
 	"github.com/rs/zerolog"
 )
 
@@ -55,6 +56,20 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			Category: inspect.ToolRepetition, Brief: text, Tool: name, Args: text, Pattern: "p"}})
 		o.release()
 
+		// With tail = "trim" the event the repetition begins in is cut
+		// short, anywhere in its text.
+		o = newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true}, nil)
+		o.trim = true
+		raw := "data: " + chunk + "\n\n"
+		out, _ := o.trimEvent(&sse.Event{Raw: []byte(raw), Data: []byte(chunk)}, nil)
+		if len(out) > 0 || len(o.trimQ) != 1 {
+			t.Fatalf("trim released %q with %d events held; want the event held", out, len(o.trimQ))
+		}
+		for keep := 1; keep < len(text); keep++ {
+			written["trimmed event"] = o.appendTruncated(written["trimmed event"], &o.trimQ[0], keep)
+		}
+		o.release()
+
 		o = newChatObserver(p, &plan{api: inspect.Responses, stream: true}, nil)
 		for _, ev := range []string{
 			`{"type":"response.created","sequence_number":0,"response":{"id":` + q(id) + `,"object":"response","created_at":1,"status":"in_progress","model":` + q(model) + `,"output":[]}}`,
@@ -97,7 +112,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		written["error event"] = sseErrorEvent(errors.New(text))
 
 		for what, b := range written {
-			if len(b) == 0 {
+			if len(b) == 0 && what != "trimmed event" {
 				t.Errorf("%s: nothing written", what)
 			}
 			for _, line := range strings.Split(string(b), "\n") {
