@@ -177,7 +177,7 @@ func TestStreamObserverPanicFailsOpen(t *testing.T) {
 				return tt.wrap(o)
 			})
 			for i := range 2 {
-				_, got := postStream(t, base+"/v1/chat/completions", "", `{"stream":true}`)
+				_, got := post(t, base+"/v1/chat/completions", "", `{"stream":true}`)
 				if got != stream {
 					t.Fatalf("request %d: client got %d bytes, differing from the upstream's %d from byte %d on: %q",
 						i, len(got), len(stream), diffAt(got, stream), got[diffAt(got, stream):])

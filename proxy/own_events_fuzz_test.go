@@ -12,7 +12,6 @@ import (
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
-	"github.com/rs/zerolog"
 )
 
 // FuzzOwnEventsAreJSON: every data line loopguard writes into a stream
@@ -31,13 +30,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
-	cfg := DefaultConfig()
-	cfg.Upstream.URL = "http://127.0.0.1:1"
-	p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { p.Close() })
+	p := testPipeline(f)
 	f.Fuzz(func(t *testing.T, id, model, name, text string) {
 		q := func(s string) string { return string(rawjson.AppendQuote(nil, s)) }
 		cut := &inspect.Detection{Category: inspect.TokenDegeneration, Score: 1}

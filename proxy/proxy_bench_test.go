@@ -210,9 +210,9 @@ func BenchmarkObserveEvent(b *testing.B) {
 	}
 }
 
-// observerAndEvents returns a chat observer past its first events and a
-// stream of varied healthy prose chunks.
-func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
+// testPipeline is a chat pipeline with the default configuration, closed
+// when the test ends.
+func testPipeline(tb testing.TB) *chatPipeline {
 	cfg := DefaultConfig()
 	cfg.Upstream.URL = "http://127.0.0.1:1"
 	p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
@@ -220,6 +220,13 @@ func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// observerAndEvents returns a chat observer past its first events and a
+// stream of varied healthy prose chunks.
+func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
+	p := testPipeline(tb)
 	words := strings.Fields(`The proxy reads each event as it passes and forwards its bytes before it looks at
 		them, so a healthy answer reaches the agent as fast as the model writes it while loopguard keeps count of what
 		the model said and how often it said it, and only a long run of the same phrase ends the answer early.`)

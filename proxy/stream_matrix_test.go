@@ -172,8 +172,8 @@ func TestStreamOptionsMatrix(t *testing.T) {
 						}
 					})
 					session := "matrix-" + api.name + "-" + opt.name + "-" + tc.name
-					postStream(t, base+api.path+"?warmup=1", session, api.history(3, true))
-					resp, got := postStream(t, base+api.path, session, api.history(4, true))
+					post(t, base+api.path+"?warmup=1", session, api.history(3, true))
+					resp, got := post(t, base+api.path, session, api.history(4, true))
 					if a := resp.Header.Get(HeaderAction); a != "constrain" {
 						t.Fatalf("action %q; want constrain (a terminal call in play)", a)
 					}
@@ -208,24 +208,6 @@ func diffAt(a, b string) int {
 		i++
 	}
 	return i
-}
-
-// postStream posts a streamed request and returns the response and the whole body.
-func postStream(t *testing.T, url, session, body string) (*http.Response, string) {
-	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Session-ID", session)
-	resp, err := newClient().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("reading the stream: %v", err)
-	}
-	return resp, string(b)
 }
 
 // checkCutStream checks a cut degenerate stream: the upstream's events up to
