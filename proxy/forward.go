@@ -256,7 +256,9 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 			ttfb    time.Duration
 			readErr error
 		)
-		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(br, maxEvent), raw: obs != nil && !observed}
+		// An observer whose header panicked sees nothing of the stream.
+		dropped := obs != nil && !observed
+		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(br, maxEvent), raw: dropped, ended: dropped}
 		// One Event for the whole stream: &ev goes to the observer, and a
 		// fresh variable per iteration would escape to the heap each time.
 		var ev sse.Event
