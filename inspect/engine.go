@@ -1,8 +1,10 @@
 package inspect
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,16 +91,22 @@ type work struct {
 	cs    canonScratch
 }
 
+// ErrDetector is wrapped by Verdict.Err when a detector panicked.
+var ErrDetector = errors.New("inspect: detector failed")
+
 // Inspect runs every detector over t and aggregates their findings. A nil
-// or empty trajectory yields the zero Verdict.
+// or empty trajectory yields the zero Verdict. A detector that panics
+// yields a verdict of no loop with Err set.
 func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 	if t == nil || len(t.Steps) == 0 {
 		return Verdict{}
 	}
 	defer func() {
-		// Fail open: a detector bug must not break the request.
+		// Fail open: a detector bug must not break the request, but it
+		// must be seen. Only a runtime error's message is kept (an index, a
+		// nil dereference); other panic values may quote the trajectory.
 		if r := recover(); r != nil {
-			v = Verdict{}
+			v = Verdict{Err: fmt.Errorf("%w: %s", ErrDetector, panicText(r))}
 		}
 	}()
 	w := e.pool.Get().(*work)
@@ -118,6 +126,14 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 		}
 	}
 	return aggregate(dets, &lim)
+}
+
+// panicText describes a recovered panic value without its content.
+func panicText(r any) string {
+	if re, ok := r.(runtime.Error); ok {
+		return re.Error()
+	}
+	return fmt.Sprintf("panic of type %T", r)
 }
 
 type detector struct {

@@ -172,6 +172,10 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 		return pl
 	}
 	verdict := p.engine.Inspect(traj)
+	if verdict.Err != nil {
+		p.failOpen(&pl, "detector", verdict.Err)
+		return pl
+	}
 	pl.verdict = verdict
 	if len(body) > 0 && &judged[0] == &body[0] {
 		pl.layout = traj.Layout // the offsets are of body itself

@@ -16,17 +16,26 @@ import (
 )
 
 // responseObserver sees an upstream response as it passes. The chat pipeline
-// implements it; plain pass-through uses none.
+// implements it; plain pass-through uses none. The proxy calls it through
+// the recovers of failsafe.go: a panic in it costs the client no byte.
 type responseObserver interface {
 	// header is called once with the upstream's status before anything is
 	// written, so the observer can add response headers.
 	header(status int, h *fasthttp.ResponseHeader)
 	// event handles one SSE event after the previous ones were flushed: it
-	// writes what the client should see (normally ev.Raw) to w. stop ends the
-	// stream and closes the upstream connection.
-	event(ev *sse.Event, w *bufio.Writer) (stop bool)
+	// appends to out what the client should see now (normally ev.Raw) and
+	// returns it. stop ends the stream and closes the upstream connection.
+	event(ev *sse.Event, out []byte) (_ []byte, stop bool)
+	// end is called once when a stream that event did not stop is over
+	// (the upstream finished, failed or went idle, or the rest is passed
+	// through unparsed), before anything loopguard adds: it appends what the
+	// observer still holds back.
+	end(out []byte) []byte
 	// body sees a complete non-streamed body and returns what the client gets.
 	body(status int, b []byte) []byte
+	// abandon is called when one of the observer's calls panicked: its
+	// state cannot be trusted, so it must not be reused. finish still follows.
+	abandon()
 	// finish is called once when the response is over, with why it ended
 	// (nil: the upstream finished); it completes info with what it knows
 	// (session, cut) before the response is logged and counted.
@@ -133,9 +142,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		s.relayStream(ctx, ub, obs, start, headerLatency)
 		return
 	}
-	if obs != nil {
-		obs.header(status, &ctx.Response.Header)
-	}
+	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
 
 	limit := int64(bufferLimit)
 	if obs != nil {
@@ -166,8 +173,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		ctx.Response.ResetBody()
 		status, code := upstreamErrorStatus(err)
 		writeError(ctx, status, "loopguard: reading the upstream response failed: "+errorReason(err), "upstream_error", code)
-	} else if obs != nil {
-		if b := obs.body(status, ctx.Response.Body()); b != nil {
+	} else if observed {
+		if b := s.observeBody(obs, status, ctx.Response.Body()); b != nil {
 			ctx.Response.SetBodyRaw(b)
 		}
 	}
@@ -255,9 +262,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// nginx and similar proxies in front of us must not buffer the stream
 	// (proxy-notes P1).
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	if obs != nil {
-		obs.header(status, &ctx.Response.Header)
-	}
+	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
 	// What the stream writer needs is copied out now: RequestCtx must not be
 	// touched once the handler has returned.
 	conn := ctx.Conn()
@@ -286,23 +291,20 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 			ttfb    time.Duration
 			readErr error
 		)
-		rd := sse.NewReader(ub, maxEvent)
+		// An observer whose header panicked sees nothing of the stream.
+		dropped := obs != nil && !observed
+		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, maxEvent), raw: dropped, ended: dropped}
 		// One Event for the whole stream: &ev goes to the observer, and a
 		// fresh variable per iteration would escape to the heap each time.
 		var ev sse.Event
 		for {
 			var err error
-			ev, err = rd.Next()
+			ev, err = rl.next()
 			if len(ev.Raw) > 0 {
 				events++
-				n := w.Buffered()
-				stop := false
-				if obs != nil {
-					stop = obs.event(&ev, w)
-				} else {
-					_, _ = w.Write(ev.Raw)
-				}
-				written += int64(w.Buffered() - n)
+				out, stop := rl.event(&ev)
+				n, _ := w.Write(out)
+				written += int64(n)
 				if ferr := w.Flush(); ferr != nil {
 					abort(errClientGone)
 					break
@@ -315,11 +317,17 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 					break
 				}
 			}
-			if err == sse.ErrEventTooLarge {
-				// One event beyond stream.max_event_bytes: stop parsing and
-				// pass the rest through as it comes (proxy-notes P8).
-				n, err := w.Write(rd.Buffered())
+			if err == sse.ErrEventTooLarge || rl.raw {
+				// One event beyond stream.max_event_bytes (proxy-notes P8),
+				// or a panic while parsing or observing (fail open): stop
+				// parsing and pass the rest through as it comes, after what
+				// the observer held back.
+				n, err := w.Write(rl.end())
 				written += int64(n)
+				if err == nil {
+					n, err = w.Write(rl.buffered())
+					written += int64(n)
+				}
 				if err == nil {
 					var m int64
 					m, err = io.Copy(flushWriter{w}, ub)
@@ -336,6 +344,13 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 				}
 				break
 			}
+		}
+		// The stream is over: what the observer held back (tail = "trim",
+		// held tool calls) goes out before anything of loopguard's own.
+		if tail := rl.end(); len(tail) > 0 {
+			n, _ := w.Write(tail)
+			written += int64(n)
+			_ = w.Flush()
 		}
 		c := cause.Load()
 		if readErr != nil && (c == nil || *c == errDeadline) {
@@ -425,7 +440,7 @@ func errorReason(err error) string {
 func (s *Server) respond(obs responseObserver, method, path []byte, cause error, info observe.ResponseInfo) {
 	info.Path = string(path)
 	if obs != nil {
-		obs.finish(cause, &info)
+		s.observeFinish(obs, cause, &info)
 	}
 	s.obs.Response(info)
 	e := s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", info.Status).
