@@ -429,10 +429,18 @@ func errorReason(err error) string {
 		return "the request exceeded upstream.request_timeout"
 	case isTimeout(err):
 		return "the upstream did not answer within upstream.header_timeout"
-	case errors.As(err, &oe):
+	case errors.As(err, &oe), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "connection to the upstream failed"
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return "no free connection to the upstream (upstream.max_conns)"
 	}
-	return err.Error()
+	var he *responseHeaderError
+	if errors.As(err, &he) {
+		return he.Error()
+	}
+	// Anything else (fasthttp's parse errors quote the upstream's bytes) is
+	// named by its class only.
+	return "the upstream's response could not be read"
 }
 
 // respond accounts for a finished response: the chat observer adds what it
