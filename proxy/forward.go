@@ -283,7 +283,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	}
 
 	s.obs.StreamOpened()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setBodyWriter(ctx, func(w *bufio.Writer) {
 		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
 		var (
 			events  int

@@ -94,6 +94,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		ReduceMemoryUsage:     true,
 		Logger:                fasthttpLogger{log},
 	}
 	return s, nil
