@@ -152,11 +152,11 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}()
 	pl.readOptions(body)
 
-	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
-	defer cancel()
 	judged := body // the history to judge
 	if api == inspect.Responses {
-		judged = p.prepareRecord(sctx, &pl, body)
+		rctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+		judged = p.prepareRecord(rctx, &pl, body)
+		cancel()
 	}
 	pcfg := p.policy.Config()
 	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), judged)
@@ -182,6 +182,10 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}
 	t1 := time.Now()
 
+	// The store's deadline starts here: parsing and inspecting a long
+	// history on a busy machine must not use up the store's time.
+	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
 		p.failOpen(&pl, "policy", err)
