@@ -176,19 +176,19 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 	req.Header.SetHost(s.up.host)
 
 	conn := in.Header.Peek("Connection")
-	in.Header.VisitAll(func(k, v []byte) {
+	for k, v := range in.Header.All() {
 		switch {
 		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):
-			return
+			continue
 		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
-			return
+			continue
 		case inspected && asciiEqualFold(k, "Accept-Encoding"):
 			// We parse what comes back; compressed SSE cannot be inspected
 			// (proxy-notes P2).
-			return
+			continue
 		}
 		req.Header.AddBytesKV(k, v)
-	})
+	}
 	if s.cfg.Upstream.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+s.cfg.Upstream.APIKey)
 	}
@@ -202,12 +202,12 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 
 func copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
 	conn := src.Peek("Connection")
-	src.VisitAll(func(k, v []byte) {
+	for k, v := range src.All() {
 		if isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length") {
-			return
+			continue
 		}
 		dst.AddBytesKV(k, v)
-	})
+	}
 }
 
 func isEventStream(ct []byte) bool {
