@@ -203,11 +203,26 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 func copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
 	conn := src.Peek("Connection")
 	for k, v := range src.All() {
-		if isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length") {
-			continue
+		switch {
+		case isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length"):
+			// Not forwarded: they describe the upstream connection and its framing.
+		case asciiEqualFold(k, "Date"):
+			addDate(dst, k, v)
+		default:
+			dst.AddBytesKV(k, v)
 		}
-		dst.AddBytesKV(k, v)
 	}
+}
+
+// addDate adds the upstream's Date header line to dst. fasthttp's header
+// setters drop Date, which its server writes from its own clock; loopguard's
+// server writes none (NoDefaultDate) so that the upstream's goes on. Only
+// parsing stores a Date, and reading a trailer appends its lines to the
+// headers as they are, so the line is read in as one.
+func addDate(dst *fasthttp.ResponseHeader, k, v []byte) {
+	line := make([]byte, 0, len(k)+len(v)+6)
+	line = append(append(append(append(line, k...), ": "...), v...), "\r\n\r\n"...)
+	_ = dst.ReadTrailer(bufio.NewReaderSize(bytes.NewReader(line), len(line)))
 }
 
 func isEventStream(ct []byte) bool {
