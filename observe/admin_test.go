@@ -91,6 +91,38 @@ func newTestAdmin(t *testing.T, token string) (*Admin, *Observer, *fakeControl) 
 	return a, o, ctl
 }
 
+// TestGuard: a guarded handler answers under the API's rule.
+func TestGuard(t *testing.T) {
+	tests := []struct {
+		name  string
+		token string
+		local net.Addr
+		auth  string
+		want  int
+	}{
+		{"no token, loopback", "", loopback, "", 200},
+		{"no token, public listener", "", public, "", 403},
+		{"no token, unknown listener", "", nil, "", 403},
+		{"token, none sent", "s3cret", loopback, "", 401},
+		{"token, right, public", "s3cret", public, "Bearer s3cret", 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, _, _ := newTestAdmin(t, tt.token)
+			h := a.Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "data") }))
+			r := localRequest("GET", "/metrics", "", tt.local)
+			if tt.auth != "" {
+				r.Header.Set("Authorization", tt.auth)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != tt.want || (w.Code == 200) != (w.Body.String() == "data") {
+				t.Fatalf("GET /metrics = %d %q; want %d, the handler's body only when allowed", w.Code, w.Body, tt.want)
+			}
+		})
+	}
+}
+
 func TestAdminAccess(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -30,7 +30,7 @@ type Server struct {
 	chatDone func(*ChatEvent)
 
 	obs     *observe.Observer
-	metrics fasthttp.RequestHandler // GET /metrics
+	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
 	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
 
 	mu        sync.Mutex
@@ -55,7 +55,6 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s.chat, err = newChatPipeline(cfg, log, s.obs)
 	if err != nil {
 		return nil, err
@@ -69,13 +68,8 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	adminHandler := fasthttpadaptor.NewFastHTTPHandler(admin)
-	s.admin = func(ctx *fasthttp.RequestCtx) {
-		// The admin API answers without a token only on loopback listeners;
-		// it reads the listener's address from the request context.
-		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
-		adminHandler(ctx)
-	}
+	s.admin = withLocalAddr(admin)
+	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleServerError,
@@ -96,6 +90,17 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		Logger:                fasthttpLogger{log},
 	}
 	return s, nil
+}
+
+// withLocalAddr adapts h, an admin handler, to fasthttp. Admin handlers
+// answer without a token only on loopback listeners; they read the
+// listener's address from the request context, where net/http puts it.
+func withLocalAddr(h http.Handler) fasthttp.RequestHandler {
+	adapted := fasthttpadaptor.NewFastHTTPHandler(h)
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
+		adapted(ctx)
+	}
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
