@@ -258,7 +258,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 	}
 
 	s.obs.StreamOpened()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	setStreamWriter(ctx, func(w *bufio.Writer) {
 		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
 		var (
 			events  int

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUpstreamDatePassesThrough: the upstream's Date is end-to-end; loopguard
@@ -37,6 +40,53 @@ func TestUpstreamDatePassesThrough(t *testing.T) {
 			}
 			if string(body) != tt.body {
 				t.Errorf("body = %q; want %q", body, tt.body)
+			}
+		})
+	}
+}
+
+// TestHTTP10StreamIsCloseDelimited: HTTP/1.0 has no chunked coding, so an
+// HTTP/1.0 client gets the stream's bytes as they are, ended by the close of
+// the connection.
+func TestHTTP10StreamIsCloseDelimited(t *testing.T) {
+	const stream = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+	tests := []struct {
+		name, path string
+	}{
+		{"chat, inspected", "/v1/chat/completions"},
+		{"pass-through", "/v1/completions"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, stream)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+			fmt.Fprintf(conn, "POST %s HTTP/1.0\r\nHost: loopguard\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tt.path, len(body), body)
+			// ReadAll ends at the close; a kept-open connection fails it
+			// with the deadline.
+			raw, err := io.ReadAll(conn)
+			if err != nil {
+				t.Fatalf("reading the answer: %v (got %q)", err, raw)
+			}
+			head, got, ok := strings.Cut(string(raw), "\r\n\r\n")
+			if !ok || !strings.HasPrefix(head, "HTTP/1.1 200 ") {
+				t.Fatalf("answer = %q; want a 200 and a header", raw)
+			}
+			lower := strings.ToLower(head)
+			if strings.Contains(lower, "transfer-encoding") || strings.Contains(lower, "content-length") || !strings.Contains(lower, "\r\nconnection: close") {
+				t.Errorf("header = %q; want no length or coding, Connection: close", head)
+			}
+			if got != stream {
+				t.Errorf("body = %q; want the upstream's %q", got, stream)
 			}
 		})
 	}
