@@ -258,7 +258,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 	}
 
 	s.obs.StreamOpened()
-	setStreamWriter(ctx, func(w *bufio.Writer) {
+	s.setStreamWriter(ctx, func(w *bufio.Writer) {
 		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
 		var (
 			events  int

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -8,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // TestUpstreamDatePassesThrough: the upstream's Date is end-to-end; loopguard
@@ -89,5 +93,50 @@ func TestHTTP10StreamIsCloseDelimited(t *testing.T) {
 				t.Errorf("body = %q; want the upstream's %q", got, stream)
 			}
 		})
+	}
+}
+
+// TestShutdownWaitsForHTTP10Streams: fasthttp does not wait for the
+// connections it handed over, so Shutdown must, as it does for HTTP/1.1
+// streams.
+func TestShutdownWaitsForHTTP10Streams(t *testing.T) {
+	const events, gap = 8, 100 * time.Millisecond
+	up := sseUpstream(t, events, gap, make(chan int, 1))
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = up.URL
+	srv, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /v1/stream HTTP/1.0\r\nHost: loopguard\r\n\r\n")
+	r := bufio.NewReader(conn)
+	if _, err := r.ReadString('}'); err != nil { // the first event is under way
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	// The stream had about (events-1)*gap to go; a Shutdown that did not
+	// wait returns in a few milliseconds.
+	if took := time.Since(start); took < 2*gap {
+		t.Errorf("Shutdown returned after %v, before the stream ended", took)
+	}
+	rest, err := io.ReadAll(r)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Errorf("stream after Shutdown = %q, %v; want it whole, to [DONE]", rest, err)
 	}
 }

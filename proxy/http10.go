@@ -15,10 +15,9 @@ import (
 // header itself, without a length and with "Connection: close", then runs
 // write, and fasthttp closes the connection after it.
 //
-// fasthttp no longer counts a connection it handed over, so Shutdown does not
-// wait for such a stream; the stream still ends with its upstream or its
-// client.
-func setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
+// fasthttp no longer counts a connection it handed over; s.handedOver does,
+// so that Shutdown waits for these streams as for the others.
+func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
 	if ctx.Request.Header.IsHTTP11() {
 		ctx.SetBodyStreamWriter(write)
 		return
@@ -28,7 +27,9 @@ func setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
 	ctx.Response.Header.SetContentLength(-2)
 	head := ctx.Response.Header.AppendBytes(nil)
 	ctx.HijackSetNoResponse(true)
+	s.handedOver.Add(1)
 	ctx.Hijack(func(c net.Conn) {
+		defer s.handedOver.Done()
 		w := bufio.NewWriter(c)
 		// The header goes out at once, as fasthttp sends it. A failed write
 		// fails write's first flush too (bufio keeps the error), which ends

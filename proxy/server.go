@@ -36,6 +36,9 @@ type Server struct {
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
 	closed    bool           // Shutdown was called
+	// handedOver counts the streams to HTTP/1.0 clients, whose connections
+	// fasthttp handed over (setStreamWriter) and no longer waits for.
+	handedOver sync.WaitGroup
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -137,11 +140,30 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if errors.Is(err, net.ErrClosed) {
 		err = nil // the listeners closed above
 	}
+	if werr := waitCtx(ctx, &s.handedOver); err == nil {
+		err = werr
+	}
 	s.up.client.CloseIdleConnections()
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// waitCtx waits for wg until ctx ends; the goroutine that waits ends with
+// wg.
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // handle routes one request: loopguard's own endpoints, chat completions
