@@ -3,22 +3,12 @@ package observe
 import (
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/memtest"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/rs/zerolog"
 )
-
-// inside reports whether s's bytes lie in buf's: s is a substring of buf
-// and keeps all of it alive.
-func inside(s, buf string) bool {
-	if len(s) == 0 {
-		return false
-	}
-	p, b := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(buf)))
-	return p >= b && p < b+uintptr(len(buf))
-}
 
 // TestRecorderCopiesNames: sessions and their timelines outlive the request
 // whose session key, model and tool names are substrings.
@@ -43,7 +33,7 @@ func TestRecorderCopiesNames(t *testing.T) {
 		texts["session map key"] = k
 	}
 	for name, s := range texts {
-		if s == "" || inside(s, body) {
+		if s == "" || memtest.Within(s, body) {
 			t.Errorf("%s %q is empty or a substring of the request", name, s)
 		}
 	}

@@ -4,21 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/memtest"
 	"github.com/rs/zerolog"
 )
-
-// inside reports whether s's bytes lie in buf's: s is a substring of buf
-// and keeps all of it alive.
-func inside(s, buf string) bool {
-	if len(s) == 0 {
-		return false
-	}
-	p, b := uintptr(unsafe.Pointer(unsafe.StringData(s))), uintptr(unsafe.Pointer(unsafe.StringData(buf)))
-	return p >= b && p < b+uintptr(len(buf))
-}
 
 // TestStoredTextIsCopied: what the store keeps outlives the request by the
 // session TTL, so none of it may be a substring of the request: a tool name
@@ -61,7 +51,7 @@ func TestStoredTextIsCopied(t *testing.T) {
 		t.Fatalf("found %d stored texts %v; want 11", len(texts), texts)
 	}
 	for name, s := range texts {
-		if inside(s, body) {
+		if memtest.Within(s, body) {
 			t.Errorf("%s %q is a substring of the request", name, s)
 		}
 	}
