@@ -8,17 +8,21 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// toolThresholds returns the consecutive and windowed repeat thresholds
-// for a tool, per-tool overrides applied.
-func (in *inspection) toolThresholds(tool string) (int, int) {
+// repeatThresholds returns the consecutive and windowed repeat thresholds
+// for a call: its tool's overrides applied, times waitFactor for a call
+// that waits.
+func (in *inspection) repeatThresholds(c *Call) (int, int) {
 	cons, win := in.lim.repeatConsecutive, in.lim.repeatInWindow
-	if o, ok := in.e.cfg.Tools[tool]; ok {
+	if o, ok := in.e.cfg.Tools[c.Name]; ok {
 		if o.RepeatConsecutive > 0 {
 			cons = o.RepeatConsecutive
 		}
 		if o.RepeatInWindow > 0 {
 			win = o.RepeatInWindow
 		}
+	}
+	if isWait(c) {
+		cons, win = cons*waitFactor, win*waitFactor
 	}
 	return cons, win
 }
@@ -44,10 +48,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	}
 	last := len(evs) - 1
 	L := &evs[last]
-	thr, thrWin := in.toolThresholds(L.c.Name)
-	if isWait(L.c) {
-		thr, thrWin = thr*waitFactor, thrWin*waitFactor
-	}
+	thr, _ := in.repeatThresholds(L.c)
 	// Trailing run of identical calls.
 	i := last
 	for i > 0 && evs[i-1].fp == L.fp {
@@ -145,7 +146,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	if best < 0 {
 		return Detection{}, false
 	}
-	_, thrWin = in.toolThresholds(evs[best].c.Name)
+	_, thrWin := in.repeatThresholds(evs[best].c)
 	if bestN < thrWin {
 		return Detection{}, false
 	}

@@ -64,9 +64,7 @@ func (c *conv) parallel(text string, calls ...tc) *conv {
 		m["content"] = nil
 	}
 	c.msgs = append(c.msgs, m)
-	for _, r := range results {
-		c.msgs = append(c.msgs, r)
-	}
+	c.msgs = append(c.msgs, results...)
 	return c
 }
 

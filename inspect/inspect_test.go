@@ -311,6 +311,49 @@ func TestDetectors(t *testing.T) {
 	}
 }
 
+// jobStatus is a tool result long enough not to count as a short
+// acknowledgement.
+const jobStatus = "job 7 status\nstate: running\nshards copied: 3 of 9"
+
+// interleave returns n copies of call, each followed by a different
+// command, so that only the windowed repetition rule can count them.
+func interleave(n int, call string) []string {
+	var out []string
+	for i := 0; i < n; i++ {
+		out = append(out, call, fmt.Sprintf("bash:ls dir%d=>file%d.go", i, i))
+	}
+	return out
+}
+
+// TestWaitThresholds: calls that wait repeat by design, so both repetition
+// rules count them against waitFactor times the usual threshold.
+func TestWaitThresholds(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want bool // want a tool_repetition detection
+	}{
+		{"plain call x5 in window", interleave(5, "bash:cat status=>"+jobStatus), true},
+		{"sleep poll x6 in window", interleave(6, "bash:sleep 10 && cat status=>"+jobStatus), false},
+		{"wait tool x6 in window", interleave(6, "wait_for_job:{\"id\":7}=>"+jobStatus), false},
+		{"sleep poll x15 in window", rep(5, "bash:sleep 10 && cat status=>"+jobStatus, "bash:sleep 10 && cat status=>"+jobStatus, "bash:sleep 10 && cat status=>"+jobStatus, "bash:date=>Tue"), true},
+		{"sleep poll x8 back to back", rep(8, "bash:sleep 10 && cat status=>"+jobStatus), false},
+		{"sleep poll x9 back to back", rep(9, "bash:sleep 10 && cat status=>"+jobStatus), true},
+	}
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := e.Inspect(mustParse(t, build(tt.give...)))
+			if got := hasCategory(v, string(ToolRepetition)); got != tt.want {
+				t.Errorf("Inspect = %v; want tool_repetition %v", v.Detections, tt.want)
+			}
+		})
+	}
+}
+
 func TestScoreGrowsWithCount(t *testing.T) {
 	e, _ := NewEngine(DefaultConfig())
 	prev := 0.0

@@ -346,19 +346,6 @@ func activeConstraint(c policy.Constraint) inject.Loop {
 	}}
 }
 
-// logPattern names a decision's loop pattern in a log event: by its key and
-// tool name, and by its brief (which quotes arguments) only with log.content.
-func (p *chatPipeline) logPattern(e *zerolog.Event, d *policy.Decision) *zerolog.Event {
-	e = e.Str("pattern_key", d.Pattern)
-	if len(d.Verdict.Detections) > 0 {
-		e = e.Str("tool", d.Verdict.Detections[0].Evidence.Tool)
-	}
-	if p.cfg.Log.Content {
-		e = e.Str("pattern", d.Brief)
-	}
-	return e
-}
-
 func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {
 	if pl != nil {
 		pl.failOpen = stage

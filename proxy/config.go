@@ -112,8 +112,9 @@ type LogConfig struct {
 
 // AdminConfig protects loopguard's own endpoints under /loopguard/.
 type AdminConfig struct {
-	// Token, when set, is required as "Authorization: Bearer <token>". Without
-	// it the admin API answers only on loopback listeners.
+	// Token, when set, is required as "Authorization: Bearer <token>" by the
+	// admin API and /metrics. Without it they answer only on loopback
+	// listeners.
 	Token string `toml:"token"`
 }
 

@@ -216,19 +216,19 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 	req.Header.SetHost(s.up.host)
 
 	conn := in.Header.Peek("Connection")
-	in.Header.VisitAll(func(k, v []byte) {
+	for k, v := range in.Header.All() {
 		switch {
 		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):
-			return
+			continue
 		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
-			return
+			continue
 		case inspected && asciiEqualFold(k, "Accept-Encoding"):
 			// We parse what comes back; compressed SSE cannot be inspected
 			// (proxy-notes P2).
-			return
+			continue
 		}
 		req.Header.AddBytesKV(k, v)
-	})
+	}
 	if s.cfg.Upstream.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+s.cfg.Upstream.APIKey)
 	}
@@ -242,12 +242,27 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 
 func copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
 	conn := src.Peek("Connection")
-	src.VisitAll(func(k, v []byte) {
-		if isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length") {
-			return
+	for k, v := range src.All() {
+		switch {
+		case isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length"):
+			// Not forwarded: they describe the upstream connection and its framing.
+		case asciiEqualFold(k, "Date"):
+			addDate(dst, k, v)
+		default:
+			dst.AddBytesKV(k, v)
 		}
-		dst.AddBytesKV(k, v)
-	})
+	}
+}
+
+// addDate adds the upstream's Date header line to dst. fasthttp's header
+// setters drop Date, which its server writes from its own clock; loopguard's
+// server writes none (NoDefaultDate) so that the upstream's goes on. Only
+// parsing stores a Date, and reading a trailer appends its lines to the
+// headers as they are, so the line is read in as one.
+func addDate(dst *fasthttp.ResponseHeader, k, v []byte) {
+	line := make([]byte, 0, len(k)+len(v)+6)
+	line = append(append(append(append(line, k...), ": "...), v...), "\r\n\r\n"...)
+	_ = dst.ReadTrailer(bufio.NewReaderSize(bytes.NewReader(line), len(line)))
 }
 
 func isEventStream(ct []byte) bool {
@@ -283,7 +298,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	}
 
 	s.obs.StreamOpened()
-	setBodyWriter(ctx, func(w *bufio.Writer) {
+	s.setStreamWriter(ctx, func(w *bufio.Writer) {
 		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
 		var (
 			events  int
