@@ -358,7 +358,22 @@ func aggregate(dets []Detection, lim *limits) Verdict {
 		}
 		return 0
 	})
-	v := Verdict{Detections: dets, Category: dets[0].Category, Confidence: dets[0].Score}
+	v := Verdict{Confidence: dets[0].Score}
+	// Among the confident detections, the most specific names the loop:
+	// the same failing test after each edit is a test_fix_cycle even when
+	// error_cycle, counting the same error, scores a little higher.
+	if dets[0].Score > lim.single {
+		best := 0
+		for i := 1; i < len(dets) && dets[i].Score > lim.single; i++ {
+			if specificity(&dets[i]) < specificity(&dets[best]) {
+				best = i
+			}
+		}
+		d := dets[best]
+		copy(dets[1:best+1], dets[:best])
+		dets[0] = d
+	}
+	v.Detections, v.Category = dets, dets[0].Category
 	pairs, combined := 0, 0.0
 	for _, d := range dets {
 		if d.Score > lim.Pair {
@@ -369,6 +384,40 @@ func aggregate(dets []Detection, lim *limits) Verdict {
 	v.Loop = dets[0].Score > lim.single || pairs >= 2 || min(combined, 1) > lim.Combined
 	v.PatternKey = patternKey(&dets[0])
 	return v
+}
+
+// specificity ranks categories for naming a loop, most specific first:
+// identical calls back to back say exactly what repeats; alternating
+// errors, a failing test after edits, a reverted edit and a drifting
+// argument say more than "the same error again", which says more than
+// "the same result" or the same call somewhere in the window. A search
+// that keeps finding nothing is same_result, however it drifts.
+func specificity(d *Detection) int {
+	switch d.Category {
+	case ToolRepetition:
+		if ev := &d.Evidence; len(ev.Steps) > 0 && ev.Last-ev.First+1 == len(ev.Steps) {
+			return 0 // back to back
+		}
+		return 8
+	case WhackAMole:
+		return 1
+	case TestFixCycle:
+		return 2
+	case EditUndo:
+		return 3
+	case ParamDrift:
+		return 4
+	case ToolCycle:
+		return 5
+	case ErrorCycle:
+		return 6
+	case SameResult:
+		if negativeResult(d.Evidence.Result) {
+			return 4 // nothing found, however the search was worded
+		}
+		return 7
+	}
+	return 9
 }
 
 // patternKey hashes what loops, not where: category, tool and the
