@@ -392,10 +392,14 @@ func (in *inspection) paramDrift() (Detection, bool) {
 	L := &evs[len(evs)-1]
 	var idx []int
 	fps := 0
+	lt := targetHash(L.c.Primary)
 	for a := in.win; a < len(evs); a++ {
 		x := &evs[a]
 		if x.c.Name != L.c.Name {
 			continue
+		}
+		if t := targetHash(x.c.Primary); t != lt && t != 0 && lt != 0 {
+			continue // another file: the same tool at other work, not a retry
 		}
 		if x.fp == L.fp || (L.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == L.c.PrimaryFingerprint) ||
 			in.similarity(x.c.Args, L.c.Args) >= in.lim.DriftSimilarity {
@@ -831,20 +835,34 @@ func (in *inspection) editUndo() (Detection, bool) {
 			best, bestPath, bestIdx = reverts, ej.path, slices.Compact(idx)
 		}
 	}
+	var d Detection
 	thr := in.lim.EditUndoCount
-	if best < thr {
-		return Detection{}, false
+	if best >= thr {
+		d.Evidence = in.evidence(bestIdx)
+		if best > thr {
+			d.Score = grow(0.93, strongStep, best, thr+1, 1)
+			d.Evidence.NoProgress = true
+		} else {
+			d.Score = 0.5
+		}
+		d.Evidence.Count, d.Evidence.Threshold = best, thr
+		d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
 	}
-	d := Detection{Evidence: in.evidence(bestIdx)}
-	if best > thr {
-		d.Score = grow(0.93, strongStep, best, thr+1, 1)
-		d.Evidence.NoProgress = true
-	} else {
-		d.Score = 0.5
+	if idx, noProgress := in.stateReturns(); len(idx) >= in.lim.StateReturns {
+		// Returning to one state again and again is a loop whatever the
+		// attempts were; attempts that all failed alike make it certain.
+		r := Detection{Score: 0.8, Evidence: in.evidence(idx)}
+		if noProgress {
+			r.Score = grow(0.93, strongStep, len(idx), in.lim.StateReturns, 1)
+		}
+		r.Evidence.Threshold, r.Evidence.NoProgress = in.lim.StateReturns, noProgress
+		r.Evidence.Element += " restored"
+		withOutcome(&r.Evidence, evs[idx[len(idx)-1]].c)
+		if r.Score > d.Score {
+			d = r
+		}
 	}
-	d.Evidence.Count, d.Evidence.Threshold = best, thr
-	d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
-	return d, true
+	return d, d.Score > 0
 }
 
 // textStep is an assistant text the text rules compare.

@@ -388,10 +388,10 @@ func aggregate(dets []Detection, lim *limits) Verdict {
 
 // specificity ranks categories for naming a loop, most specific first:
 // identical calls back to back say exactly what repeats; alternating
-// errors, a failing test after edits, a reverted edit and a drifting
-// argument say more than "the same error again", which says more than
-// "the same result" or the same call somewhere in the window. A search
-// that keeps finding nothing is same_result, however it drifts.
+// errors, a file restored again and again, a failing test after edits and
+// a drifting argument say more than "the same error again", which says
+// more than "the same result" or the same call somewhere in the window.
+// A search that keeps finding nothing is same_result, however it drifts.
 func specificity(d *Detection) int {
 	switch d.Category {
 	case ToolRepetition:
@@ -401,9 +401,9 @@ func specificity(d *Detection) int {
 		return 8
 	case WhackAMole:
 		return 1
-	case TestFixCycle:
-		return 2
 	case EditUndo:
+		return 2 // going back to one state explains the failing runs between
+	case TestFixCycle:
 		return 3
 	case ParamDrift:
 		return 4

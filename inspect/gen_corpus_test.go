@@ -738,4 +738,5 @@ func TestGenerateCorpus(t *testing.T) {
 	write("loops.jsonl", loopCases())
 	write("healthy.jsonl", healthyCases())
 	write("long.jsonl", []genCase{longHealthySession()})
+	write("oscillation.jsonl", oscillationCases())
 }

@@ -485,7 +485,8 @@ func exitCode(s string) string {
 }
 
 // exitPhrases introduce an exit status, in the order exitCode tries them.
-var exitPhrases = [...]string{"exit code", "Exit code", "exit status", "Exit status", "exited with code", "Exit Code", "exitCode"}
+// "exit_code" is Codex's JSON output metadata.
+var exitPhrases = [...]string{"exit code", "Exit code", "exit status", "Exit status", "exited with code", "Exit Code", "exitCode", "exit_code"}
 
 // lastException finds the last "FooError: message" line.
 func lastException(s, tail string) (string, string) {

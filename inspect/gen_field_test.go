@@ -1,0 +1,161 @@
+package inspect
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// The loops real agents fall into, each beside its non-loop twin, in the
+// tool names, argument styles and result formats of the agents that
+// produce them: Claude Code (Bash, Read, Edit with file_path/old_string/
+// new_string), Codex (shell with an argv array, apply_patch, JSON-wrapped
+// output), OpenHands (execute_bash, str_replace_editor), SWE-agent (open,
+// goto, edit) and mini-swe-agent (bash, <returncode> output, text mode).
+
+// claudeBash adds a Claude Code Bash call.
+func (c *conv) claudeBash(cmd, desc, out string) *conv {
+	return c.call("", "Bash", map[string]any{"command": cmd, "description": desc}, out)
+}
+
+// claudeExit is the tool_result text Claude Code sends for a failed command.
+func claudeExit(code int, out string) string {
+	return fmt.Sprintf("Exit code %d\n%s", code, out)
+}
+
+// codexShell adds a Codex shell call with its argv form and JSON output.
+func (c *conv) codexShell(cmd string, code int, out string, secs float64) *conv {
+	res, _ := json.Marshal(map[string]any{"output": out, "metadata": map[string]any{"exit_code": code, "duration_seconds": secs}})
+	return c.call("", "shell", map[string]any{"command": []string{"bash", "-lc", cmd}, "workdir": "/workspace/repo", "timeout_ms": 120000}, string(res))
+}
+
+// codexPatch adds a Codex apply_patch call updating one file.
+func (c *conv) codexPatch(file, old, new string) *conv {
+	patch := "*** Begin Patch\n*** Update File: " + file + "\n@@\n-" + strings.ReplaceAll(old, "\n", "\n-") + "\n+" + strings.ReplaceAll(new, "\n", "\n+") + "\n*** End Patch"
+	res, _ := json.Marshal(map[string]any{"output": "Success. Updated the following files:\nM " + file + "\n", "metadata": map[string]any{"exit_code": 0, "duration_seconds": 0.0}})
+	return c.call("", "apply_patch", map[string]any{"input": patch}, string(res))
+}
+
+// ohBash adds an OpenHands execute_bash call with its exit-code footer.
+func (c *conv) ohBash(cmd string, code int, out string) *conv {
+	return c.call("", "execute_bash", map[string]any{"command": cmd, "is_input": "false"}, fmt.Sprintf("%s\n[The command completed with exit code %d.]", out, code))
+}
+
+// ohEdit adds an OpenHands str_replace_editor str_replace call.
+func (c *conv) ohEdit(path, old, new string) *conv {
+	return c.call("", "str_replace_editor", map[string]any{"command": "str_replace", "path": path, "old_str": old, "new_str": new},
+		"The file "+path+" has been edited. Here's the result of running `cat -n` on a snippet of "+path+":\n    12\t"+strings.SplitN(new, "\n", 2)[0]+"\nReview the changes and make sure they are as expected. Edit the file again if necessary.")
+}
+
+// miniText adds a mini-swe-agent text-mode turn: a THOUGHT with one bash
+// block, answered by a user-role <returncode> message.
+func (c *conv) miniText(thought, cmd string, code int, out string) *conv {
+	c.say("THOUGHT: " + thought + "\n\n```bash\n" + cmd + "\n```")
+	return c.user(rc(code, out))
+}
+
+const importErr = "Traceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 1, in <module>\n    from astropy.io import fits\n  File \"/testbed/astropy/io/fits/__init__.py\", line 74, in <module>\n    from . import card\n  File \"/testbed/astropy/io/fits/card.py\", line 12, in <module>\n    from .util import _str_to_num, _is_int\nImportError: cannot import name '_is_int' from 'astropy.io.fits.util' (/testbed/astropy/io/fits/util.py)"
+
+// oscillationCases: the work tree going back to one state again and again
+// (class 1 of issue 13), and restores that are normal work.
+func oscillationCases() []genCase {
+	var cs []genCase
+	loop := func(id string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "loop", family: "edit_undo", build: b})
+	}
+	ok := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
+	}
+	loop("mini-swe-cp-backup-restore-x5", func() *conv {
+		c := newConv(sysPrompt, "<pr_description>Card.fromstring fails on float values with D exponent</pr_description>")
+		c.miniText("Let me back up the file before changing it.", "cp astropy/io/fits/util.py astropy/io/fits/util.py.backup", 0, "")
+		edits := []string{"sed -i 's/^def _is_int(/def _is_int_old(/' astropy/io/fits/util.py",
+			"python - <<'EOF'\nimport re\ns=open('astropy/io/fits/util.py').read()\ns=s.replace('import numpy as np','import numpy as np\\nprint(\"DEBUG util\")')\nopen('astropy/io/fits/util.py','w').write(s)\nEOF",
+			"sed -i '/^def _str_to_num/i import pdb' astropy/io/fits/util.py",
+			"perl -0pi -e 's/def _is_int\\(val\\):/def _is_int(val, strict=False):/' astropy/io/fits/util.py",
+			"sed -i 's/from .util import _str_to_num, _is_int/from .util import _str_to_num/' astropy/io/fits/util.py"}
+		for i, e := range edits {
+			c.miniText(fmt.Sprintf("Attempt %d: adjust the helper and rerun the reproduction.", i+1), e, 0, "")
+			c.miniText("Run the reproduction script.", "python reproduce.py", 1, importErr)
+			c.miniText("That broke the import. Restore the file from the backup.", "cp astropy/io/fits/util.py.backup astropy/io/fits/util.py", 0, "")
+		}
+		return c
+	})
+	loop("codex-git-checkout-between-edit-scripts-x6", func() *conv {
+		c := newConv(sysPrompt, "Fix the TypeError raised by QuerySet.bulk_update with expressions")
+		c.codexShell("rg -n 'def bulk_update' django/db/models/query.py", 0, "527:    def bulk_update(self, objs, fields, batch_size=None):\n", 0.1)
+		fails := "Traceback (most recent call last):\n  File \"/workspace/repo/tests/run.py\", line 9, in <module>\n    Entry.objects.bulk_update(objs, ['n'])\n  File \"/workspace/repo/django/db/models/query.py\", line 569, in bulk_update\n    attr = Value(attr, output_field=field)\nTypeError: Value.__init__() got an unexpected keyword argument 'output_field'\n"
+		scripts := []string{"sed -i 's/Value(attr, output_field=field)/Value(attr, field)/' django/db/models/query.py",
+			"python - <<'PY'\np='django/db/models/query.py'\ns=open(p).read().replace('if not isinstance(attr, Expression):','if not hasattr(attr, \"resolve_expression\"):')\nopen(p,'w').write(s)\nPY",
+			"sed -i '569s/.*/                    attr = Value(attr)/' django/db/models/query.py",
+			"python - <<'PY'\np='django/db/models/query.py'\ns=open(p).read().replace('Value(attr, output_field=field)','Cast(Value(attr), field)')\nopen(p,'w').write(s)\nPY",
+			"sed -i 's/from django.db.models.expressions import Case, Expression, F, Ref, Value, When/from django.db.models.expressions import Case, F, Value, When/' django/db/models/query.py",
+			"perl -pi -e 's/output_field=field\\)/output_field=field.clone())/' django/db/models/query.py"}
+		for i, s := range scripts {
+			c.codexShell(s, 0, "", 0.05+float64(i)/100)
+			c.codexShell("python tests/run.py", 1, fails, 0.8+float64(i)/10)
+			c.codexShell("git checkout django/db/models/query.py", 0, "Updated 1 path from the index\n", 0.02)
+		}
+		return c
+	})
+	loop("claude-git-restore-or-checkout-same-file-x5", func() *conv {
+		c := newConv(sysPrompt, "The date parser drops the timezone; make parse_ts keep it.")
+		c.call("", "Read", map[string]any{"file_path": "/home/dev/app/src/timeparse.py"}, "     1\tfrom datetime import datetime\n     2\t\n     3\tdef parse_ts(s):\n     4\t    return datetime.strptime(s, '%Y-%m-%dT%H:%M:%S')\n")
+		news := []string{"    return datetime.strptime(s, '%Y-%m-%dT%H:%M:%S%z')", "    return datetime.fromisoformat(s)", "    return datetime.strptime(s.replace('Z', '+0000'), '%Y-%m-%dT%H:%M:%S%z')", "    return dateutil.parser.isoparse(s)", "    return datetime.strptime(s[:19], '%Y-%m-%dT%H:%M:%S').astimezone()"}
+		fail := "============================= test session starts ==============================\ncollected 12 items\n\ntests/test_timeparse.py ...F........\n\nFAILED tests/test_timeparse.py::test_roundtrip_utc - AssertionError: assert '2024-03-01T10:00:00' == '2024-03-01T10:00:00Z'\n========================= 1 failed, 11 passed in 0.31s ========================="
+		for i, n := range news {
+			c.call("", "Edit", map[string]any{"file_path": "/home/dev/app/src/timeparse.py", "old_string": "    return datetime.strptime(s, '%Y-%m-%dT%H:%M:%S')", "new_string": n},
+				"The file /home/dev/app/src/timeparse.py has been updated. Here's the result of running `cat -n` on a snippet of the edited file:\n     3\tdef parse_ts(s):\n     4\t"+n)
+			c.claudeBash("python -m pytest tests/test_timeparse.py -q", "Run the timeparse tests", claudeExit(1, fail))
+			if i%2 == 0 {
+				c.claudeBash("git restore src/timeparse.py", "Revert the parser change", "")
+			} else {
+				c.claudeBash("git checkout -- src/timeparse.py", "Revert the parser change", "")
+			}
+		}
+		return c
+	})
+	loop("openhands-git-stash-after-failed-attempts-x5", func() *conv {
+		c := newConv(sysPrompt, "Make the CSV exporter quote fields containing newlines.")
+		fail := "F.\n=================================== FAILURES ===================================\n___________________________ test_newline_is_quoted ____________________________\nE       AssertionError: assert 'a,b\\nc' == 'a,\"b\\nc\"'\nFAILED tests/test_export.py::test_newline_is_quoted\n1 failed, 1 passed in 0.05s"
+		for i := 0; i < 5; i++ {
+			c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", fmt.Sprintf("    return ','.join(quote%d(f) for f in fields)", i))
+			c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 1, fail)
+			c.ohBash("cd /workspace/exporter && git stash", 0, fmt.Sprintf("Saved working directory and index state WIP on main: 3f2a9c1 exporter: first cut (%d)", i))
+		}
+		return c
+	})
+	ok("one-restore-then-fix", "healthy_restore", func() *conv {
+		c := newConv(sysPrompt, "<pr_description>Card.fromstring fails on float values with D exponent</pr_description>")
+		c.miniText("Back up the file first.", "cp astropy/io/fits/util.py astropy/io/fits/util.py.backup", 0, "")
+		c.miniText("Try renaming the helper.", "sed -i 's/^def _is_int(/def _is_int_old(/' astropy/io/fits/util.py", 0, "")
+		c.miniText("Run the reproduction script.", "python reproduce.py", 1, importErr)
+		c.miniText("That broke the import. Restore the file from the backup.", "cp astropy/io/fits/util.py.backup astropy/io/fits/util.py", 0, "")
+		c.miniText("Fix the exponent handling instead.", "sed -i \"s/value.replace('D', 'E')/value.replace('D', 'E').replace('d', 'e')/\" astropy/io/fits/card.py", 0, "")
+		c.miniText("Run the reproduction script.", "python reproduce.py", 0, "1.5e+10\nOK")
+		c.miniText("Run the card tests.", "python -m pytest astropy/io/fits/tests/test_card.py -q", 0, "........................................ [100%]\n40 passed in 1.20s")
+		return c
+	})
+	ok("restores-of-different-files-remove-debug-prints", "healthy_restore", func() *conv {
+		c := newConv(sysPrompt, "Find out why the scheduler skips jobs, then clean up.")
+		files := []string{"sched/core.py", "sched/queue.py", "sched/worker.py", "sched/clock.py", "sched/store.py", "sched/api.py"}
+		for i, f := range files {
+			c.codexShell(fmt.Sprintf("sed -i '1i import logging; logging.basicConfig(level=logging.DEBUG)' %s", f), 0, "", 0.01)
+			c.codexShell("python -m sched.demo", 0, fmt.Sprintf("DEBUG:sched:%s loaded\njob-%d ran\n", f, i), 0.4)
+			c.codexShell("git checkout "+f, 0, "Updated 1 path from the index\n", 0.02)
+		}
+		c.codexShell("git status --short", 0, "", 0.01)
+		return c
+	})
+	ok("branch-switches-are-not-restores", "healthy_restore", func() *conv {
+		c := newConv(sysPrompt, "Compare the benchmark on main and on the feature branch.")
+		for i := 0; i < 3; i++ {
+			c.claudeBash("git checkout main", "Switch to main", "Switched to branch 'main'")
+			c.claudeBash("go test -run XXX -bench Parse ./...", "Benchmark main", fmt.Sprintf("BenchmarkParse-8   \t  %d\t  %d ns/op", 10000+i, 1200+i*7))
+			c.claudeBash("git checkout feature/fast-parse", "Switch to the feature branch", "Switched to branch 'feature/fast-parse'")
+			c.claudeBash("go test -run XXX -bench Parse ./...", "Benchmark the branch", fmt.Sprintf("BenchmarkParse-8   \t  %d\t  %d ns/op", 20000+i, 800+i*5))
+		}
+		return c
+	})
+	return cs
+}

@@ -1,0 +1,365 @@
+package inspect
+
+import (
+	"path"
+	"strings"
+)
+
+// restore is a shell command putting a file, or the whole work tree (path
+// "."), back to an earlier state: `git checkout FILE`, `git restore FILE`,
+// `git stash`, `git reset --hard`, `cp FILE.bak FILE`, `mv backup/FILE FILE`.
+type restore struct {
+	path string
+	// from names the state restored: a git revision ("HEAD" unless given)
+	// or the backup file. `git checkout f` and `git restore f` both give
+	// f its HEAD state: the same return, whatever the means.
+	from string
+}
+
+// restoreHint is a cheap test that a command may restore something.
+func restoreHint(cmd string) bool {
+	return strings.Contains(cmd, "git") || strings.Contains(cmd, "cp ") || strings.Contains(cmd, "mv ")
+}
+
+// appendRestores appends the restores the shell command line cmd performs.
+func appendRestores(dst []restore, cmd string) []restore {
+	for len(cmd) > 0 {
+		end := strings.IndexAny(cmd, ";&|\n")
+		seg := cmd
+		if end >= 0 {
+			seg, cmd = cmd[:end], cmd[end+1:]
+		} else {
+			cmd = ""
+		}
+		dst = appendSegmentRestores(dst, strings.Fields(seg))
+	}
+	return dst
+}
+
+// appendSegmentRestores reads one simple command (its words).
+func appendSegmentRestores(dst []restore, w []string) []restore {
+	for len(w) > 0 && (strings.Contains(w[0], "=") || w[0] == "sudo" || w[0] == "command") {
+		w = w[1:] // VAR=value prefixes
+	}
+	// Redirections (2>/dev/null, > out.txt) are no arguments.
+	args := w[:0:0]
+	for i := 0; i < len(w); i++ {
+		switch {
+		case w[i] == ">" || w[i] == ">>" || w[i] == "<" || w[i] == "2>":
+			i++
+		case !strings.ContainsAny(w[i], "<>"):
+			args = append(args, w[i])
+		}
+	}
+	w = args
+	if len(w) < 2 {
+		return dst
+	}
+	switch w[0] {
+	case "git":
+		w = w[1:]
+		for len(w) > 1 && (w[0] == "-C" || w[0] == "-c") {
+			w = w[2:]
+		}
+		if len(w) == 0 {
+			return dst
+		}
+		return appendGitRestores(dst, w[0], w[1:])
+	case "cp", "mv":
+		var files []string
+		for _, a := range w[1:] {
+			if !strings.HasPrefix(a, "-") {
+				files = append(files, strings.Trim(a, `'"`))
+			}
+		}
+		if len(files) == 2 && backupOf(files[0], files[1]) {
+			return append(dst, restore{path: cleanPath(files[1]), from: cleanPath(files[0])})
+		}
+	}
+	return dst
+}
+
+func appendGitRestores(dst []restore, sub string, args []string) []restore {
+	from := "HEAD"
+	var files []string
+	dashes := false
+	switch sub {
+	case "checkout", "restore":
+		staged, worktree := false, false
+		for i := 0; i < len(args); i++ {
+			a := strings.Trim(args[i], `'"`)
+			switch {
+			case dashes:
+				files = append(files, a)
+			case a == "--":
+				dashes = true
+				if sub == "checkout" && len(files) == 1 {
+					from = files[0] // git checkout REV -- FILE...
+				}
+				files = files[:0]
+			case a == "-b" || a == "-B" || a == "--orphan" || a == "-p" || a == "--patch":
+				return dst // a new branch, or a hunk-by-hunk choice
+			case a == "--staged" || a == "-S":
+				staged = true
+			case a == "--worktree" || a == "-W":
+				worktree = true
+			case strings.HasPrefix(a, "--source="):
+				from = strings.TrimPrefix(a, "--source=")
+			case a == "-s" || a == "--source":
+				if i+1 < len(args) {
+					i++
+					from = args[i]
+				}
+			case strings.HasPrefix(a, "-"):
+			default:
+				files = append(files, a)
+			}
+		}
+		if staged && !worktree {
+			return dst // only the index changes
+		}
+		if sub == "checkout" && !dashes && len(files) > 0 && !pathLike(files[0]) {
+			if len(files) == 1 {
+				return dst // `git checkout main`: a branch switch
+			}
+			from, files = files[0], files[1:] // git checkout REV FILE...
+		}
+		for _, f := range files {
+			if dashes || sub == "restore" || pathLike(f) {
+				dst = append(dst, restore{path: cleanPath(f), from: from})
+			}
+		}
+	case "stash":
+		if len(args) == 0 {
+			return append(dst, restore{path: ".", from: from})
+		}
+		switch args[0] {
+		case "push", "save", "-u", "--include-untracked", "-k", "--keep-index", "-a", "--all", "-q", "--quiet":
+			return append(dst, restore{path: ".", from: from})
+		}
+	case "reset":
+		hard := false
+		for _, a := range args {
+			switch {
+			case a == "--hard":
+				hard = true
+			case !strings.HasPrefix(a, "-"):
+				from = a
+			}
+		}
+		if hard {
+			return append(dst, restore{path: ".", from: from})
+		}
+	}
+	return dst
+}
+
+// pathLike reports an argument of `git checkout` that names files rather
+// than a branch or a revision: ".", a glob, a directory ("src/") or a name
+// with a file extension (a branch "release/1.2" has none).
+func pathLike(a string) bool {
+	if a == "." || strings.Contains(a, "*") || strings.HasSuffix(a, "/") {
+		return true
+	}
+	ext := path.Ext(a)
+	if len(ext) < 2 || len(ext) > 6 {
+		return false
+	}
+	for i := 1; i < len(ext); i++ {
+		if c := ext[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func cleanPath(p string) string {
+	p = strings.TrimPrefix(p, "./")
+	if p == "" || p == "." {
+		return "."
+	}
+	return p
+}
+
+// backupSuffixes mark a copy kept to go back to.
+var backupSuffixes = [...]string{".bak", ".backup", ".orig", ".old", ".save", ".saved", ".copy", ".bk", "~", "_backup", "_orig", "_bak", ".original"}
+
+// backupOf reports whether file b looks like a backup of file f:
+// f.py.bak, f.py.backup, f.py.orig, backup/f.py, /tmp/f.py.orig.
+func backupOf(b, f string) bool {
+	if b == f {
+		return false
+	}
+	bb, bf := path.Base(b), path.Base(f)
+	if bb == bf {
+		d := strings.ToLower(path.Dir(b))
+		return strings.Contains(d, "bak") || strings.Contains(d, "backup") || strings.Contains(d, "orig") || strings.HasPrefix(d, "/tmp")
+	}
+	rest, ok := strings.CutPrefix(bb, bf)
+	if !ok {
+		stem := strings.TrimSuffix(bf, path.Ext(bf))
+		if rest, ok = strings.CutPrefix(bb, stem); !ok || stem == "" {
+			return false
+		}
+	}
+	rest = strings.TrimRight(rest, "0123456789")
+	for _, s := range backupSuffixes {
+		if strings.HasPrefix(rest, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// readOnly reports a call that looks at the workspace without changing
+// it: a read, view, search or listing tool, or a shell command that only
+// prints (cat, grep, ls, git status/diff/log). Between two restores such
+// calls are no attempt.
+func readOnly(c *Call) bool {
+	p := c.Primary
+	if strings.HasPrefix(p, "view ") || strings.HasPrefix(p, "read ") {
+		return true
+	}
+	name := strings.ToLower(c.Name)
+	for _, w := range [...]string{"read", "view", "search", "grep", "glob", "find", "list", "open", "goto", "scroll", "fetch"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	if p == "" || strings.ContainsAny(p, ">") {
+		return false
+	}
+	first, rest, _ := strings.Cut(p, " ")
+	switch first {
+	case "cat", "head", "tail", "less", "more", "ls", "grep", "rg", "find", "pwd", "wc", "nl", "tree", "which", "echo", "file", "stat":
+		return !strings.Contains(p, "-exec") && !strings.Contains(p, "-delete")
+	case "git":
+		sub, _, _ := strings.Cut(rest, " ")
+		return sub == "status" || sub == "diff" || sub == "log" || sub == "show" || sub == "blame"
+	case "sed":
+		return strings.HasPrefix(rest, "-n")
+	}
+	return false
+}
+
+// stateReturns finds the work tree going back to one state again and
+// again by restore commands, with attempts in between: the state
+// oscillation edit_undo's swapped edits cannot see when the attempts are
+// edit scripts and the way back is `git checkout FILE` or a backup copy.
+// It returns the restores of the most returned-to state (each after an
+// attempt since the last restore of its file) and whether every attempt
+// ended in a failure or in one same result.
+func (in *inspection) stateReturns() (idx []int, noProgress bool) {
+	evs := in.evs
+	type state struct {
+		restore
+		n       int   // returns counted
+		idx     []int // the restores counted
+		attempt bool  // an attempt since the last restore of the path
+		ends    []int // the last call with a result before each return
+	}
+	var states []state
+	var rs []restore
+	attempt, lastEnd := false, -1
+	for a := range evs {
+		x := &evs[a]
+		rs = rs[:0]
+		if x.c.Primary != "" && restoreHint(x.c.Primary) {
+			rs = appendRestores(rs, x.c.Primary)
+		}
+		if len(rs) == 0 {
+			if !readOnly(x.c) {
+				attempt = true
+				for i := range states {
+					states[i].attempt = true
+				}
+			}
+			if x.has {
+				lastEnd = a
+			}
+			continue
+		}
+		for _, r := range rs {
+			k := -1
+			for i := range states {
+				if states[i].restore == r {
+					k = i
+					break
+				}
+			}
+			if k < 0 {
+				states = append(states, state{restore: r, attempt: attempt})
+				k = len(states) - 1
+			}
+			s := &states[k]
+			if s.attempt {
+				s.n++
+				s.idx = append(s.idx, a)
+				s.ends = append(s.ends, lastEnd)
+			}
+			// The file (every file, for ".") is back: later restores of it
+			// count only after a new attempt.
+			for i := range states {
+				if p := states[i].path; p == r.path || r.path == "." || p == "." {
+					states[i].attempt = false
+				}
+			}
+		}
+	}
+	best := -1
+	for i := range states {
+		if states[i].n > 0 && (best < 0 || states[i].n > states[best].n) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, false
+	}
+	s := &states[best]
+	noProgress = true
+	var ref *ev
+	allErr := true
+	for _, e := range s.ends {
+		if e < 0 {
+			return s.idx, false
+		}
+		x := &evs[e]
+		allErr = allErr && x.isErr
+		if ref == nil {
+			ref = x
+		} else if !sameOutcome(ref, x) {
+			noProgress = false
+		}
+	}
+	return s.idx, noProgress || allErr
+}
+
+// targetHash hashes the files a primary argument names: the path itself,
+// or the words of a command that look like paths (a '/' or a file
+// extension). 0 when it names none. `pytest tests/a.py` and `pytest
+// tests/b.py` have different targets; `grep -rn foo src/` and `grep -rn
+// fo0 src/` the same.
+func targetHash(p string) uint64 {
+	h, any := newFNV(), false
+	for len(p) > 0 {
+		i := strings.IndexAny(p, " \t\n")
+		w := p
+		if i >= 0 {
+			w, p = p[:i], p[i+1:]
+		} else {
+			p = ""
+		}
+		// Quoted words are patterns and scripts (sed 's/a/b/'), not files.
+		if w == "" || w[0] == '-' || w[0] == '\'' || w[0] == '"' || strings.ContainsAny(w, "<>=$|;&(){}") {
+			continue
+		}
+		if strings.IndexByte(w, '/') >= 0 || pathLike(w) {
+			h = h.str(w).byte(0)
+			any = true
+		}
+	}
+	if !any {
+		return 0
+	}
+	return uint64(h)
+}
