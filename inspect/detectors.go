@@ -192,7 +192,7 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			break
 		}
 		m := 0 // trailing matches of evs[j] == evs[j-k]
-		for j := L - 1; j-k >= 0 && evs[j].fp == evs[j-k].fp; j-- {
+		for j := L - 1; j-k >= 0 && in.cycleMatch(&evs[j], &evs[j-k]); j-- {
 			m++
 		}
 		occ := (m + k) / k
@@ -212,7 +212,7 @@ func (in *inspection) toolCycle() (Detection, bool) {
 		}
 		span := occ * k
 		first := L - span
-		known, sameAll, changed := 0, true, false
+		known, sameAll, changed, fails := 0, true, false, false
 		for j := first + k; j < L; j++ {
 			a, b := &evs[j], &evs[j-k]
 			if !a.has || !b.has {
@@ -222,6 +222,7 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			if !sameOutcome(a, b) {
 				sameAll, changed = false, true
 			}
+			fails = fails || a.isErr || a.neg
 		}
 		thr := in.lim.CycleRepeats
 		for j := L - k; j < L; j++ {
@@ -241,6 +242,11 @@ func (in *inspection) toolCycle() (Detection, bool) {
 		switch {
 		case noProgress && occ > thr:
 			score = grow(0.93, strongStep, occ, thr+1, 1)
+		case noProgress && fails:
+			// The same failure at the same point of every round: two
+			// rounds are enough (reading a file, then an edit of it that
+			// fails the same way, twice).
+			score = strongBase
 		case noProgress:
 			score = 0.62
 		case changed: // results move: likely progress, warn only when it goes on
@@ -267,6 +273,18 @@ func (in *inspection) toolCycle() (Detection, bool) {
 		return d, true
 	}
 	return Detection{}, false
+}
+
+// cycleMatch reports whether two calls hold the same place in a cycle:
+// the same call, or the same tool on the same target failing with the
+// same error (an edit retried with another old_str that matches nothing
+// again).
+func (in *inspection) cycleMatch(a, b *ev) bool {
+	if a.fp == b.fp {
+		return true
+	}
+	return a.isErr && b.isErr && a.err == b.err && a.meaningful && a.c.Name == b.c.Name &&
+		targetHash(a.c.Primary) == targetHash(b.c.Primary)
 }
 
 // similarity is the Jaccard index of the word sets of a and b, blended

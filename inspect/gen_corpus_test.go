@@ -739,4 +739,5 @@ func TestGenerateCorpus(t *testing.T) {
 	write("healthy.jsonl", healthyCases())
 	write("long.jsonl", []genCase{longHealthySession()})
 	write("oscillation.jsonl", oscillationCases())
+	write("cycles.jsonl", cycleCases())
 }

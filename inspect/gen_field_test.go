@@ -159,3 +159,95 @@ func oscillationCases() []genCase {
 	})
 	return cs
 }
+
+// cycleCases: short cycles whose failing results come back unchanged
+// (class 2 of issue 13), and cycles whose results move.
+func cycleCases() []genCase {
+	var cs []genCase
+	loop := func(id string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "loop", family: "tool_cycle", build: b})
+	}
+	ok := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
+	}
+	src := "     1\timport json\n     2\t\n     3\tdef load(path):\n     4\t    with open(path) as f:\n     5\t        return json.load(f)\n"
+	loop("claude-read-then-edit-not-found-x2", func() *conv {
+		c := newConv(sysPrompt, "load() should return {} for an empty file")
+		for _, old := range []string{"def load(path):\n    with open(path) as f:\n        return json.load(f)", "def load(path):\n  with open(path) as f:\n    return json.load(f)"} {
+			c.call("", "Read", map[string]any{"file_path": "/home/dev/cfg/loader.py"}, src)
+			c.call("", "Edit", map[string]any{"file_path": "/home/dev/cfg/loader.py", "old_string": old, "new_string": "def load(path):\n    with open(path) as f:\n        text = f.read()\n    return json.loads(text) if text.strip() else {}"},
+				"<tool_use_error>String to replace not found in file.\nString: "+old+"</tool_use_error>")
+		}
+		return c
+	})
+	loop("openhands-view-then-str-replace-no-match-x2", func() *conv {
+		c := newConv(sysPrompt, "Handle a missing 'id' in to_row")
+		view := "Here's the result of running `cat -n` on /workspace/app/rows.py:\n     1\tdef to_row(rec):\n     2\t\treturn [rec['id'], rec['name']]\n"
+		for _, old := range []string{"    return [rec['id'], rec['name']]", "  return [rec['id'], rec['name']]"} {
+			c.call("", "str_replace_editor", map[string]any{"command": "view", "path": "/workspace/app/rows.py"}, view)
+			c.call("", "str_replace_editor", map[string]any{"command": "str_replace", "path": "/workspace/app/rows.py", "old_str": old, "new_str": "    return [rec.get('id'), rec['name']]"},
+				"ERROR:\nNo replacement was performed, old_str `"+old+"` did not appear verbatim in /workspace/app/rows.py.")
+		}
+		return c
+	})
+	loop("codex-test-then-same-patch-fails-x2", func() *conv {
+		c := newConv(sysPrompt, "Fix the rounding in invoice totals")
+		fail := "FAILED tests/test_invoice.py::test_total_rounding - assert Decimal('10.004') == Decimal('10.00')\n1 failed, 14 passed in 0.42s\n"
+		for i := 0; i < 2; i++ {
+			c.codexShell("pytest -q tests/test_invoice.py", 1, fail, 0.9+float64(i)/10)
+			res, _ := json.Marshal(map[string]any{"output": "error: patch failed: billing/invoice.py:41\nerror: billing/invoice.py: patch does not apply\n", "metadata": map[string]any{"exit_code": 1, "duration_seconds": 0.0}})
+			c.call("", "apply_patch", map[string]any{"input": "*** Begin Patch\n*** Update File: billing/invoice.py\n@@\n-    return sum(l.amount for l in lines)\n+    return sum(l.amount for l in lines).quantize(Decimal('0.01'))\n*** End Patch"}, string(res))
+		}
+		return c
+	})
+	loop("mini-swe-three-call-cycle-same-failure-x2", func() *conv {
+		c := newConv(sysPrompt, "<pr_description>Header.fromfile crashes on CONTINUE cards</pr_description>")
+		for i := 0; i < 2; i++ {
+			c.bash("python reproduce.py", rc(1, "Traceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 4, in <module>\n    h = fits.Header.fromfile('t.hdr')\n  File \"/testbed/astropy/io/fits/header.py\", line 512, in fromfile\n    raise ValueError('bad CONTINUE card')\nValueError: bad CONTINUE card"))
+			c.bash("grep -n \"CONTINUE\" astropy/io/fits/header.py", rc(0, "498:        # CONTINUE cards extend the previous value\n511:            if not card.keyword == 'CONTINUE':\n512:                raise ValueError('bad CONTINUE card')"))
+			c.bash("sed -n '495,520p' astropy/io/fits/header.py", rc(0, "        # CONTINUE cards extend the previous value\n        for card in cards:\n            if not card.keyword == 'CONTINUE':\n                raise ValueError('bad CONTINUE card')"))
+		}
+		return c
+	})
+	loop("swe-agent-open-goto-edit-syntax-error-x2", func() *conv {
+		c := newConv(sysPrompt, "Fix the off-by-one in paginate()")
+		for _, rep := range []string{"        end = start + size\n", "            end = start + size\n"} {
+			c.call("", "open", map[string]any{"path": "/repo/src/paging.py"}, "[File: /repo/src/paging.py (88 lines total)]\n(30 more lines above)\n31:    def paginate(self, page, size):\n32:        start = page * size\n33:        end = start + size - 1\n34:        return self.items[start:end]\n(54 more lines below)")
+			c.call("", "goto", map[string]any{"line_number": 33}, "[File: /repo/src/paging.py (88 lines total)]\n(32 more lines above)\n33:        end = start + size - 1\n(55 more lines below)")
+			c.call("", "edit", map[string]any{"search": "        end = start + size - 1\n", "replace": rep},
+				"Your proposed edit has introduced new syntax error(s). Please read this error message carefully and then retry editing the file.\n\nERRORS:\n- E999 IndentationError: unexpected indent\n\nThis is how your edit would have looked if applied\n-------------------------------------------------\n33:"+rep+"-------------------------------------------------\nYour changes have NOT been applied. Please fix your edit command and try again.")
+		}
+		return c
+	})
+	ok("read-edit-cycle-file-changes", "healthy_cycle", func() *conv {
+		c := newConv(sysPrompt, "Add type hints to loader.py, one function at a time")
+		body := src
+		for i := 0; i < 4; i++ {
+			c.call("", "Read", map[string]any{"file_path": "/home/dev/cfg/loader.py"}, body)
+			old := fmt.Sprintf("def f%d(x):", i)
+			c.call("", "Edit", map[string]any{"file_path": "/home/dev/cfg/loader.py", "old_string": old, "new_string": fmt.Sprintf("def f%d(x: int) -> int:", i)},
+				"The file /home/dev/cfg/loader.py has been updated.")
+			body += fmt.Sprintf("     %d\tdef f%d(x: int) -> int:\n", 6+i, i)
+		}
+		return c
+	})
+	ok("test-and-read-cycle-errors-change", "healthy_cycle", func() *conv {
+		c := newConv(sysPrompt, "<pr_description>Header.fromfile crashes on CONTINUE cards</pr_description>")
+		errs := []string{"ValueError: bad CONTINUE card", "KeyError: 'CONTINUE'", "TypeError: can only concatenate str (not \"NoneType\") to str"}
+		for i, e := range errs {
+			c.bash("python reproduce.py", rc(1, "Traceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 4, in <module>\n"+e))
+			c.bash("sed -n '495,520p' astropy/io/fits/header.py", rc(0, fmt.Sprintf("        for card in cards:\n            # attempt %d\n", i)))
+		}
+		c.bash("python reproduce.py", rc(0, "parsed 3 cards"))
+		return c
+	})
+	ok("codex-different-patches-same-tool", "healthy_cycle", func() *conv {
+		c := newConv(sysPrompt, "Rename Invoice.total to Invoice.amount_due everywhere")
+		for _, f := range []string{"billing/invoice.py", "billing/report.py", "billing/api.py", "billing/export.py"} {
+			c.codexPatch(f, "    total = invoice.total", "    total = invoice.amount_due")
+			c.codexShell("pytest -q tests/", 0, fmt.Sprintf("%d passed in 0.5s\n", 40), 0.6)
+		}
+		return c
+	})
+	return cs
+}

@@ -561,6 +561,8 @@ var errorMarkers = [...]struct{ sub, kind string }{
 	{"old_string not found", "edit no match"},
 	{"did not appear verbatim", "edit no match"},
 	{"No replacement was performed", "edit no match"},
+	{"String to replace not found", "edit no match"},
+	{"<tool_use_error>", "tool error"},
 	{"could not find", "not found"},
 	{"Could not find", "not found"},
 	{"FAILED", "FAILED"},

@@ -531,9 +531,16 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 	m := p.ar.mark()
 	// "kind: message", without repeating a kind the line starts with
 	// ("ValueError: ValueError: x").
+	// An edit that matches nothing quotes the text it looked for: the
+	// same failure whatever that text was.
+	if ei.kind == "edit no match" {
+		ei.line = ""
+	}
 	if !hasPrefixFold(ei.line, ei.kind) {
 		p.ar.buf = append(p.ar.buf, ei.kind...)
-		p.ar.buf = append(p.ar.buf, ": "...)
+		if ei.line != "" {
+			p.ar.buf = append(p.ar.buf, ": "...)
+		}
 	}
 	if ei.line != "" {
 		p.ar.buf, p.tmp2 = appendErrorSig(p.ar.buf, p.tmp2, ei.line)
