@@ -486,7 +486,6 @@ func (d Detection) String() string {
 // "File saved."): different calls answered this way are progress, and the
 // same answer is no evidence that nothing changed.
 func isAck(res string) bool {
-	t := strings.TrimSpace(stripReturnCode(strings.TrimSpace(res)))
-	t = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(t, "<output>"), "</output>"))
+	t := outputText(res)
 	return len(t) <= 60 && !strings.Contains(t, "\n")
 }

@@ -740,4 +740,5 @@ func TestGenerateCorpus(t *testing.T) {
 	write("long.jsonl", []genCase{longHealthySession()})
 	write("oscillation.jsonl", oscillationCases())
 	write("cycles.jsonl", cycleCases())
+	write("volatile.jsonl", volatileCases())
 }

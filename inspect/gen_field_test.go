@@ -74,9 +74,16 @@ func oscillationCases() []genCase {
 			"sed -i '/^def _str_to_num/i import pdb' astropy/io/fits/util.py",
 			"perl -0pi -e 's/def _is_int\\(val\\):/def _is_int(val, strict=False):/' astropy/io/fits/util.py",
 			"sed -i 's/from .util import _str_to_num, _is_int/from .util import _str_to_num/' astropy/io/fits/util.py"}
+		checks := [][2]string{
+			{"python reproduce.py", importErr},
+			{"python -c 'from astropy.io import fits'", "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n  File \"/testbed/astropy/io/fits/util.py\", line 3, in <module>\n    print(\"DEBUG util\")\nNameError: name 'np' is not defined"},
+			{"python reproduce.py 2>&1 | tail -3", "  File \"/testbed/astropy/io/fits/util.py\", line 41\n    import pdb\nIndentationError: unexpected indent"},
+			{"python -m pytest astropy/io/fits/tests/test_card.py -x -q 2>&1 | tail -5", "E   TypeError: _is_int() missing 1 required positional argument: 'strict'\nFAILED astropy/io/fits/tests/test_card.py::test_float_d_exponent\n1 failed, 3 passed in 0.81s"},
+			{"python reproduce.py", "Traceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 1, in <module>\n    from astropy.io import fits\nImportError: cannot import name '_is_int' from partially initialized module 'astropy.io.fits.card'"},
+		}
 		for i, e := range edits {
 			c.miniText(fmt.Sprintf("Attempt %d: adjust the helper and rerun the reproduction.", i+1), e, 0, "")
-			c.miniText("Run the reproduction script.", "python reproduce.py", 1, importErr)
+			c.miniText("Check whether that works.", checks[i][0], 1, checks[i][1])
 			c.miniText("That broke the import. Restore the file from the backup.", "cp astropy/io/fits/util.py.backup astropy/io/fits/util.py", 0, "")
 		}
 		return c
@@ -91,9 +98,14 @@ func oscillationCases() []genCase {
 			"python - <<'PY'\np='django/db/models/query.py'\ns=open(p).read().replace('Value(attr, output_field=field)','Cast(Value(attr), field)')\nopen(p,'w').write(s)\nPY",
 			"sed -i 's/from django.db.models.expressions import Case, Expression, F, Ref, Value, When/from django.db.models.expressions import Case, F, Value, When/' django/db/models/query.py",
 			"perl -pi -e 's/output_field=field\\)/output_field=field.clone())/' django/db/models/query.py"}
+		errs := []string{fails, strings.Replace(fails, "TypeError: Value.__init__() got an unexpected keyword argument 'output_field'", "django.db.utils.OperationalError: near \"WHEN\": syntax error", 1),
+			strings.Replace(fails, "TypeError: Value.__init__() got an unexpected keyword argument 'output_field'", "AssertionError: 0 != 3", 1),
+			strings.Replace(fails, "TypeError: Value.__init__() got an unexpected keyword argument 'output_field'", "NameError: name 'Cast' is not defined", 1),
+			strings.Replace(fails, "TypeError: Value.__init__() got an unexpected keyword argument 'output_field'", "NameError: name 'Expression' is not defined", 1),
+			strings.Replace(fails, "TypeError: Value.__init__() got an unexpected keyword argument 'output_field'", "AttributeError: 'IntegerField' object has no attribute 'clone'", 1)}
 		for i, s := range scripts {
 			c.codexShell(s, 0, "", 0.05+float64(i)/100)
-			c.codexShell("python tests/run.py", 1, fails, 0.8+float64(i)/10)
+			c.codexShell("python tests/run.py", 1, errs[i], 0.8+float64(i)/10)
 			c.codexShell("git checkout django/db/models/query.py", 0, "Updated 1 path from the index\n", 0.02)
 		}
 		return c
@@ -106,7 +118,7 @@ func oscillationCases() []genCase {
 		for i, n := range news {
 			c.call("", "Edit", map[string]any{"file_path": "/home/dev/app/src/timeparse.py", "old_string": "    return datetime.strptime(s, '%Y-%m-%dT%H:%M:%S')", "new_string": n},
 				"The file /home/dev/app/src/timeparse.py has been updated. Here's the result of running `cat -n` on a snippet of the edited file:\n     3\tdef parse_ts(s):\n     4\t"+n)
-			c.claudeBash("python -m pytest tests/test_timeparse.py -q", "Run the timeparse tests", claudeExit(1, fail))
+			c.claudeBash("python -m pytest tests/test_timeparse.py -q", "Run the timeparse tests", claudeExit(1, strings.Replace(fail, "test_roundtrip_utc", []string{"test_roundtrip_utc", "test_naive_input", "test_offset_kept", "test_import", "test_local_time"}[i], 1)))
 			if i%2 == 0 {
 				c.claudeBash("git restore src/timeparse.py", "Revert the parser change", "")
 			} else {
@@ -120,7 +132,7 @@ func oscillationCases() []genCase {
 		fail := "F.\n=================================== FAILURES ===================================\n___________________________ test_newline_is_quoted ____________________________\nE       AssertionError: assert 'a,b\\nc' == 'a,\"b\\nc\"'\nFAILED tests/test_export.py::test_newline_is_quoted\n1 failed, 1 passed in 0.05s"
 		for i := 0; i < 5; i++ {
 			c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", fmt.Sprintf("    return ','.join(quote%d(f) for f in fields)", i))
-			c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 1, fail)
+			c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 1, strings.Replace(fail, "test_newline_is_quoted", []string{"test_newline_is_quoted", "test_comma_is_quoted", "test_plain_not_quoted", "test_quote_is_doubled", "test_empty_field"}[i], 2))
 			c.ohBash("cd /workspace/exporter && git stash", 0, fmt.Sprintf("Saved working directory and index state WIP on main: 3f2a9c1 exporter: first cut (%d)", i))
 		}
 		return c
@@ -246,6 +258,75 @@ func cycleCases() []genCase {
 		for _, f := range []string{"billing/invoice.py", "billing/report.py", "billing/api.py", "billing/export.py"} {
 			c.codexPatch(f, "    total = invoice.total", "    total = invoice.amount_due")
 			c.codexShell("pytest -q tests/", 0, fmt.Sprintf("%d passed in 0.5s\n", 40), 0.6)
+		}
+		return c
+	})
+	return cs
+}
+
+// volatileCases: the same call whose results differ only in volatile
+// details (class 3 of issue 13), and twins whose results differ in
+// content.
+func volatileCases() []genCase {
+	var cs []genCase
+	loop := func(id string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "loop", family: "tool_repetition", build: b})
+	}
+	ok := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
+	}
+	vite := func(hash string, ms, kb float64) string {
+		return fmt.Sprintf("\n> web@0.3.1 build\n> vite build\n\nvite v5.0.2 building for production...\ntransforming...\n✓ 34 modules transformed.\nrendering chunks...\ndist/index.html                   0.46 kB │ gzip:  0.30 kB\ndist/assets/index-%s.js  142.31 kB │ gzip: 45.83 kB\n✓ built in %.2fs\n(%.1f kB/s)", hash, ms, kb)
+	}
+	loop("claude-build-hashed-assets-durations-x3", func() *conv {
+		c := newConv(sysPrompt, "The production build shows a blank page; find out why.")
+		for i, h := range []string{"4f9a2b1c", "9e03d7aa", "b71c20f5"} {
+			c.claudeBash("npm run build", "Build the app", vite(h, 1.42+float64(i)*0.31, 812.5+float64(i)*40))
+		}
+		return c
+	})
+	loop("codex-docker-ps-ids-ports-uptime-x3", func() *conv {
+		c := newConv(sysPrompt, "Why does the api container keep failing its health check?")
+		for i, id := range []string{"3c1f9a7b2e4d", "8d2e0b6c1a9f", "f04a7e2b9c31"} {
+			c.codexShell("docker ps --filter name=api", 0, fmt.Sprintf("CONTAINER ID   IMAGE        COMMAND                  CREATED          STATUS                            PORTS                     NAMES\n%s   api:latest   \"uvicorn app:app --h…\"   %d seconds ago   Up %d seconds (health: starting)   0.0.0.0:%d->8000/tcp   api\n", id, 8+i*11, 7+i*11, 49153+i*7), 0.2+float64(i)/20)
+		}
+		return c
+	})
+	loop("mini-swe-train-progress-bars-x3", func() *conv {
+		c := newConv(sysPrompt, "<pr_description>The tiny training run never lowers the loss</pr_description>")
+		for i := 0; i < 3; i++ {
+			bar := fmt.Sprintf("epoch 1:  30%%|███       | 3/10 [00:0%d<00:0%d, %.2fit/s]\repoch 1: 100%%|██████████| 10/10 [00:0%d<00:00, %.2fit/s]\nloss=2.3026 acc=0.100\nsaved checkpoint to /tmp/run-%d/ckpt.pt", 1+i, 2+i, 3.1+float64(i), 3+i, 3.4+float64(i)/3, 4100+i*37)
+			c.miniText("Run the training script again to see the loss.", "python train.py --epochs 1", 0, bar)
+		}
+		return c
+	})
+	loop("openhands-ipython-cell-counter-x3", func() *conv {
+		c := newConv(sysPrompt, "Find out why the frame has no rows")
+		for i := 0; i < 3; i++ {
+			c.call("", "execute_ipython_cell", map[string]any{"code": "df = pd.read_csv('data/sales.csv')\ndf.shape"}, fmt.Sprintf("Out[%d]: (0, 7)\n[Jupyter current working directory: /workspace]\n[Jupyter Python interpreter: /openhands/poetry/openhands-ai-5O4_aCHf-py3.12/bin/python]", 4+i))
+		}
+		return c
+	})
+	ok("build-output-changes-in-content", "healthy_volatile", func() *conv {
+		c := newConv(sysPrompt, "The production build shows a blank page; find out why.")
+		for i, n := range []int{34, 35, 37} {
+			c.claudeBash("npm run build", "Build the app", strings.Replace(vite(fmt.Sprintf("%08x", 0x4f9a2b1c+i*977), 1.4, 800), "34 modules", fmt.Sprintf("%d modules", n), 1))
+			c.call("", "Edit", map[string]any{"file_path": "/home/dev/web/src/main.tsx", "old_string": fmt.Sprintf("import './m%d'", i), "new_string": fmt.Sprintf("import './m%d'\nimport './m%d'", i, i+1)}, "The file /home/dev/web/src/main.tsx has been updated.")
+		}
+		return c
+	})
+	ok("docker-ps-status-changes", "healthy_volatile", func() *conv {
+		c := newConv(sysPrompt, "Wait for the api container to become healthy")
+		for i, st := range []string{"Up 5 seconds (health: starting)", "Up 31 seconds (health: starting)", "Up About a minute (healthy)"} {
+			c.codexShell("docker ps --filter name=api", 0, fmt.Sprintf("CONTAINER ID   IMAGE        STATUS   PORTS   NAMES\n3c1f9a7b2e4d   api:latest   %s   0.0.0.0:49153->8000/tcp   api\n", st), 0.2+float64(i)/20)
+		}
+		return c
+	})
+	ok("training-loss-goes-down", "healthy_volatile", func() *conv {
+		c := newConv(sysPrompt, "<pr_description>The tiny training run never lowers the loss</pr_description>")
+		for i, loss := range []string{"2.3026", "1.8710", "0.9342"} {
+			c.miniText("Run the training script after the learning-rate change.", "python train.py --epochs 1", 0, fmt.Sprintf("epoch 1: 100%%|██████████| 10/10 [00:0%d<00:00, 3.%dit/s]\nloss=%s", 3+i, i, loss))
+			c.miniText("Adjust the learning rate.", fmt.Sprintf("sed -i 's/lr=%d/lr=%d/' train.py", i, i+1), 0, "")
 		}
 		return c
 	})

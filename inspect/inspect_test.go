@@ -161,6 +161,15 @@ func TestNormalize(t *testing.T) {
 		{"\x1b[31mred\x1b[0m", "red"},
 		{"line   \nnext\t", "line\nnext"},
 		{"object at 0x7f3a2b1c9d00", "object at 0x7f00deadbeef"},
+		{"Uvicorn running on http://127.0.0.1:53211", "Uvicorn running on http://127.0.0.1:40007"},
+		{"listening on localhost:43121 (port 43121)", "listening on localhost:38002 (port 38002)"},
+		{"e3b1c2a HEAD@{0}: commit: fix", "9f0d4e7 HEAD@{0}: commit: fix"},
+		{"  40%|████      | 4/10 [00:01<00:02,  3.10it/s]\r100%|██████████| 10/10 [00:03<00:00,  3.21it/s]", "100%|██████████| 10/10 [00:02<00:00,  4.02it/s]"},
+		{"Downloading x.whl (1.2 MB) 3.4 MB/s", "Downloading x.whl (1.2 MB) 12.9 MB/s"},
+		{"query took 12 ms", "query took 315 ms"},
+		{"Out[7]: 42", "Out[12]: 42"},
+		{"Attempt 3: connection refused", "Attempt 4: connection refused"},
+		{"saved /home/u/tmpk3j4h5z1/model.pt", "saved /home/u/tmp9qx_2b7a/model.pt"},
 	}
 	for _, tt := range tests {
 		na, nb := string(appendNormalized(nil, tt.a)), string(appendNormalized(nil, tt.b))
@@ -168,7 +177,9 @@ func TestNormalize(t *testing.T) {
 			t.Errorf("normalise(%q) = %q, normalise(%q) = %q; want equal", tt.a, na, tt.b, nb)
 		}
 	}
-	for _, d := range [][2]string{{"3 failed", "2 failed"}, {"line 10", "line 12"}, {"a.txt", "b.txt"}} {
+	for _, d := range [][2]string{{"3 failed", "2 failed"}, {"line 10", "line 12"}, {"a.txt", "b.txt"},
+		{"a.py:42: E501", "a.py:43: E501"}, {"10/10 tests", "9/10 tests"}, {"epoch 3 loss 0.41", "epoch 4 loss 0.38"},
+		{"items[3]", "items[4]"}, {"entry 5", "entry 6"}, {"142.31 kB", "142.35 kB"}} {
 		if string(appendNormalized(nil, d[0])) == string(appendNormalized(nil, d[1])) {
 			t.Errorf("normalise(%q) == normalise(%q); want different", d[0], d[1])
 		}
