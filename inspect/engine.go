@@ -86,6 +86,7 @@ type work struct {
 	toks  []uint64
 	toks2 []uint64
 	tmp   []byte
+	tmp2  []byte
 	cs    canonScratch
 }
 
@@ -333,7 +334,7 @@ func withOutcome(ev *Evidence, c *Call) {
 	if c.IsError {
 		ev.Error = c.ErrorText
 	}
-	ev.Result = shorten(collapseSpace(normalizedText(c.Result)), 300)
+	ev.Result = shorten(collapseSpace(normalizedText(resultText(c.Result))), 300)
 }
 
 func normalizedText(s string) string {
@@ -411,6 +412,10 @@ func specificity(d *Detection) int {
 		return 5
 	case ErrorCycle:
 		return 6
+	case SummaryLoop:
+		if d.Evidence.Error != "" || d.Evidence.Element == "(empty reply)" {
+			return 8 // failing turns say why the texts repeat
+		}
 	case SameResult:
 		if negativeResult(d.Evidence.Result) {
 			return 4 // nothing found, however the search was worded

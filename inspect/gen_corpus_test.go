@@ -741,4 +741,5 @@ func TestGenerateCorpus(t *testing.T) {
 	write("oscillation.jsonl", oscillationCases())
 	write("cycles.jsonl", cycleCases())
 	write("volatile.jsonl", volatileCases())
+	write("assistant_errors.jsonl", assistantErrorCases())
 }

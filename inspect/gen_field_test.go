@@ -332,3 +332,67 @@ func volatileCases() []genCase {
 	})
 	return cs
 }
+
+// assistantErrorCases: the assistant's own turns failing the same way
+// again and again (class 4 of issue 13), and turns that recover.
+func assistantErrorCases() []genCase {
+	var cs []genCase
+	loop := func(id string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "loop", family: "summary_loop", build: b})
+	}
+	ok := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
+	}
+	ctxErr := func(n int) string {
+		return fmt.Sprintf("litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException - This model's maximum context length is 128000 tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", n)
+	}
+	loop("openhands-context-window-error-turns-x3", func() *conv {
+		c := newConv(sysPrompt, "Refactor the payment module")
+		c.ohBash("find /workspace/pay -name '*.py' | wc -l", 0, "214")
+		c.call("", "str_replace_editor", map[string]any{"command": "view", "path": "/workspace/pay/core.py"}, strings.Repeat("# payment core\n", 40))
+		for i := 0; i < 3; i++ {
+			c.say(ctxErr(131072 + i*812)).user("Please continue working on the task.")
+		}
+		return c
+	})
+	loop("chat-empty-answers-despite-new-questions-x3", func() *conv {
+		c := newConv("You are a helpful assistant.", "Summarise the attached meeting notes in five bullet points.")
+		c.say("").user("Hello? You sent an empty reply.")
+		c.say("").user("Please just list the decisions that were made.")
+		c.say("")
+		return c
+	})
+	loop("cline-api-error-429-turns-x4", func() *conv {
+		c := newConv(sysPrompt, "Add pagination to the users endpoint")
+		c.call("", "read_file", map[string]any{"path": "src/routes/users.ts"}, "export const list = (req, res) => res.json(db.users.all())")
+		for i := 0; i < 4; i++ {
+			c.say(fmt.Sprintf("API Request Failed\n\n429 Too Many Requests: rate limit exceeded for model claude-sonnet-4, retry after %d seconds (request id req_%06x)", 20+i*5, 0x3f9a21+i*77)).user("continue")
+		}
+		return c
+	})
+	ok("one-provider-error-then-work-resumes", "healthy_assistant_error", func() *conv {
+		c := newConv(sysPrompt, "Refactor the payment module")
+		c.ohBash("find /workspace/pay -name '*.py' | wc -l", 0, "214")
+		c.say(ctxErr(131072)).user("Please continue working on the task.")
+		c.call("", "str_replace_editor", map[string]any{"command": "view", "path": "/workspace/pay/core.py", "view_range": []int{1, 40}}, "# payment core\n")
+		c.ohBash("cd /workspace/pay && python -m pytest -q", 0, "52 passed in 3.10s")
+		return c
+	})
+	ok("explaining-different-provider-errors", "healthy_assistant_error", func() *conv {
+		c := newConv("You are a helpful assistant.", "My script gets HTTP 429 from the API. What does that mean?")
+		c.say("A 429 means you hit the rate limit: too many requests in a short time. Back off and retry with exponential delays.")
+		c.user("And what about 'maximum context length exceeded'?")
+		c.say("That error means the prompt plus the requested completion is longer than the model's context window; trim history or summarise it.")
+		c.user("Last one: 503 service unavailable?")
+		c.say("503 means the provider is overloaded or down for maintenance; retry later, it is not caused by your request.")
+		return c
+	})
+	ok("two-empty-replies-then-answer", "healthy_assistant_error", func() *conv {
+		c := newConv("You are a helpful assistant.", "Summarise the attached meeting notes in five bullet points.")
+		c.say("").user("Hello? You sent an empty reply.")
+		c.say("").user("Please just list the decisions that were made.")
+		c.say("- Ship v2 on May 6\n- Freeze the API\n- Hire one SRE\n- Drop the legacy importer\n- Review costs monthly")
+		return c
+	})
+	return cs
+}

@@ -899,6 +899,24 @@ func negativeResult(s string) bool {
 	return false
 }
 
+// resultText is the text a result's rules read: Codex's JSON shell
+// result {"output": ..., "metadata": {"exit_code": N}} unwrapped to its
+// output behind an "exit code N" line, as other agents print it (its
+// duration would make every result differ); any other result as it is.
+func resultText(res string) string {
+	if len(res) < 2 || res[0] != '{' || !strings.Contains(res, `"metadata"`) {
+		return res
+	}
+	o := gjson.Get(res, "output")
+	if o.Type != gjson.String {
+		return res
+	}
+	if code := gjson.Get(res, "metadata.exit_code"); code.Type == gjson.Number {
+		return "exit code " + code.Raw + "\n" + o.Str
+	}
+	return o.Str
+}
+
 // outputText is what a command printed, without the wrappers agents put
 // around it: mini-swe-agent's <returncode>/<output> tags, Codex's JSON
 // {"output": ..., "metadata": {"exit_code": ...}}.

@@ -522,7 +522,7 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 	c.ResultMessage = msg
 	// The result fingerprint is computed lazily (Call.ResultFingerprint):
 	// the detectors compare only recent and repeated results.
-	ei := classifyError(res)
+	ei := classifyError(resultText(res))
 	if !ei.isError {
 		return
 	}
