@@ -86,7 +86,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 			}
 		}
 		switch {
-		case same < thr && errs >= thr:
+		case same < thr && errs >= thr && !L.look:
 			for j := i; j <= last; j++ {
 				idx = append(idx, j)
 			}
@@ -460,7 +460,7 @@ func (in *inspection) paramDrift() (Detection, bool) {
 		d.Evidence = in.evidence(idx)
 		d.Evidence.NoProgress = true
 		withOutcome(&d.Evidence, ref.c)
-	case known > 0 && allErr:
+	case known > 0 && allErr && !L.look:
 		d.Score = grow(0.8, warnStep, len(idx), thr, warnCap)
 		d.Evidence = in.evidence(idx)
 		d.Evidence.Error = ref.c.ErrorText
@@ -550,21 +550,106 @@ func (in *inspection) errorCycle() (Detection, bool) {
 	}
 	sig := evs[r].err
 	var idx []int
-	for a := in.win; a <= r; a++ {
-		if evs[a].isErr && evs[a].err == sig {
+	for a := r; a >= in.win; a-- {
+		x := &evs[a]
+		if x.isErr && x.err == sig {
 			idx = append(idx, a)
+			continue
+		}
+		if x.has && !x.isErr && in.failedBefore(x, idx) {
+			// The call that failed succeeded in between: the failure
+			// that came back is a new attempt's, not the old loop.
+			break
 		}
 	}
 	thr := in.lim.errorCount
 	if len(idx) < thr {
 		return Detection{}, false
 	}
+	slices.Reverse(idx)
+	if in.changingObservation(idx) {
+		return Detection{}, false
+	}
 	d := Detection{Score: grow(strongBase, strongStep, len(idx), thr, 1), Evidence: in.evidence(idx)}
 	d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
+	if in.attemptsDiffer(idx) {
+		// Each failure came after a different change: debugging that has
+		// not hit the cause yet, not a loop.
+		d.Score, d.Evidence.NoProgress = progressScore, false
+	}
 	d.Evidence.Error = evs[r].c.ErrorText
 	d.Evidence.Element = shorten(evs[r].c.ErrorText, 80)
 	withOutcome(&d.Evidence, evs[r].c)
 	return d, true
+}
+
+// failedBefore reports whether x is a call that produced one of the
+// errors at idx: the same call, or the same tool on the same target.
+func (in *inspection) failedBefore(x *ev, idx []int) bool {
+	for _, a := range idx {
+		e := &in.evs[a]
+		if e.fp == x.fp || e.c.PrimaryFingerprint != 0 && e.c.PrimaryFingerprint == x.c.PrimaryFingerprint {
+			return true
+		}
+	}
+	return false
+}
+
+// progressScore reports a repeat that the evidence calls progress: below
+// any warning, even beside another such report.
+const progressScore = 0.3
+
+// changingObservation reports calls that only look (a log tail, a status,
+// a listing) whose answers differ: new lines in a log that still shows
+// an old error are news, not a loop.
+func (in *inspection) changingObservation(idx []int) bool {
+	for _, a := range idx {
+		if !in.evs[a].look {
+			return false
+		}
+	}
+	ref := &in.evs[idx[0]]
+	for _, a := range idx[1:] {
+		if x := &in.evs[a]; x.has && ref.has && x.outcome() != ref.outcome() {
+			return true
+		}
+	}
+	return false
+}
+
+// attemptsDiffer reports whether something different was tried before
+// each repeat of the failures at idx: every gap between two of them holds
+// a call that changes things, unlike every call of the earlier gaps. The
+// same edit again, a trivially varied one (a number, whitespace) or no
+// change at all is no new attempt.
+func (in *inspection) attemptsDiffer(idx []int) bool {
+	evs := in.evs
+	var gaps [][2]int // [from, to) event ranges between the failures
+	for k := 1; k < len(idx); k++ {
+		gaps = append(gaps, [2]int{idx[k-1] + 1, idx[k]})
+	}
+	for g, gap := range gaps {
+		tried := false
+		for a := gap[0]; a < gap[1]; a++ {
+			x := &evs[a]
+			if readOnly(x.c) || x.fp == evs[idx[0]].fp {
+				continue
+			}
+			tried = true
+			for _, prev := range gaps[:g] {
+				for b := prev[0]; b < prev[1]; b++ {
+					y := &evs[b]
+					if y.c.Name == x.c.Name && (y.fp == x.fp || in.similarity(y.c.Args, x.c.Args) >= in.lim.DriftSimilarity) {
+						return false
+					}
+				}
+			}
+		}
+		if !tried {
+			return false
+		}
+	}
+	return len(gaps) > 0
 }
 
 // whackAMole: two or more errors taking turns (A,B,A,B or A,B,C,A,B,C):
@@ -672,8 +757,15 @@ func (in *inspection) testFixCycle() (Detection, bool) {
 		}
 		top = max(top, c)
 	}
+	if in.changingObservation(idx) {
+		return Detection{}, false
+	}
 	d := Detection{Evidence: in.evidence(idx)}
 	switch {
+	case in.attemptsDiffer(idx):
+		// A rebuild after each different edit is progress even when the
+		// build says the same thing.
+		d.Score = progressScore
 	case top == len(idx):
 		d.Score = grow(0.93, strongStep, len(idx), thr, 1)
 		d.Evidence.NoProgress = true

@@ -55,6 +55,7 @@ type ev struct {
 	err        uint64 // ErrorSignature, 0 when not an error
 	isErr      bool
 	meaningful bool // error with a message, not only an exit status
+	look       bool // an error line among the content a looking call (readOnly) shows
 	neg        bool // empty or "not found" answer of a search
 	ack        bool // short successful acknowledgement
 }
@@ -188,6 +189,9 @@ func (in *inspection) collect() {
 				// An error with only an exit status says nothing about
 				// what failed ("grep" finding nothing exits 1).
 				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
+				// A call that only looks and shows content (a log tail with
+				// an ERROR line in it) did not fail: what it shows may change.
+				x.look = x.isErr && readOnly(c) && strings.Count(c.Result[:min(len(c.Result), 2048)], "\n") >= 3
 				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
 				x.ack = !x.isErr && !x.neg && isAck(c.Result)
 			}
@@ -260,7 +264,9 @@ func sameOutcome(a, b *ev) bool {
 	if a == b || a.outcome() == b.outcome() { // a == b: no need to hash it
 		return true
 	}
-	return a.isErr && b.isErr && a.err == b.err && a.meaningful
+	// The same error counts as the same outcome, unless the call only
+	// looks: a log tail still showing an old error has news below it.
+	return a.isErr && b.isErr && a.err == b.err && a.meaningful && !a.look
 }
 
 // outcome returns the call's result fingerprint (never 0), computing it on

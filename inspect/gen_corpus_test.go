@@ -742,4 +742,5 @@ func TestGenerateCorpus(t *testing.T) {
 	write("cycles.jsonl", cycleCases())
 	write("volatile.jsonl", volatileCases())
 	write("assistant_errors.jsonl", assistantErrorCases())
+	write("progress.jsonl", progressCases())
 }

@@ -396,3 +396,109 @@ func assistantErrorCases() []genCase {
 	})
 	return cs
 }
+
+// progressCases: work that repeats an action or a failure while making
+// progress (classes 5-8 of issue 13: warnings we gave and should not),
+// beside the loops they must stay apart from.
+func progressCases() []genCase {
+	var cs []genCase
+	loop := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "loop", family: fam, build: b})
+	}
+	ok := func(id, fam string, b func() *conv) {
+		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
+	}
+	cargoErr := "   Compiling ledger v0.4.0 (/home/dev/ledger)\nerror[E0308]: mismatched types\n  --> src/post.rs:88:20\n   |\n88 |     let amount: u64 = entry.amount;\n   |                 ---   ^^^^^^^^^^^^ expected `u64`, found `i64`\n\nerror: could not compile `ledger` (lib) due to 1 previous error"
+	// Class 5: a rebuild after different edits is progress.
+	ok("claude-rebuild-after-different-edits-same-error", "healthy_test_after_edit", func() *conv {
+		c := newConv(sysPrompt, "Make amounts signed throughout the ledger")
+		edits := [][3]string{
+			{"src/entry.rs", "pub amount: u64,", "pub amount: i64,"},
+			{"src/account.rs", "fn credit(&mut self, v: u64) {\n        self.balance += v;", "fn credit(&mut self, v: i64) {\n        self.balance = self.balance.checked_add(v).expect(\"overflow\");"},
+			{"src/report.rs", "writeln!(out, \"{:>12}\", total)?;", "writeln!(out, \"{:>+12}\", total)?;"},
+			{"src/import.rs", "let amount = parts[2].parse::<u64>()?;", "let amount = parts[2].trim().parse::<i64>()?;"},
+		}
+		for _, e := range edits {
+			c.call("", "Edit", map[string]any{"file_path": "/home/dev/ledger/" + e[0], "old_string": e[1], "new_string": e[2]}, "The file /home/dev/ledger/"+e[0]+" has been updated.")
+			c.claudeBash("cargo build 2>&1 | tail -12", "Build the crate", claudeExit(101, cargoErr))
+		}
+		c.call("", "Edit", map[string]any{"file_path": "/home/dev/ledger/src/post.rs", "old_string": "let amount: u64 = entry.amount;", "new_string": "let amount: i64 = entry.amount;"}, "The file /home/dev/ledger/src/post.rs has been updated.")
+		return c
+	})
+	loop("claude-rebuild-after-same-edit-same-error", "test_fix_cycle", func() *conv {
+		c := newConv(sysPrompt, "Make amounts signed throughout the ledger")
+		for i := 0; i < 4; i++ {
+			c.call("", "Edit", map[string]any{"file_path": "/home/dev/ledger/src/post.rs", "old_string": "let amount: u64 = entry.amount" + strings.Repeat(" ", i) + ";", "new_string": "let amount: u64 = entry.amount as u64" + strings.Repeat(" ", i+1) + ";"},
+				"The file /home/dev/ledger/src/post.rs has been updated.")
+			c.claudeBash("cargo build 2>&1 | tail -12", "Build the crate", claudeExit(101, cargoErr))
+		}
+		return c
+	})
+	// Class 6: different calls to the same tool.
+	ok("openhands-different-test-files-fail-differently", "healthy_different_calls", func() *conv {
+		c := newConv(sysPrompt, "Find which test modules fail on Python 3.12")
+		for i, m := range []string{"test_cache", "test_clock", "test_config", "test_codec", "test_crypto"} {
+			c.ohBash("cd /workspace/lib && python -m pytest -q tests/"+m+".py", 1, fmt.Sprintf("E   %s\nFAILED tests/%s.py::test_roundtrip\n1 failed, %d passed in 0.2s",
+				[]string{"DeprecationWarning: datetime.datetime.utcnow() is deprecated", "AttributeError: module 'time' has no attribute 'clock'", "ImportError: cannot import name 'SafeConfigParser'", "TypeError: a bytes-like object is required, not 'str'", "ModuleNotFoundError: No module named 'imp'"}[i], m, 6-i))
+		}
+		return c
+	})
+	ok("codex-sed-different-files-same-ack", "healthy_different_calls", func() *conv {
+		c := newConv(sysPrompt, "Replace the deprecated utcnow() calls")
+		for _, f := range []string{"lib/cache.py", "lib/clock.py", "lib/config.py", "lib/codec.py", "lib/crypto.py"} {
+			c.codexShell("sed -i 's/datetime.utcnow()/datetime.now(timezone.utc)/' "+f, 0, "", 0.01)
+		}
+		return c
+	})
+	// Class 7: the same error after an intervening success is a new attempt.
+	ok("same-error-after-a-success-is-new", "healthy_error_reset", func() *conv {
+		c := newConv(sysPrompt, "Add the export and import commands")
+		modErr := rc(1, "Traceback (most recent call last):\n  File \"/testbed/cli.py\", line 2, in <module>\n    import yaml\nModuleNotFoundError: No module named 'yaml'")
+		c.bash("python cli.py export --help", modErr)
+		c.bash("pip install pyyaml -q", rc(0, ""))
+		c.bash("python cli.py export --help", rc(0, "usage: cli.py export [-h] PATH"))
+		c.bash("git stash -q && git checkout -q import-branch && git stash pop -q", rc(0, ""))
+		c.bash("python cli.py import --help", modErr)
+		c.bash("pip install -r requirements.txt -q", rc(0, ""))
+		c.bash("python cli.py import --help", modErr)
+		return c
+	})
+	// Class 8: a repeated look whose answer changes each time.
+	logTail := func(n int) string {
+		var b strings.Builder
+		b.WriteString("ERROR:worker:db connection refused, retrying in 5s\n")
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, "2024-05-06 10:0%d:%02d INFO worker: processed batch %d (%d rows)\n", 1+i/6, (i*10)%60, 100+i, 500+i*3)
+		}
+		return b.String()
+	}
+	ok("claude-log-tail-grows-old-error-stays", "healthy_polling", func() *conv {
+		c := newConv(sysPrompt, "Watch the worker until the backlog drains")
+		for i := 0; i < 5; i++ {
+			c.claudeBash("tail -n 20 logs/worker.log", "Check the worker log", logTail(3+i*2))
+		}
+		return c
+	})
+	ok("growing-file-line-count", "healthy_polling", func() *conv {
+		c := newConv(sysPrompt, "Wait for the export to finish writing")
+		for i := 0; i < 5; i++ {
+			c.ohBash("wc -l /workspace/out/export.csv", 0, fmt.Sprintf("%d /workspace/out/export.csv", 12000+i*4133))
+		}
+		return c
+	})
+	ok("random-output-each-run", "healthy_polling", func() *conv {
+		c := newConv(sysPrompt, "Check that the sampler gives different seeds")
+		for _, v := range []string{"0.8443", "0.7579", "0.4205", "0.2589"} {
+			c.bash("python -c 'import random; print(round(random.random(), 4))'", rc(0, v))
+		}
+		return c
+	})
+	loop("claude-log-tail-unchanged-x3", "tool_repetition", func() *conv {
+		c := newConv(sysPrompt, "Watch the worker until the backlog drains")
+		for i := 0; i < 3; i++ {
+			c.claudeBash("tail -n 20 logs/worker.log", "Check the worker log", logTail(4))
+		}
+		return c
+	})
+	return cs
+}

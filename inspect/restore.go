@@ -236,6 +236,11 @@ func readOnly(c *Call) bool {
 	case "git":
 		sub, _, _ := strings.Cut(rest, " ")
 		return sub == "status" || sub == "diff" || sub == "log" || sub == "show" || sub == "blame"
+	case "docker", "kubectl", "podman":
+		sub, _, _ := strings.Cut(rest, " ")
+		return sub == "logs" || sub == "ps" || sub == "get" || sub == "describe" || sub == "inspect" || sub == "top"
+	case "journalctl", "ps", "df", "du", "free", "uptime", "date", "top":
+		return true
 	case "sed":
 		return strings.HasPrefix(rest, "-n")
 	}
