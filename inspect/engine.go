@@ -191,7 +191,10 @@ func (in *inspection) collect() {
 				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
 				// A call that only looks and shows content (a log tail with
 				// an ERROR line in it) did not fail: what it shows may change.
-				x.look = x.isErr && readOnly(c) && strings.Count(c.Result[:min(len(c.Result), 2048)], "\n") >= 3
+				if x.isErr && readOnly(c) {
+					out := outputText(c.Result)
+					x.look = strings.Count(out[:min(len(out), 2048)], "\n") >= 3
+				}
 				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
 				x.ack = !x.isErr && !x.neg && isAck(c.Result)
 			}
