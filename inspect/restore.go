@@ -265,6 +265,19 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 	}
 	var states []state
 	var rs []restore
+	// Most histories restore nothing: find out before classifying calls.
+	restores := false
+	for a := range evs {
+		if p := evs[a].c.Primary; p != "" && restoreHint(p) {
+			if rs = appendRestores(rs[:0], p); len(rs) > 0 {
+				restores = true
+				break
+			}
+		}
+	}
+	if !restores {
+		return nil, false
+	}
 	attempt, lastEnd := false, -1
 	for a := range evs {
 		x := &evs[a]
