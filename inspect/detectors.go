@@ -872,13 +872,22 @@ type edit struct {
 func (in *inspection) editUndo() (Detection, bool) {
 	evs := in.evs
 	var edits []edit
+	open := "" // the file SWE-agent's editor has open: its edit names none
 	for a := range evs {
 		x := &evs[a]
 		if x.isErr || !strings.Contains(x.c.Args, `"`) {
 			continue
 		}
+		if x.c.Name == "open" && x.c.Primary != "" {
+			open = x.c.Primary
+			continue
+		}
+		if strings.Contains(x.c.Args, patchFile) {
+			edits = appendPatchEdits(edits, a, x.c)
+			continue
+		}
 		// Every pathKeys name spells "path" or "file", unless escaped.
-		if !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
+		if open == "" && !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
 			continue
 		}
 		if rawKind(x.c.Args) != '{' || !rawjson.Valid(rawjson.Bytes(x.c.Args)) {
@@ -886,7 +895,7 @@ func (in *inspection) editUndo() (Detection, bool) {
 		}
 		var f editFields
 		f.read(x.c.Args)
-		var path string
+		path := open
 		for _, k := range pathKeys {
 			if v := f.get(k); rawKind(v) == '"' {
 				path = jsonString(v)
@@ -986,6 +995,44 @@ func (in *inspection) editUndo() (Detection, bool) {
 		}
 	}
 	return d, d.Score > 0
+}
+
+// patchFile starts a file's section in an apply_patch patch (Codex).
+const patchFile = "*** Update File: "
+
+// appendPatchEdits reads the files an apply_patch call changes as
+// replace edits: the removed lines are old, the added lines new, so a
+// patch that puts back what an earlier one took out is a revert.
+func appendPatchEdits(dst []edit, a int, c *Call) []edit {
+	patch := gjson.Get(c.Args, "input").Str
+	if patch == "" {
+		patch = c.Primary // ["apply_patch", "*** Begin Patch ..."]
+	}
+	var e *edit
+	var removed, added fnv
+	flush := func() {
+		if e != nil {
+			e.old, e.new = uint64(removed)|1, uint64(added)|1
+		}
+		e = nil
+	}
+	for _, line := range strings.Split(patch, "\n") {
+		switch {
+		case strings.HasPrefix(line, patchFile):
+			flush()
+			dst = append(dst, edit{a: a, path: strings.TrimSpace(line[len(patchFile):])})
+			e, removed, added = &dst[len(dst)-1], newFNV(), newFNV()
+		case strings.HasPrefix(line, "*** "):
+			flush()
+		case e == nil:
+		case strings.HasPrefix(line, "-"):
+			removed = removed.str(line[1:]).byte('\n')
+		case strings.HasPrefix(line, "+"):
+			added = added.str(line[1:]).byte('\n')
+		}
+	}
+	flush()
+	return dst
 }
 
 // textStep is an assistant text the text rules compare.

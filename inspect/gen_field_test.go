@@ -137,6 +137,53 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
+	loop("codex-apply-patch-revert-and-redo", func() *conv {
+		c := newConv(sysPrompt, "Speed up the CSV reader without breaking the tests")
+		a, b := "    rows = [parse(l) for l in f]", "    rows = list(map(parse, f))"
+		for i, e := range [][2]string{{a, b}, {b, a}, {a, b}} {
+			c.codexPatch("reader/csvfast.py", e[0], e[1])
+			c.codexShell("pytest -q tests/test_reader.py", 0, fmt.Sprintf("12 passed in %d.%02ds\n", 1+i%2, 13*i), 1.2)
+		}
+		return c
+	})
+	loop("swe-agent-edit-open-file-undo-redo", func() *conv {
+		c := newConv(sysPrompt, "Fix the off-by-one in paginate()")
+		c.call("", "open", map[string]any{"path": "/repo/src/paging.py"}, "[File: /repo/src/paging.py (88 lines total)]\n33:        end = start + size - 1")
+		a, b := "        end = start + size - 1\n", "        end = start + size\n"
+		for _, e := range [][2]string{{a, b}, {b, a}, {a, b}} {
+			c.call("", "edit", map[string]any{"search": e[0], "replace": e[1]}, "File updated. Please review the changes and make sure they are correct (correct indentation, no duplicate lines, etc). Edit the file again if necessary.")
+			c.call("", "bash", map[string]any{"command": "python -m pytest tests/test_paging.py -q"}, "F.\nFAILED tests/test_paging.py::test_last_page - assert 9 == 10\n1 failed, 1 passed in 0.04s")
+		}
+		return c
+	})
+	loop("openhands-undo-edit-after-each-attempt-x5", func() *conv {
+		c := newConv(sysPrompt, "Make the CSV exporter quote fields containing newlines.")
+		for i := 0; i < 5; i++ {
+			c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", fmt.Sprintf("    return ','.join(q%d(f) for f in fields)", i))
+			c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 1, fmt.Sprintf("E       NameError: name 'q%d' is not defined\n1 failed, 1 passed in 0.05s", i))
+			c.call("", "str_replace_editor", map[string]any{"command": "undo_edit", "path": "/workspace/exporter/csvout.py"}, "Last edit to /workspace/exporter/csvout.py undone successfully.")
+		}
+		return c
+	})
+	ok("one-undo-edit-then-fix", "healthy_restore", func() *conv {
+		c := newConv(sysPrompt, "Make the CSV exporter quote fields containing newlines.")
+		c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", "    return ','.join(q(f) for f in fields)")
+		c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 1, "E       NameError: name 'q' is not defined\n1 failed, 1 passed in 0.05s")
+		c.call("", "str_replace_editor", map[string]any{"command": "undo_edit", "path": "/workspace/exporter/csvout.py"}, "Last edit to /workspace/exporter/csvout.py undone successfully.")
+		c.ohEdit("/workspace/exporter/csvout.py", "import io", "import csv\nimport io")
+		c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", "    buf = io.StringIO()\n    csv.writer(buf).writerow(fields)\n    return buf.getvalue().rstrip('\\r\\n')")
+		c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 0, "..\n2 passed in 0.04s")
+		return c
+	})
+	ok("codex-patches-move-forward", "healthy_restore", func() *conv {
+		c := newConv(sysPrompt, "Speed up the CSV reader without breaking the tests")
+		steps := []string{"    rows = [parse(l) for l in f]", "    rows = list(map(parse, f))", "    rows = list(map(parse, f.readlines()))", "    rows = parse_all(f.read())"}
+		for i := 1; i < len(steps); i++ {
+			c.codexPatch("reader/csvfast.py", steps[i-1], steps[i])
+			c.codexShell("pytest -q tests/test_reader.py", 0, "12 passed in 1.10s\n", 1.2)
+		}
+		return c
+	})
 	ok("one-restore-then-fix", "healthy_restore", func() *conv {
 		c := newConv(sysPrompt, "<pr_description>Card.fromstring fails on float values with D exponent</pr_description>")
 		c.miniText("Back up the file first.", "cp astropy/io/fits/util.py astropy/io/fits/util.py.backup", 0, "")

@@ -5,9 +5,10 @@ import (
 	"strings"
 )
 
-// restore is a shell command putting a file, or the whole work tree (path
-// "."), back to an earlier state: `git checkout FILE`, `git restore FILE`,
-// `git stash`, `git reset --hard`, `cp FILE.bak FILE`, `mv backup/FILE FILE`.
+// restore is a command putting a file, or the whole work tree (path "."),
+// back to an earlier state: `git checkout FILE`, `git restore FILE`, `git
+// stash`, `git reset --hard`, `cp FILE.bak FILE`, `mv backup/FILE FILE`,
+// or str_replace_editor's undo_edit.
 type restore struct {
 	path string
 	// from names the state restored: a git revision ("HEAD" unless given)
@@ -18,7 +19,7 @@ type restore struct {
 
 // restoreHint is a cheap test that a command may restore something.
 func restoreHint(cmd string) bool {
-	return strings.Contains(cmd, "git") || strings.Contains(cmd, "cp ") || strings.Contains(cmd, "mv ")
+	return strings.Contains(cmd, "git") || strings.Contains(cmd, "cp ") || strings.Contains(cmd, "mv ") || strings.HasPrefix(cmd, "undo_edit ")
 }
 
 // appendRestores appends the restores the shell command line cmd performs.
@@ -56,6 +57,8 @@ func appendSegmentRestores(dst []restore, w []string) []restore {
 		return dst
 	}
 	switch w[0] {
+	case "undo_edit": // str_replace_editor's undo: the file before its last edit
+		return append(dst, restore{path: cleanPath(w[1]), from: "undo"})
 	case "git":
 		w = w[1:]
 		for len(w) > 1 && (w[0] == "-C" || w[0] == "-c") {

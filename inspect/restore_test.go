@@ -24,6 +24,7 @@ func TestAppendRestores(t *testing.T) {
 		{"cp util.py.backup util.py", []restore{{"util.py", "util.py.backup"}}},
 		{"cp -f /tmp/orig/util.py pkg/util.py && python t.py", []restore{{"pkg/util.py", "/tmp/orig/util.py"}}},
 		{"mv settings.orig.py settings.py", []restore{{"settings.py", "settings.orig.py"}}},
+		{"undo_edit /repo/a.py", []restore{{"/repo/a.py", "undo"}}},
 		// Not restores.
 		{"git checkout main", nil},
 		{"git checkout feature/fast-parse", nil},
