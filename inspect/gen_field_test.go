@@ -13,6 +13,19 @@ import (
 // output), OpenHands (execute_bash, str_replace_editor), SWE-agent (open,
 // goto, edit) and mini-swe-agent (bash, <returncode> output, text mode).
 
+// genCases collects generated records.
+type genCases []genCase
+
+// loop adds a record that must be caught as a loop of category fam.
+func (cs *genCases) loop(id, fam string, b func() *conv) {
+	*cs = append(*cs, genCase{id: id, expect: "loop", family: fam, build: b})
+}
+
+// ok adds a record that must not be called a loop; fam groups it.
+func (cs *genCases) ok(id, fam string, b func() *conv) {
+	*cs = append(*cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
+}
+
 // claudeBash adds a Claude Code Bash call.
 func (c *conv) claudeBash(cmd, desc, out string) *conv {
 	return c.call("", "Bash", map[string]any{"command": cmd, "description": desc}, out)
@@ -59,14 +72,8 @@ const importErr = "Traceback (most recent call last):\n  File \"/testbed/reprodu
 // oscillationCases: the work tree going back to one state again and again
 // (class 1 of issue 13), and restores that are normal work.
 func oscillationCases() []genCase {
-	var cs []genCase
-	loop := func(id string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "loop", family: "edit_undo", build: b})
-	}
-	ok := func(id, fam string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
-	}
-	loop("mini-swe-cp-backup-restore-x5", func() *conv {
+	var cs genCases
+	cs.loop("mini-swe-cp-backup-restore-x5", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "<pr_description>Card.fromstring fails on float values with D exponent</pr_description>")
 		c.miniText("Let me back up the file before changing it.", "cp astropy/io/fits/util.py astropy/io/fits/util.py.backup", 0, "")
 		edits := []string{"sed -i 's/^def _is_int(/def _is_int_old(/' astropy/io/fits/util.py",
@@ -88,7 +95,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	loop("codex-git-checkout-between-edit-scripts-x6", func() *conv {
+	cs.loop("codex-git-checkout-between-edit-scripts-x6", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "Fix the TypeError raised by QuerySet.bulk_update with expressions")
 		c.codexShell("rg -n 'def bulk_update' django/db/models/query.py", 0, "527:    def bulk_update(self, objs, fields, batch_size=None):\n", 0.1)
 		fails := "Traceback (most recent call last):\n  File \"/workspace/repo/tests/run.py\", line 9, in <module>\n    Entry.objects.bulk_update(objs, ['n'])\n  File \"/workspace/repo/django/db/models/query.py\", line 569, in bulk_update\n    attr = Value(attr, output_field=field)\nTypeError: Value.__init__() got an unexpected keyword argument 'output_field'\n"
@@ -110,7 +117,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	loop("claude-git-restore-or-checkout-same-file-x5", func() *conv {
+	cs.loop("claude-git-restore-or-checkout-same-file-x5", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "The date parser drops the timezone; make parse_ts keep it.")
 		c.call("", "Read", map[string]any{"file_path": "/home/dev/app/src/timeparse.py"}, "     1\tfrom datetime import datetime\n     2\t\n     3\tdef parse_ts(s):\n     4\t    return datetime.strptime(s, '%Y-%m-%dT%H:%M:%S')\n")
 		news := []string{"    return datetime.strptime(s, '%Y-%m-%dT%H:%M:%S%z')", "    return datetime.fromisoformat(s)", "    return datetime.strptime(s.replace('Z', '+0000'), '%Y-%m-%dT%H:%M:%S%z')", "    return dateutil.parser.isoparse(s)", "    return datetime.strptime(s[:19], '%Y-%m-%dT%H:%M:%S').astimezone()"}
@@ -127,7 +134,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	loop("openhands-git-stash-after-failed-attempts-x5", func() *conv {
+	cs.loop("openhands-git-stash-after-failed-attempts-x5", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "Make the CSV exporter quote fields containing newlines.")
 		fail := "F.\n=================================== FAILURES ===================================\n___________________________ test_newline_is_quoted ____________________________\nE       AssertionError: assert 'a,b\\nc' == 'a,\"b\\nc\"'\nFAILED tests/test_export.py::test_newline_is_quoted\n1 failed, 1 passed in 0.05s"
 		for i := 0; i < 5; i++ {
@@ -137,7 +144,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	loop("codex-apply-patch-revert-and-redo", func() *conv {
+	cs.loop("codex-apply-patch-revert-and-redo", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "Speed up the CSV reader without breaking the tests")
 		a, b := "    rows = [parse(l) for l in f]", "    rows = list(map(parse, f))"
 		for i, e := range [][2]string{{a, b}, {b, a}, {a, b}} {
@@ -146,7 +153,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	loop("swe-agent-edit-open-file-undo-redo", func() *conv {
+	cs.loop("swe-agent-edit-open-file-undo-redo", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "Fix the off-by-one in paginate()")
 		c.call("", "open", map[string]any{"path": "/repo/src/paging.py"}, "[File: /repo/src/paging.py (88 lines total)]\n33:        end = start + size - 1")
 		a, b := "        end = start + size - 1\n", "        end = start + size\n"
@@ -156,7 +163,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	loop("openhands-undo-edit-after-each-attempt-x5", func() *conv {
+	cs.loop("openhands-undo-edit-after-each-attempt-x5", "edit_undo", func() *conv {
 		c := newConv(sysPrompt, "Make the CSV exporter quote fields containing newlines.")
 		for i := 0; i < 5; i++ {
 			c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", fmt.Sprintf("    return ','.join(q%d(f) for f in fields)", i))
@@ -165,7 +172,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	ok("one-undo-edit-then-fix", "healthy_restore", func() *conv {
+	cs.ok("one-undo-edit-then-fix", "healthy_restore", func() *conv {
 		c := newConv(sysPrompt, "Make the CSV exporter quote fields containing newlines.")
 		c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", "    return ','.join(q(f) for f in fields)")
 		c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 1, "E       NameError: name 'q' is not defined\n1 failed, 1 passed in 0.05s")
@@ -175,7 +182,7 @@ func oscillationCases() []genCase {
 		c.ohBash("cd /workspace/exporter && python -m pytest tests/test_export.py -q", 0, "..\n2 passed in 0.04s")
 		return c
 	})
-	ok("codex-patches-move-forward", "healthy_restore", func() *conv {
+	cs.ok("codex-patches-move-forward", "healthy_restore", func() *conv {
 		c := newConv(sysPrompt, "Speed up the CSV reader without breaking the tests")
 		steps := []string{"    rows = [parse(l) for l in f]", "    rows = list(map(parse, f))", "    rows = list(map(parse, f.readlines()))", "    rows = parse_all(f.read())"}
 		for i := 1; i < len(steps); i++ {
@@ -184,7 +191,7 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
-	ok("one-restore-then-fix", "healthy_restore", func() *conv {
+	cs.ok("one-restore-then-fix", "healthy_restore", func() *conv {
 		c := newConv(sysPrompt, "<pr_description>Card.fromstring fails on float values with D exponent</pr_description>")
 		c.miniText("Back up the file first.", "cp astropy/io/fits/util.py astropy/io/fits/util.py.backup", 0, "")
 		c.miniText("Try renaming the helper.", "sed -i 's/^def _is_int(/def _is_int_old(/' astropy/io/fits/util.py", 0, "")
@@ -195,7 +202,7 @@ func oscillationCases() []genCase {
 		c.miniText("Run the card tests.", "python -m pytest astropy/io/fits/tests/test_card.py -q", 0, "........................................ [100%]\n40 passed in 1.20s")
 		return c
 	})
-	ok("restores-of-different-files-remove-debug-prints", "healthy_restore", func() *conv {
+	cs.ok("restores-of-different-files-remove-debug-prints", "healthy_restore", func() *conv {
 		c := newConv(sysPrompt, "Find out why the scheduler skips jobs, then clean up.")
 		files := []string{"sched/core.py", "sched/queue.py", "sched/worker.py", "sched/clock.py", "sched/store.py", "sched/api.py"}
 		for i, f := range files {
@@ -206,7 +213,7 @@ func oscillationCases() []genCase {
 		c.codexShell("git status --short", 0, "", 0.01)
 		return c
 	})
-	ok("branch-switches-are-not-restores", "healthy_restore", func() *conv {
+	cs.ok("branch-switches-are-not-restores", "healthy_restore", func() *conv {
 		c := newConv(sysPrompt, "Compare the benchmark on main and on the feature branch.")
 		for i := 0; i < 3; i++ {
 			c.claudeBash("git checkout main", "Switch to main", "Switched to branch 'main'")
@@ -222,15 +229,9 @@ func oscillationCases() []genCase {
 // cycleCases: short cycles whose failing results come back unchanged
 // (class 2 of issue 13), and cycles whose results move.
 func cycleCases() []genCase {
-	var cs []genCase
-	loop := func(id string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "loop", family: "tool_cycle", build: b})
-	}
-	ok := func(id, fam string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
-	}
+	var cs genCases
 	src := "     1\timport json\n     2\t\n     3\tdef load(path):\n     4\t    with open(path) as f:\n     5\t        return json.load(f)\n"
-	loop("claude-read-then-edit-not-found-x2", func() *conv {
+	cs.loop("claude-read-then-edit-not-found-x2", "tool_cycle", func() *conv {
 		c := newConv(sysPrompt, "load() should return {} for an empty file")
 		for _, old := range []string{"def load(path):\n    with open(path) as f:\n        return json.load(f)", "def load(path):\n  with open(path) as f:\n    return json.load(f)"} {
 			c.call("", "Read", map[string]any{"file_path": "/home/dev/cfg/loader.py"}, src)
@@ -239,7 +240,7 @@ func cycleCases() []genCase {
 		}
 		return c
 	})
-	loop("openhands-view-then-str-replace-no-match-x2", func() *conv {
+	cs.loop("openhands-view-then-str-replace-no-match-x2", "tool_cycle", func() *conv {
 		c := newConv(sysPrompt, "Handle a missing 'id' in to_row")
 		view := "Here's the result of running `cat -n` on /workspace/app/rows.py:\n     1\tdef to_row(rec):\n     2\t\treturn [rec['id'], rec['name']]\n"
 		for _, old := range []string{"    return [rec['id'], rec['name']]", "  return [rec['id'], rec['name']]"} {
@@ -249,7 +250,7 @@ func cycleCases() []genCase {
 		}
 		return c
 	})
-	loop("codex-test-then-same-patch-fails-x2", func() *conv {
+	cs.loop("codex-test-then-same-patch-fails-x2", "tool_cycle", func() *conv {
 		c := newConv(sysPrompt, "Fix the rounding in invoice totals")
 		fail := "FAILED tests/test_invoice.py::test_total_rounding - assert Decimal('10.004') == Decimal('10.00')\n1 failed, 14 passed in 0.42s\n"
 		for i := 0; i < 2; i++ {
@@ -259,7 +260,7 @@ func cycleCases() []genCase {
 		}
 		return c
 	})
-	loop("mini-swe-three-call-cycle-same-failure-x2", func() *conv {
+	cs.loop("mini-swe-three-call-cycle-same-failure-x2", "tool_cycle", func() *conv {
 		c := newConv(sysPrompt, "<pr_description>Header.fromfile crashes on CONTINUE cards</pr_description>")
 		for i := 0; i < 2; i++ {
 			c.bash("python reproduce.py", rc(1, "Traceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 4, in <module>\n    h = fits.Header.fromfile('t.hdr')\n  File \"/testbed/astropy/io/fits/header.py\", line 512, in fromfile\n    raise ValueError('bad CONTINUE card')\nValueError: bad CONTINUE card"))
@@ -268,7 +269,7 @@ func cycleCases() []genCase {
 		}
 		return c
 	})
-	loop("swe-agent-open-goto-edit-syntax-error-x2", func() *conv {
+	cs.loop("swe-agent-open-goto-edit-syntax-error-x2", "tool_cycle", func() *conv {
 		c := newConv(sysPrompt, "Fix the off-by-one in paginate()")
 		for _, rep := range []string{"        end = start + size\n", "            end = start + size\n"} {
 			c.call("", "open", map[string]any{"path": "/repo/src/paging.py"}, "[File: /repo/src/paging.py (88 lines total)]\n(30 more lines above)\n31:    def paginate(self, page, size):\n32:        start = page * size\n33:        end = start + size - 1\n34:        return self.items[start:end]\n(54 more lines below)")
@@ -278,7 +279,7 @@ func cycleCases() []genCase {
 		}
 		return c
 	})
-	ok("read-edit-cycle-file-changes", "healthy_cycle", func() *conv {
+	cs.ok("read-edit-cycle-file-changes", "healthy_cycle", func() *conv {
 		c := newConv(sysPrompt, "Add type hints to loader.py, one function at a time")
 		body := src
 		for i := 0; i < 4; i++ {
@@ -290,7 +291,7 @@ func cycleCases() []genCase {
 		}
 		return c
 	})
-	ok("test-and-read-cycle-errors-change", "healthy_cycle", func() *conv {
+	cs.ok("test-and-read-cycle-errors-change", "healthy_cycle", func() *conv {
 		c := newConv(sysPrompt, "<pr_description>Header.fromfile crashes on CONTINUE cards</pr_description>")
 		errs := []string{"ValueError: bad CONTINUE card", "KeyError: 'CONTINUE'", "TypeError: can only concatenate str (not \"NoneType\") to str"}
 		for i, e := range errs {
@@ -300,7 +301,7 @@ func cycleCases() []genCase {
 		c.bash("python reproduce.py", rc(0, "parsed 3 cards"))
 		return c
 	})
-	ok("codex-different-patches-same-tool", "healthy_cycle", func() *conv {
+	cs.ok("codex-different-patches-same-tool", "healthy_cycle", func() *conv {
 		c := newConv(sysPrompt, "Rename Invoice.total to Invoice.amount_due everywhere")
 		for _, f := range []string{"billing/invoice.py", "billing/report.py", "billing/api.py", "billing/export.py"} {
 			c.codexPatch(f, "    total = invoice.total", "    total = invoice.amount_due")
@@ -315,31 +316,25 @@ func cycleCases() []genCase {
 // details (class 3 of issue 13), and twins whose results differ in
 // content.
 func volatileCases() []genCase {
-	var cs []genCase
-	loop := func(id string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "loop", family: "tool_repetition", build: b})
-	}
-	ok := func(id, fam string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
-	}
+	var cs genCases
 	vite := func(hash string, ms, kb float64) string {
 		return fmt.Sprintf("\n> web@0.3.1 build\n> vite build\n\nvite v5.0.2 building for production...\ntransforming...\n✓ 34 modules transformed.\nrendering chunks...\ndist/index.html                   0.46 kB │ gzip:  0.30 kB\ndist/assets/index-%s.js  142.31 kB │ gzip: 45.83 kB\n✓ built in %.2fs\n(%.1f kB/s)", hash, ms, kb)
 	}
-	loop("claude-build-hashed-assets-durations-x3", func() *conv {
+	cs.loop("claude-build-hashed-assets-durations-x3", "tool_repetition", func() *conv {
 		c := newConv(sysPrompt, "The production build shows a blank page; find out why.")
 		for i, h := range []string{"4f9a2b1c", "9e03d7aa", "b71c20f5"} {
 			c.claudeBash("npm run build", "Build the app", vite(h, 1.42+float64(i)*0.31, 812.5+float64(i)*40))
 		}
 		return c
 	})
-	loop("codex-docker-ps-ids-ports-uptime-x3", func() *conv {
+	cs.loop("codex-docker-ps-ids-ports-uptime-x3", "tool_repetition", func() *conv {
 		c := newConv(sysPrompt, "Why does the api container keep failing its health check?")
 		for i, id := range []string{"3c1f9a7b2e4d", "8d2e0b6c1a9f", "f04a7e2b9c31"} {
 			c.codexShell("docker ps --filter name=api", 0, fmt.Sprintf("CONTAINER ID   IMAGE        COMMAND                  CREATED          STATUS                            PORTS                     NAMES\n%s   api:latest   \"uvicorn app:app --h…\"   %d seconds ago   Up %d seconds (health: starting)   0.0.0.0:%d->8000/tcp   api\n", id, 8+i*11, 7+i*11, 49153+i*7), 0.2+float64(i)/20)
 		}
 		return c
 	})
-	loop("mini-swe-train-progress-bars-x3", func() *conv {
+	cs.loop("mini-swe-train-progress-bars-x3", "tool_repetition", func() *conv {
 		c := newConv(sysPrompt, "<pr_description>The tiny training run never lowers the loss</pr_description>")
 		for i := 0; i < 3; i++ {
 			bar := fmt.Sprintf("epoch 1:  30%%|███       | 3/10 [00:0%d<00:0%d, %.2fit/s]\repoch 1: 100%%|██████████| 10/10 [00:0%d<00:00, %.2fit/s]\nloss=2.3026 acc=0.100\nsaved checkpoint to /tmp/run-%d/ckpt.pt", 1+i, 2+i, 3.1+float64(i), 3+i, 3.4+float64(i)/3, 4100+i*37)
@@ -347,14 +342,14 @@ func volatileCases() []genCase {
 		}
 		return c
 	})
-	loop("openhands-ipython-cell-counter-x3", func() *conv {
+	cs.loop("openhands-ipython-cell-counter-x3", "tool_repetition", func() *conv {
 		c := newConv(sysPrompt, "Find out why the frame has no rows")
 		for i := 0; i < 3; i++ {
 			c.call("", "execute_ipython_cell", map[string]any{"code": "df = pd.read_csv('data/sales.csv')\ndf.shape"}, fmt.Sprintf("Out[%d]: (0, 7)\n[Jupyter current working directory: /workspace]\n[Jupyter Python interpreter: /openhands/poetry/openhands-ai-5O4_aCHf-py3.12/bin/python]", 4+i))
 		}
 		return c
 	})
-	ok("build-output-changes-in-content", "healthy_volatile", func() *conv {
+	cs.ok("build-output-changes-in-content", "healthy_volatile", func() *conv {
 		c := newConv(sysPrompt, "The production build shows a blank page; find out why.")
 		for i, n := range []int{34, 35, 37} {
 			c.claudeBash("npm run build", "Build the app", strings.Replace(vite(fmt.Sprintf("%08x", 0x4f9a2b1c+i*977), 1.4, 800), "34 modules", fmt.Sprintf("%d modules", n), 1))
@@ -362,14 +357,14 @@ func volatileCases() []genCase {
 		}
 		return c
 	})
-	ok("docker-ps-status-changes", "healthy_volatile", func() *conv {
+	cs.ok("docker-ps-status-changes", "healthy_volatile", func() *conv {
 		c := newConv(sysPrompt, "Wait for the api container to become healthy")
 		for i, st := range []string{"Up 5 seconds (health: starting)", "Up 31 seconds (health: starting)", "Up About a minute (healthy)"} {
 			c.codexShell("docker ps --filter name=api", 0, fmt.Sprintf("CONTAINER ID   IMAGE        STATUS   PORTS   NAMES\n3c1f9a7b2e4d   api:latest   %s   0.0.0.0:49153->8000/tcp   api\n", st), 0.2+float64(i)/20)
 		}
 		return c
 	})
-	ok("training-loss-goes-down", "healthy_volatile", func() *conv {
+	cs.ok("training-loss-goes-down", "healthy_volatile", func() *conv {
 		c := newConv(sysPrompt, "<pr_description>The tiny training run never lowers the loss</pr_description>")
 		for i, loss := range []string{"2.3026", "1.8710", "0.9342"} {
 			c.miniText("Run the training script after the learning-rate change.", "python train.py --epochs 1", 0, fmt.Sprintf("epoch 1: 100%%|██████████| 10/10 [00:0%d<00:00, 3.%dit/s]\nloss=%s", 3+i, i, loss))
@@ -383,17 +378,11 @@ func volatileCases() []genCase {
 // assistantErrorCases: the assistant's own turns failing the same way
 // again and again (class 4 of issue 13), and turns that recover.
 func assistantErrorCases() []genCase {
-	var cs []genCase
-	loop := func(id string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "loop", family: "summary_loop", build: b})
-	}
-	ok := func(id, fam string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
-	}
+	var cs genCases
 	ctxErr := func(n int) string {
 		return fmt.Sprintf("litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException - This model's maximum context length is 128000 tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", n)
 	}
-	loop("openhands-context-window-error-turns-x3", func() *conv {
+	cs.loop("openhands-context-window-error-turns-x3", "summary_loop", func() *conv {
 		c := newConv(sysPrompt, "Refactor the payment module")
 		c.ohBash("find /workspace/pay -name '*.py' | wc -l", 0, "214")
 		c.call("", "str_replace_editor", map[string]any{"command": "view", "path": "/workspace/pay/core.py"}, strings.Repeat("# payment core\n", 40))
@@ -402,14 +391,14 @@ func assistantErrorCases() []genCase {
 		}
 		return c
 	})
-	loop("chat-empty-answers-despite-new-questions-x3", func() *conv {
+	cs.loop("chat-empty-answers-despite-new-questions-x3", "summary_loop", func() *conv {
 		c := newConv("You are a helpful assistant.", "Summarise the attached meeting notes in five bullet points.")
 		c.say("").user("Hello? You sent an empty reply.")
 		c.say("").user("Please just list the decisions that were made.")
 		c.say("")
 		return c
 	})
-	loop("cline-api-error-429-turns-x4", func() *conv {
+	cs.loop("cline-api-error-429-turns-x4", "summary_loop", func() *conv {
 		c := newConv(sysPrompt, "Add pagination to the users endpoint")
 		c.call("", "read_file", map[string]any{"path": "src/routes/users.ts"}, "export const list = (req, res) => res.json(db.users.all())")
 		for i := 0; i < 4; i++ {
@@ -417,7 +406,7 @@ func assistantErrorCases() []genCase {
 		}
 		return c
 	})
-	ok("one-provider-error-then-work-resumes", "healthy_assistant_error", func() *conv {
+	cs.ok("one-provider-error-then-work-resumes", "healthy_assistant_error", func() *conv {
 		c := newConv(sysPrompt, "Refactor the payment module")
 		c.ohBash("find /workspace/pay -name '*.py' | wc -l", 0, "214")
 		c.say(ctxErr(131072)).user("Please continue working on the task.")
@@ -425,7 +414,7 @@ func assistantErrorCases() []genCase {
 		c.ohBash("cd /workspace/pay && python -m pytest -q", 0, "52 passed in 3.10s")
 		return c
 	})
-	ok("explaining-different-provider-errors", "healthy_assistant_error", func() *conv {
+	cs.ok("explaining-different-provider-errors", "healthy_assistant_error", func() *conv {
 		c := newConv("You are a helpful assistant.", "My script gets HTTP 429 from the API. What does that mean?")
 		c.say("A 429 means you hit the rate limit: too many requests in a short time. Back off and retry with exponential delays.")
 		c.user("And what about 'maximum context length exceeded'?")
@@ -434,7 +423,7 @@ func assistantErrorCases() []genCase {
 		c.say("503 means the provider is overloaded or down for maintenance; retry later, it is not caused by your request.")
 		return c
 	})
-	ok("two-empty-replies-then-answer", "healthy_assistant_error", func() *conv {
+	cs.ok("two-empty-replies-then-answer", "healthy_assistant_error", func() *conv {
 		c := newConv("You are a helpful assistant.", "Summarise the attached meeting notes in five bullet points.")
 		c.say("").user("Hello? You sent an empty reply.")
 		c.say("").user("Please just list the decisions that were made.")
@@ -448,16 +437,10 @@ func assistantErrorCases() []genCase {
 // progress (classes 5-8 of issue 13: warnings we gave and should not),
 // beside the loops they must stay apart from.
 func progressCases() []genCase {
-	var cs []genCase
-	loop := func(id, fam string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "loop", family: fam, build: b})
-	}
-	ok := func(id, fam string, b func() *conv) {
-		cs = append(cs, genCase{id: id, expect: "no_loop", family: fam, build: b})
-	}
+	var cs genCases
 	cargoErr := "   Compiling ledger v0.4.0 (/home/dev/ledger)\nerror[E0308]: mismatched types\n  --> src/post.rs:88:20\n   |\n88 |     let amount: u64 = entry.amount;\n   |                 ---   ^^^^^^^^^^^^ expected `u64`, found `i64`\n\nerror: could not compile `ledger` (lib) due to 1 previous error"
 	// Class 5: a rebuild after different edits is progress.
-	ok("claude-rebuild-after-different-edits-same-error", "healthy_test_after_edit", func() *conv {
+	cs.ok("claude-rebuild-after-different-edits-same-error", "healthy_test_after_edit", func() *conv {
 		c := newConv(sysPrompt, "Make amounts signed throughout the ledger")
 		edits := [][3]string{
 			{"src/entry.rs", "pub amount: u64,", "pub amount: i64,"},
@@ -472,7 +455,7 @@ func progressCases() []genCase {
 		c.call("", "Edit", map[string]any{"file_path": "/home/dev/ledger/src/post.rs", "old_string": "let amount: u64 = entry.amount;", "new_string": "let amount: i64 = entry.amount;"}, "The file /home/dev/ledger/src/post.rs has been updated.")
 		return c
 	})
-	loop("claude-rebuild-after-same-edit-same-error", "test_fix_cycle", func() *conv {
+	cs.loop("claude-rebuild-after-same-edit-same-error", "test_fix_cycle", func() *conv {
 		c := newConv(sysPrompt, "Make amounts signed throughout the ledger")
 		for i := 0; i < 4; i++ {
 			c.call("", "Edit", map[string]any{"file_path": "/home/dev/ledger/src/post.rs", "old_string": "let amount: u64 = entry.amount" + strings.Repeat(" ", i) + ";", "new_string": "let amount: u64 = entry.amount as u64" + strings.Repeat(" ", i+1) + ";"},
@@ -482,7 +465,7 @@ func progressCases() []genCase {
 		return c
 	})
 	// Class 6: different calls to the same tool.
-	ok("openhands-different-test-files-fail-differently", "healthy_different_calls", func() *conv {
+	cs.ok("openhands-different-test-files-fail-differently", "healthy_different_calls", func() *conv {
 		c := newConv(sysPrompt, "Find which test modules fail on Python 3.12")
 		for i, m := range []string{"test_cache", "test_clock", "test_config", "test_codec", "test_crypto"} {
 			c.ohBash("cd /workspace/lib && python -m pytest -q tests/"+m+".py", 1, fmt.Sprintf("E   %s\nFAILED tests/%s.py::test_roundtrip\n1 failed, %d passed in 0.2s",
@@ -490,7 +473,7 @@ func progressCases() []genCase {
 		}
 		return c
 	})
-	ok("codex-sed-different-files-same-ack", "healthy_different_calls", func() *conv {
+	cs.ok("codex-sed-different-files-same-ack", "healthy_different_calls", func() *conv {
 		c := newConv(sysPrompt, "Replace the deprecated utcnow() calls")
 		for _, f := range []string{"lib/cache.py", "lib/clock.py", "lib/config.py", "lib/codec.py", "lib/crypto.py"} {
 			c.codexShell("sed -i 's/datetime.utcnow()/datetime.now(timezone.utc)/' "+f, 0, "", 0.01)
@@ -498,7 +481,7 @@ func progressCases() []genCase {
 		return c
 	})
 	// Class 7: the same error after an intervening success is a new attempt.
-	ok("same-error-after-a-success-is-new", "healthy_error_reset", func() *conv {
+	cs.ok("same-error-after-a-success-is-new", "healthy_error_reset", func() *conv {
 		c := newConv(sysPrompt, "Add the export and import commands")
 		modErr := rc(1, "Traceback (most recent call last):\n  File \"/testbed/cli.py\", line 2, in <module>\n    import yaml\nModuleNotFoundError: No module named 'yaml'")
 		c.bash("python cli.py export --help", modErr)
@@ -519,28 +502,28 @@ func progressCases() []genCase {
 		}
 		return b.String()
 	}
-	ok("claude-log-tail-grows-old-error-stays", "healthy_polling", func() *conv {
+	cs.ok("claude-log-tail-grows-old-error-stays", "healthy_polling", func() *conv {
 		c := newConv(sysPrompt, "Watch the worker until the backlog drains")
 		for i := 0; i < 5; i++ {
 			c.claudeBash("tail -n 20 logs/worker.log", "Check the worker log", logTail(3+i*2))
 		}
 		return c
 	})
-	ok("growing-file-line-count", "healthy_polling", func() *conv {
+	cs.ok("growing-file-line-count", "healthy_polling", func() *conv {
 		c := newConv(sysPrompt, "Wait for the export to finish writing")
 		for i := 0; i < 5; i++ {
 			c.ohBash("wc -l /workspace/out/export.csv", 0, fmt.Sprintf("%d /workspace/out/export.csv", 12000+i*4133))
 		}
 		return c
 	})
-	ok("random-output-each-run", "healthy_polling", func() *conv {
+	cs.ok("random-output-each-run", "healthy_polling", func() *conv {
 		c := newConv(sysPrompt, "Check that the sampler gives different seeds")
 		for _, v := range []string{"0.8443", "0.7579", "0.4205", "0.2589"} {
 			c.bash("python -c 'import random; print(round(random.random(), 4))'", rc(0, v))
 		}
 		return c
 	})
-	loop("claude-log-tail-unchanged-x3", "tool_repetition", func() *conv {
+	cs.loop("claude-log-tail-unchanged-x3", "tool_repetition", func() *conv {
 		c := newConv(sysPrompt, "Watch the worker until the backlog drains")
 		for i := 0; i < 3; i++ {
 			c.claudeBash("tail -n 20 logs/worker.log", "Check the worker log", logTail(4))

@@ -183,13 +183,8 @@ func tempPathLen(s string) int {
 		}
 	}
 	for p := s[:n]; p != ""; {
-		i := strings.IndexByte(p, '/')
-		comp := p
-		if i >= 0 {
-			comp, p = p[:i], p[i+1:]
-		} else {
-			p = ""
-		}
+		var comp string
+		comp, p = cutAny(p, "/")
 		if tempName(comp) {
 			return n
 		}

@@ -24,14 +24,9 @@ func restoreHint(cmd string) bool {
 
 // appendRestores appends the restores the shell command line cmd performs.
 func appendRestores(dst []restore, cmd string) []restore {
-	for len(cmd) > 0 {
-		end := strings.IndexAny(cmd, ";&|\n")
-		seg := cmd
-		if end >= 0 {
-			seg, cmd = cmd[:end], cmd[end+1:]
-		} else {
-			cmd = ""
-		}
+	for cmd != "" {
+		var seg string
+		seg, cmd = cutAny(cmd, ";&|\n")
 		dst = appendSegmentRestores(dst, strings.Fields(seg))
 	}
 	return dst
@@ -362,14 +357,9 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 // fo0 src/` the same.
 func targetHash(p string) uint64 {
 	h, any := newFNV(), false
-	for len(p) > 0 {
-		i := strings.IndexAny(p, " \t\n")
-		w := p
-		if i >= 0 {
-			w, p = p[:i], p[i+1:]
-		} else {
-			p = ""
-		}
+	for p != "" {
+		var w string
+		w, p = cutAny(p, " \t\n")
 		// Quoted words are patterns and scripts (sed 's/a/b/'), not files.
 		if w == "" || w[0] == '-' || w[0] == '\'' || w[0] == '"' || strings.ContainsAny(w, "<>=$|;&(){}") {
 			continue
@@ -383,4 +373,13 @@ func targetHash(p string) uint64 {
 		return 0
 	}
 	return uint64(h)
+}
+
+// cutAny splits s at its first byte in seps: what comes before, and what
+// comes after ("" when no byte of seps occurs).
+func cutAny(s, seps string) (string, string) {
+	if i := strings.IndexAny(s, seps); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
 }
