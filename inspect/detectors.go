@@ -589,12 +589,24 @@ func (in *inspection) errorCycle() (Detection, bool) {
 }
 
 // failedBefore reports whether x is a call that produced one of the
-// errors at idx: the same call, or the same tool on the same target.
+// errors at idx: the same call, or the same tool on the same target
+// (`python a.py` after `python a.py --verbose`).
 func (in *inspection) failedBefore(x *ev, idx []int) bool {
+	t := uint64(0)
 	for _, a := range idx {
 		e := &in.evs[a]
 		if e.fp == x.fp || e.c.PrimaryFingerprint != 0 && e.c.PrimaryFingerprint == x.c.PrimaryFingerprint {
 			return true
+		}
+		if e.c.Name == x.c.Name {
+			if t == 0 {
+				if t = targetHash(x.c.Primary); t == 0 {
+					continue
+				}
+			}
+			if targetHash(e.c.Primary) == t {
+				return true
+			}
 		}
 	}
 	return false
