@@ -276,15 +276,30 @@ func (in *inspection) toolCycle() (Detection, bool) {
 }
 
 // cycleMatch reports whether two calls hold the same place in a cycle:
-// the same call, or the same tool on the same target failing with the
-// same error (an edit retried with another old_str that matches nothing
-// again).
+// the same call, or an edit of the same file rejected with the same error
+// (retried with another old_str that matches nothing again). A shell
+// command that edits and then fails did change something: only the same
+// command holds the same place.
 func (in *inspection) cycleMatch(a, b *ev) bool {
 	if a.fp == b.fp {
 		return true
 	}
 	return a.isErr && b.isErr && a.err == b.err && a.meaningful && a.c.Name == b.c.Name &&
-		targetHash(a.c.Primary) == targetHash(b.c.Primary)
+		editCall(a.c) && targetHash(a.c.Primary) == targetHash(b.c.Primary)
+}
+
+// editCall reports a call of an edit tool: replace-style arguments or a
+// patch.
+func editCall(c *Call) bool {
+	if strings.Contains(c.Args, patchFile) {
+		return true
+	}
+	for _, kp := range editPairs {
+		if strings.Contains(c.Args, `"`+kp[0]+`"`) {
+			return true
+		}
+	}
+	return false
 }
 
 // similarity is the Jaccard index of the word sets of a and b, blended

@@ -179,30 +179,29 @@ func cleanPath(p string) string {
 	return p
 }
 
-// backupSuffixes mark a copy kept to go back to.
-var backupSuffixes = [...]string{".bak", ".backup", ".orig", ".old", ".save", ".saved", ".copy", ".bk", "~", "_backup", "_orig", "_bak", ".original"}
+// backupMarkers in a file's name or directory mark a copy kept to go back
+// to.
+var backupMarkers = [...]string{"bak", "backup", "orig", "save", "old", "copy", "bk", "~", "clean", "pristine"}
 
-// backupOf reports whether file b looks like a backup of file f:
-// f.py.bak, f.py.backup, f.py.orig, backup/f.py, /tmp/f.py.orig.
+// backupOf reports whether file b looks like a backup of file f: its name
+// holds f's (f.py.bak, f.py.orig, f_backup.py, original_f.py,
+// backup/f.py, /tmp/f.py) and a backup marker, or it sits in /tmp.
 func backupOf(b, f string) bool {
 	if b == f {
 		return false
 	}
 	bb, bf := path.Base(b), path.Base(f)
-	if bb == bf {
-		d := strings.ToLower(path.Dir(b))
-		return strings.Contains(d, "bak") || strings.Contains(d, "backup") || strings.Contains(d, "orig") || strings.HasPrefix(d, "/tmp")
+	stem := strings.TrimSuffix(bf, path.Ext(bf))
+	if stem == "" || !strings.Contains(bb, stem) {
+		return false
 	}
-	rest, ok := strings.CutPrefix(bb, bf)
-	if !ok {
-		stem := strings.TrimSuffix(bf, path.Ext(bf))
-		if rest, ok = strings.CutPrefix(bb, stem); !ok || stem == "" {
-			return false
-		}
+	lower := strings.ToLower(b)
+	if strings.HasPrefix(lower, "/tmp/") {
+		return true
 	}
-	rest = strings.TrimRight(rest, "0123456789")
-	for _, s := range backupSuffixes {
-		if strings.HasPrefix(rest, s) {
+	rest := strings.Replace(lower, strings.ToLower(stem), "", 1) // the marker is not part of f's own name
+	for _, m := range backupMarkers {
+		if strings.Contains(rest, m) {
 			return true
 		}
 	}

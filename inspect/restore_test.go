@@ -24,6 +24,9 @@ func TestAppendRestores(t *testing.T) {
 		{"cp util.py.backup util.py", []restore{{"util.py", "util.py.backup"}}},
 		{"cp -f /tmp/orig/util.py pkg/util.py && python t.py", []restore{{"pkg/util.py", "/tmp/orig/util.py"}}},
 		{"mv settings.orig.py settings.py", []restore{{"settings.py", "settings.orig.py"}}},
+		{"cp original_module.py module.py", []restore{{"module.py", "original_module.py"}}},
+		{"cp /tmp/module.py src/module.py", []restore{{"src/module.py", "/tmp/module.py"}}},
+		{"cp module.py.bak2 module.py", []restore{{"module.py", "module.py.bak2"}}},
 		{"undo_edit /repo/a.py", []restore{{"/repo/a.py", "undo"}}},
 		// Not restores.
 		{"git checkout main", nil},
@@ -34,6 +37,8 @@ func TestAppendRestores(t *testing.T) {
 		{"git reset HEAD a.py", nil},
 		{"cp util.py util.py.backup", nil},
 		{"cp a.py b.py", nil},
+		{"cp template.py old_parser.py", nil},
+		{"cp ../other/module.py module.py", nil},
 		{"git diff > patch.txt", nil},
 	}
 	for _, tt := range tests {
