@@ -529,6 +529,9 @@ func (in *inspection) sameResult() (Detection, bool) {
 		return Detection{}, false
 	}
 	slices.Reverse(idx)
+	if L.isErr && in.syntaxErrorMoves(idx) {
+		return Detection{}, false
+	}
 	// Similar arguments (foo, fo0, f00) are a stuck search; unrelated
 	// arguments all missing is exploration and needs more repeats.
 	sim := 0.0
@@ -592,7 +595,7 @@ func (in *inspection) errorCycle() (Detection, bool) {
 	}
 	d := Detection{Score: grow(strongBase, strongStep, len(idx), thr, 1), Evidence: in.evidence(idx)}
 	d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
-	if in.attemptsDiffer(idx) {
+	if in.attemptsDiffer(idx) || in.syntaxErrorMoves(idx) {
 		// Each failure came after a different change: debugging that has
 		// not hit the cause yet, not a loop.
 		d.Score, d.Evidence.NoProgress = progressScore, false
@@ -625,6 +628,56 @@ func (in *inspection) failedBefore(x *ev, idx []int) bool {
 		}
 	}
 	return false
+}
+
+// syntaxErrorMoves reports a syntax error that comes back at another
+// line of code that changed each time (the code is the call's argument,
+// as in a notebook cell): the signature drops line numbers, yet a moving
+// syntax error in new code is debugging progress (OpenHands' stuck tests).
+func (in *inspection) syntaxErrorMoves(idx []int) bool {
+	e := in.evs[idx[len(idx)-1]].c.ErrorText
+	if !strings.Contains(e, "SyntaxError") && !strings.Contains(e, "IndentationError") && !strings.Contains(e, "syntax error") {
+		return false
+	}
+	lines := make([]string, 0, len(idx))
+	for i, a := range idx {
+		x := &in.evs[a]
+		for _, b := range idx[:i] {
+			if in.evs[b].fp == x.fp {
+				return false // the same code failing again
+			}
+		}
+		lines = append(lines, errorLocation(x.c.Result))
+	}
+	for _, l := range lines[1:] {
+		if l != lines[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// errorLocation returns the number after the last "line " of an error
+// output: where the failure is.
+func errorLocation(res string) string {
+	if len(res) > 4096 {
+		res = res[len(res)-4096:]
+	}
+	for rest := res; ; {
+		i := strings.LastIndex(rest, "line ")
+		if i < 0 {
+			return ""
+		}
+		j := i + len("line ")
+		k := j
+		for k < len(rest) && isDigit(rest[k]) {
+			k++
+		}
+		if k > j {
+			return rest[j:k]
+		}
+		rest = rest[:i]
+	}
 }
 
 // progressScore reports a repeat that the evidence calls progress: below

@@ -263,6 +263,11 @@ func build(lines ...string) []byte {
 	return b
 }
 
+// cell is a build line: a notebook cell failing with a syntax error at line.
+func cell(code string, line int) string {
+	return "execute_ipython_cell:" + `{"code":"` + code + `"}=>` + fmt.Sprintf("  Cell In[%d], line %d\n    x = [1, 2\n         ^\nSyntaxError: '[' was never closed", line, line)
+}
+
 func rep(n int, s ...string) []string {
 	var out []string
 	for i := 0; i < n; i++ {
@@ -309,6 +314,10 @@ func TestDetectors(t *testing.T) {
 		{"restored 4 times after varied attempts", []string{"bash:sed -i s/a/b/ x.py=>", "bash:python x.py=>ok", "bash:git checkout x.py=>",
 			"bash:sed -i s/a/c/ x.py=>", "bash:python x.py=>ok 2", "bash:git checkout x.py=>", "bash:sed -i s/b/d/ x.py=>", "bash:python x.py=>ok 3",
 			"bash:git checkout x.py=>", "bash:sed -i s/e/f/ x.py=>", "bash:python x.py=>ok 4", "bash:git checkout x.py=>"}, "", false},
+		{"notebook syntax error moving as the cell changes", []string{
+			cell(`x = [1, 2\nprint(x)`, 1), cell(`x = [1, 2]\ny = {1: 2\nprint(x)`, 2), cell(`x = [1, 2]\ny = {1: 2}\nz = (3\nprint(x)`, 3)}, "", false},
+		{"notebook syntax error at one line as the cell changes", []string{
+			cell(`x = [1, 2\nprint(x)`, 1), cell(`x = [1, 2 \nprint(x)`, 1), cell(`x = [1,2\nprint(x)`, 1)}, ErrorCycle, true},
 		{"genuine user resets", append(rep(3, "bash:git status=>clean"), "user:Thanks! Now add a README section about installation.", "bash:git status=>clean"), "", false},
 		{"ignored tool", rep(5, "todo_write:{\"todos\":[1]}=>ok"), "", false},
 	}
