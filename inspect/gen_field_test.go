@@ -172,6 +172,17 @@ func oscillationCases() []genCase {
 		}
 		return c
 	})
+	cs.loop("mini-swe-restore-then-new-attempt-in-one-command-x5", "edit_undo", func() *conv {
+		c := newConv(sysPrompt, "<pr_description>QuerySet.in_bulk() fails for fields with UniqueConstraint</pr_description>")
+		c.bash("cp django/db/models/query.py /tmp/query.py.orig", rc(0, ""))
+		fails := []string{"AttributeError: 'UniqueConstraint' object has no attribute 'field'", "NameError: name 'unique_fields' is not defined",
+			"ValueError: in_bulk()'s field_name must be a unique field but 'slug' isn't.", "TypeError: 'NoneType' object is not iterable", "IndentationError: unexpected indent (query.py, line 689)"}
+		for i, f := range fails {
+			c.bash(fmt.Sprintf("cp /tmp/query.py.orig django/db/models/query.py && python /tmp/patch_%d.py && python reproduce.py", i), rc(1, "patched\nTraceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 12, in <module>\n    Article.objects.in_bulk(field_name='slug')\n"+f))
+			c.bash("sed -n '680,700p' django/db/models/query.py", rc(0, fmt.Sprintf("        if field_name != 'pk' and not opts.get_field(field_name).unique:  # v%d", i)))
+		}
+		return c
+	})
 	cs.ok("one-undo-edit-then-fix", "healthy_restore", func() *conv {
 		c := newConv(sysPrompt, "Make the CSV exporter quote fields containing newlines.")
 		c.ohEdit("/workspace/exporter/csvout.py", "    return ','.join(fields)", "    return ','.join(q(f) for f in fields)")

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -22,14 +23,26 @@ func restoreHint(cmd string) bool {
 	return strings.Contains(cmd, "git") || strings.Contains(cmd, "cp ") || strings.Contains(cmd, "mv ") || strings.HasPrefix(cmd, "undo_edit ")
 }
 
-// appendRestores appends the restores the shell command line cmd performs.
-func appendRestores(dst []restore, cmd string) []restore {
+// appendRestores appends the restores the shell command line cmd
+// performs, and reports whether the command goes on to change something
+// after its last restore (cp f.bak f && sed -i ... f): an attempt.
+func appendRestores(dst []restore, cmd string) ([]restore, bool) {
+	after := false
+	n := len(dst)
 	for cmd != "" {
 		var seg string
 		seg, cmd = cutAny(cmd, ";&|\n")
-		dst = appendSegmentRestores(dst, strings.Fields(seg))
+		w := strings.Fields(seg)
+		k := len(dst)
+		dst = appendSegmentRestores(dst, w)
+		switch {
+		case len(dst) > k:
+			after = false
+		case len(dst) > n && len(w) > 0 && !readOnlyWords(w):
+			after = true
+		}
 	}
-	return dst
+	return dst, after
 }
 
 // appendSegmentRestores reads one simple command (its words).
@@ -199,7 +212,8 @@ func backupOf(b, f string) bool {
 	if strings.HasPrefix(lower, "/tmp/") {
 		return true
 	}
-	rest := strings.Replace(lower, strings.ToLower(stem), "", 1) // the marker is not part of f's own name
+	// The marker is in b's name beside f's, or names b's folder.
+	rest := strings.Replace(strings.ToLower(bb), strings.ToLower(stem), "", 1) + "/" + path.Base(path.Dir(lower))
 	for _, m := range backupMarkers {
 		if strings.Contains(rest, m) {
 			return true
@@ -223,23 +237,52 @@ func readOnly(c *Call) bool {
 			return true
 		}
 	}
-	if p == "" || strings.ContainsAny(p, ">") {
-		return false
+	return readOnlyCommand(p)
+}
+
+// quietRedirects send output nowhere: they write no file.
+var quietRedirects = strings.NewReplacer("2>&1", "", "2>/dev/null", "", ">/dev/null", "", "&>/dev/null", "")
+
+// readOnlyCommand reports a shell command line every part of which only
+// prints ("cd /testbed && grep -n x f.py | head").
+func readOnlyCommand(p string) bool {
+	if strings.IndexByte(p, '>') >= 0 {
+		if p = quietRedirects.Replace(p); strings.IndexByte(p, '>') >= 0 {
+			return false // writes a file
+		}
 	}
-	first, rest, _ := strings.Cut(p, " ")
-	switch first {
-	case "cat", "head", "tail", "less", "more", "ls", "grep", "rg", "find", "pwd", "wc", "nl", "tree", "which", "echo", "file", "stat":
-		return !strings.Contains(p, "-exec") && !strings.Contains(p, "-delete")
+	any := false
+	for p != "" {
+		var seg string
+		seg, p = cutAny(p, ";&|\n")
+		if w := strings.Fields(seg); len(w) > 0 {
+			if !readOnlyWords(w) {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+// readOnlyWords reports a simple command (its words) that only prints.
+func readOnlyWords(w []string) bool {
+	sub := ""
+	if len(w) > 1 {
+		sub = w[1]
+	}
+	switch w[0] {
+	case "cd", "true", ":", "cat", "head", "tail", "less", "more", "ls", "grep", "rg", "pwd", "wc", "nl", "tree", "which", "echo", "file", "stat",
+		"journalctl", "ps", "df", "du", "free", "uptime", "date", "top", "sort", "uniq", "cut", "awk":
+		return true
+	case "find":
+		return !slices.Contains(w, "-exec") && !slices.Contains(w, "-delete")
 	case "git":
-		sub, _, _ := strings.Cut(rest, " ")
 		return sub == "status" || sub == "diff" || sub == "log" || sub == "show" || sub == "blame"
 	case "docker", "kubectl", "podman":
-		sub, _, _ := strings.Cut(rest, " ")
 		return sub == "logs" || sub == "ps" || sub == "get" || sub == "describe" || sub == "inspect" || sub == "top"
-	case "journalctl", "ps", "df", "du", "free", "uptime", "date", "top":
-		return true
 	case "sed":
-		return strings.HasPrefix(rest, "-n")
+		return sub == "-n"
 	}
 	return false
 }
@@ -266,7 +309,7 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 	restores := false
 	for a := range evs {
 		if p := evs[a].c.Primary; p != "" && restoreHint(p) {
-			if rs = appendRestores(rs[:0], p); len(rs) > 0 {
+			if rs, _ = appendRestores(rs[:0], p); len(rs) > 0 {
 				restores = true
 				break
 			}
@@ -279,17 +322,23 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 	for a := range evs {
 		x := &evs[a]
 		rs = rs[:0]
+		after := false
 		if x.c.Primary != "" && restoreHint(x.c.Primary) {
-			rs = appendRestores(rs, x.c.Primary)
+			rs, after = appendRestores(rs, x.c.Primary)
+		}
+		tried := func() {
+			attempt = true
+			for i := range states {
+				states[i].attempt = true
+			}
+			if x.has {
+				lastEnd = a
+			}
 		}
 		if len(rs) == 0 {
 			if !readOnly(x.c) {
-				attempt = true
-				for i := range states {
-					states[i].attempt = true
-				}
-			}
-			if x.has {
+				tried()
+			} else if x.has {
 				lastEnd = a
 			}
 			continue
@@ -319,6 +368,9 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 					states[i].attempt = false
 				}
 			}
+		}
+		if after {
+			tried() // cp f.bak f && sed -i ... f: a new attempt from the restored state
 		}
 	}
 	best := -1

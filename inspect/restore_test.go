@@ -42,7 +42,7 @@ func TestAppendRestores(t *testing.T) {
 		{"git diff > patch.txt", nil},
 	}
 	for _, tt := range tests {
-		if got := appendRestores(nil, tt.give); !slices.Equal(got, tt.want) {
+		if got, _ := appendRestores(nil, tt.give); !slices.Equal(got, tt.want) {
 			t.Errorf("appendRestores(%q) = %v; want %v", tt.give, got, tt.want)
 		}
 	}
@@ -66,5 +66,44 @@ func TestTargetHash(t *testing.T) {
 	}
 	if h := targetHash("git status"); h != 0 {
 		t.Errorf("targetHash(git status) = %x; want 0", h)
+	}
+}
+
+func TestAppendRestoresAttemptAfter(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"cp f.py.bak f.py", false},
+		{"cp f.py.bak f.py && python t.py", true},
+		{"cp f.py.bak f.py && sed -i 's/a/b/' f.py", true},
+		{"cp f.py.bak f.py && cat f.py | head -5", false},
+		{"cd /testbed && git checkout f.py 2>/dev/null || true", false},
+		{"sed -i 's/a/b/' f.py && git checkout f.py", false},
+	}
+	for _, tt := range tests {
+		if _, got := appendRestores(nil, tt.give); got != tt.want {
+			t.Errorf("appendRestores(%q) attempts after = %v; want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestReadOnlyCommand(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"cd /testbed && grep -n foo src/a.py | head -20", true},
+		{"cat a.py 2>/dev/null", true},
+		{"git diff > patch.txt", false},
+		{"cd /testbed && python reproduce.py", false},
+		{"find . -name '*.pyc' -delete", false},
+		{"sed -n '10,20p' a.py", true},
+		{"sed -i 's/a/b/' a.py", false},
+	}
+	for _, tt := range tests {
+		if got := readOnlyCommand(tt.give); got != tt.want {
+			t.Errorf("readOnlyCommand(%q) = %v; want %v", tt.give, got, tt.want)
+		}
 	}
 }
