@@ -705,6 +705,8 @@ var errorMarkers = [...]struct{ sub, kind string }{
 	{"did not appear verbatim", "edit no match"},
 	{"No replacement was performed", "edit no match"},
 	{"String to replace not found", "edit no match"},
+	{"does not match anything in the file", "edit no match"},
+	{"tool execution failed", "tool error"},
 	{"<tool_use_error>", "tool error"},
 	{"could not find", "not found"},
 	{"Could not find", "not found"},
@@ -727,6 +729,13 @@ func markerLine(s string) (string, string) {
 		if t := strings.TrimSpace(s[pos:end]); t != "" {
 			t = strings.TrimPrefix(t, "<output>")
 			if hasPrefixFold(t, "error:") || hasPrefixFold(t, "error ") || strings.HasPrefix(t, "ERROR") || strings.HasPrefix(t, "E   ") {
+				if len(t) <= len("ERROR:") && next < len(s) {
+					// A bare "ERROR:" heads the message on the next lines
+					// (OpenHands' editor): read on for what failed.
+					if k, l := markerLine(s[next:]); k != "" {
+						return k, l
+					}
+				}
 				return "error", t
 			}
 			if strings.HasPrefix(t, "FAIL ") || strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "npm ERR!") {
@@ -756,7 +765,7 @@ func markerLine(s string) (string, string) {
 // markerFirst and markerSecond flag, for each byte, the errorMarkers
 // (bit k: errorMarkers[k]) whose first or second byte it is: a position
 // where both flags share a bit is worth a comparison.
-var markerFirst, markerSecond = func() (f, s [256]uint16) {
+var markerFirst, markerSecond = func() (f, s [256]uint32) {
 	for k, m := range errorMarkers {
 		f[m.sub[0]] |= 1 << k
 		s[m.sub[1]] |= 1 << k
@@ -765,7 +774,7 @@ var markerFirst, markerSecond = func() (f, s [256]uint16) {
 }()
 
 // markerFirst holds one bit per marker.
-var _ = [16 - len(errorMarkers)]struct{}{}
+var _ = [32 - len(errorMarkers)]struct{}{}
 
 // minMarker is the length of the shortest errorMarkers entry.
 const minMarker = len("FAILED")
@@ -779,7 +788,7 @@ func nextMarker(s string, from int) int {
 			continue
 		}
 		for b &= markerSecond[s[i+1]]; b != 0; b &= b - 1 {
-			if strings.HasPrefix(s[i:], errorMarkers[bits.TrailingZeros16(b)].sub) {
+			if strings.HasPrefix(s[i:], errorMarkers[bits.TrailingZeros32(b)].sub) {
 				return i
 			}
 		}
