@@ -573,13 +573,15 @@ func (in *inspection) errorCycle() (Detection, bool) {
 	}
 	sig := evs[r].err
 	var idx []int
+	var targets []uint64 // of the calls at idx
 	for a := r; a >= in.win; a-- {
 		x := &evs[a]
 		if x.isErr && x.err == sig {
 			idx = append(idx, a)
+			targets = append(targets, targetHash(x.c.Primary))
 			continue
 		}
-		if x.has && !x.isErr && in.failedBefore(x, idx) {
+		if x.has && !x.isErr && in.failedBefore(x, idx, targets) {
 			// The call that failed succeeded in between: the failure
 			// that came back is a new attempt's, not the old loop.
 			break
@@ -607,22 +609,20 @@ func (in *inspection) errorCycle() (Detection, bool) {
 }
 
 // failedBefore reports whether x is a call that produced one of the
-// errors at idx: the same call, or the same tool on the same target
-// (`python a.py` after `python a.py --verbose`).
-func (in *inspection) failedBefore(x *ev, idx []int) bool {
-	t := uint64(0)
-	for _, a := range idx {
+// errors at idx (whose targetHash are targets): the same call, or the
+// same tool on the same target (`python a.py` after `python a.py -v`).
+func (in *inspection) failedBefore(x *ev, idx []int, targets []uint64) bool {
+	t, known := uint64(0), false
+	for i, a := range idx {
 		e := &in.evs[a]
 		if e.fp == x.fp || e.c.PrimaryFingerprint != 0 && e.c.PrimaryFingerprint == x.c.PrimaryFingerprint {
 			return true
 		}
-		if e.c.Name == x.c.Name {
-			if t == 0 {
-				if t = targetHash(x.c.Primary); t == 0 {
-					continue
-				}
+		if e.c.Name == x.c.Name && targets[i] != 0 {
+			if !known {
+				t, known = targetHash(x.c.Primary), true
 			}
-			if targetHash(e.c.Primary) == t {
+			if t == targets[i] {
 				return true
 			}
 		}
