@@ -84,7 +84,7 @@ func appendSegmentRestores(dst []restore, w []string) []restore {
 			}
 		}
 		if len(files) == 2 && backupOf(files[0], files[1]) {
-			return append(dst, restore{path: cleanPath(files[1]), from: cleanPath(files[0])})
+			return append(dst, restore{path: cleanPath(files[1]), from: path.Clean(files[0])})
 		}
 	}
 	return dst
@@ -184,10 +184,18 @@ func pathLike(a string) bool {
 	return true
 }
 
+// cleanPath names a restored file by its last two path elements, so that
+// /testbed/pkg/a.py, pkg/a.py and ./pkg/a.py, spelt differently from one
+// command to the next, are one file.
 func cleanPath(p string) string {
-	p = strings.TrimPrefix(p, "./")
-	if p == "" || p == "." {
+	p = path.Clean(p)
+	if p == "." || p == "/" {
 		return "."
+	}
+	if i := strings.LastIndexByte(p, '/'); i > 0 {
+		if j := strings.LastIndexByte(p[:i], '/'); j >= 0 {
+			return p[j+1:]
+		}
 	}
 	return p
 }

@@ -23,11 +23,12 @@ func TestAppendRestores(t *testing.T) {
 		{"git checkout .", []restore{{".", "HEAD"}}},
 		{"cp util.py.backup util.py", []restore{{"util.py", "util.py.backup"}}},
 		{"cp -f /tmp/orig/util.py pkg/util.py && python t.py", []restore{{"pkg/util.py", "/tmp/orig/util.py"}}},
+		{"git checkout -- /testbed/astropy/io/fits/card.py", []restore{{"fits/card.py", "HEAD"}}},
 		{"mv settings.orig.py settings.py", []restore{{"settings.py", "settings.orig.py"}}},
 		{"cp original_module.py module.py", []restore{{"module.py", "original_module.py"}}},
 		{"cp /tmp/module.py src/module.py", []restore{{"src/module.py", "/tmp/module.py"}}},
 		{"cp module.py.bak2 module.py", []restore{{"module.py", "module.py.bak2"}}},
-		{"undo_edit /repo/a.py", []restore{{"/repo/a.py", "undo"}}},
+		{"undo_edit /repo/a.py", []restore{{"repo/a.py", "undo"}}},
 		// Not restores.
 		{"git checkout main", nil},
 		{"git checkout feature/fast-parse", nil},
