@@ -736,4 +736,9 @@ func TestGenerateCorpus(t *testing.T) {
 	write("loops.jsonl", loopCases())
 	write("healthy.jsonl", healthyCases())
 	write("long.jsonl", []genCase{longHealthySession()})
+	write("oscillation.jsonl", oscillationCases())
+	write("cycles.jsonl", cycleCases())
+	write("volatile.jsonl", volatileCases())
+	write("assistant_errors.jsonl", assistantErrorCases())
+	write("progress.jsonl", progressCases())
 }
