@@ -79,9 +79,12 @@ func (s *Server) observeFinish(obs responseObserver, cause error, info *observe.
 // a stream, with a recover around each call. After a panic, raw is set:
 // the loop stops parsing and copies the rest of the stream as it comes.
 type streamRelay struct {
-	s     *Server
-	obs   responseObserver // nil: events are forwarded as they are
-	rd    *sse.Reader
+	s   *Server
+	obs responseObserver // nil: events are forwarded as they are
+	rd  *sse.Reader
+	// ev is the current event: one for the whole stream, as &ev goes to
+	// the observer and a fresh variable per event would escape each time.
+	ev    sse.Event
 	out   []byte // what the client gets for the current event; reused
 	raw   bool   // parsing or observing failed: pass the rest through
 	ended bool   // obs.end was called, or event stopped the stream

@@ -300,66 +300,14 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	s.obs.StreamOpened()
 	s.setStreamWriter(ctx, func(w *bufio.Writer) {
 		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
-		var (
-			events  int
-			written int64
-			ttfb    time.Duration
-			readErr error
-		)
 		// An observer whose header panicked sees nothing of the stream.
 		dropped := obs != nil && !observed
 		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, maxEvent), raw: dropped, ended: dropped}
-		// One Event for the whole stream: &ev goes to the observer, and a
-		// fresh variable per iteration would escape to the heap each time.
-		var ev sse.Event
-		for {
-			var err error
-			ev, err = rl.next()
-			if len(ev.Raw) > 0 {
-				events++
-				out, stop := rl.event(&ev)
-				n, _ := w.Write(out)
-				written += int64(n)
-				if ferr := w.Flush(); ferr != nil {
-					abort(errClientGone)
-					break
-				}
-				if ttfb == 0 {
-					ttfb = time.Since(start)
-				}
-				if stop {
-					abort(errCut)
-					break
-				}
-			}
-			if err == sse.ErrEventTooLarge || rl.raw {
-				// One event beyond stream.max_event_bytes (proxy-notes P8),
-				// or a panic while parsing or observing (fail open): stop
-				// parsing and pass the rest through as it comes, after what
-				// the observer held back.
-				n, err := w.Write(rl.end())
-				written += int64(n)
-				if err == nil {
-					n, err = w.Write(rl.buffered())
-					written += int64(n)
-				}
-				if err == nil {
-					var m int64
-					m, err = io.Copy(flushWriter{w}, ub)
-					written += m
-				}
-				if err != nil && !errors.Is(err, io.EOF) {
-					readErr = err
-				}
-				break
-			}
-			if err != nil {
-				if err != io.EOF {
-					readErr = err
-				}
-				break
-			}
+		var st relayStats
+		if stop := rl.relay(w, ub, start, &st); stop != nil {
+			abort(stop)
 		}
+		written, readErr := st.written, st.readErr
 		// The stream is over: what the observer held back (tail = "trim",
 		// held tool calls) goes out before anything of loopguard's own.
 		if tail := rl.end(); len(tail) > 0 {
@@ -388,8 +336,76 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 		}
 		ub.Close(final)
 		s.respond(obs, method, path, final, observe.ResponseInfo{Status: status, Streamed: true,
-			UpstreamLatency: headerLatency, TTFB: ttfb, Duration: time.Since(start), Events: events, Bytes: written})
+			UpstreamLatency: headerLatency, TTFB: st.ttfb, Duration: time.Since(start), Events: st.events, Bytes: written})
 	})
+}
+
+// relayStats is what relay counts of a stream.
+type relayStats struct {
+	events  int
+	written int64
+	ttfb    time.Duration // from start to the first event's flush
+	readErr error         // the upstream failed mid-stream
+}
+
+// relay copies the stream from r.rd to w until it ends: event by event,
+// each flushed as it comes, or the rest as it comes when it cannot be
+// parsed. src is r.rd's reader. It returns errClientGone when a flush
+// failed and errCut when the observer stopped the stream, nil when the
+// upstream ended it (st.readErr says how).
+//
+// An event costs one read (or none: a read may bring several), one scan
+// for its end, one write and one flush, and no allocation
+// (TestRelayEventAllocs); inspection adds the observer's event call.
+func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats) (stop error) {
+	for {
+		var err error
+		r.ev, err = r.next()
+		if len(r.ev.Raw) > 0 {
+			st.events++
+			out, cut := r.event(&r.ev)
+			n, _ := w.Write(out)
+			st.written += int64(n)
+			if ferr := w.Flush(); ferr != nil {
+				return errClientGone
+			}
+			if st.ttfb == 0 {
+				st.ttfb = time.Since(start)
+			}
+			if cut {
+				return errCut
+			}
+		}
+		if err == sse.ErrEventTooLarge || r.raw {
+			// One event beyond stream.max_event_bytes (proxy-notes P8),
+			// or a panic while parsing or observing (fail open): stop
+			// parsing and pass the rest through as it comes, after what
+			// the observer held back.
+			n, err := w.Write(r.end())
+			st.written += int64(n)
+			if err == nil {
+				n, err = w.Write(r.buffered())
+				st.written += int64(n)
+			}
+			if err == nil {
+				buf := copyBufs.Get().(*[]byte)
+				var m int64
+				m, err = io.CopyBuffer(flushWriter{w}, src, *buf)
+				copyBufs.Put(buf)
+				st.written += m
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				st.readErr = err
+			}
+			return nil
+		}
+		if err != nil {
+			if err != io.EOF {
+				st.readErr = err
+			}
+			return nil
+		}
+	}
 }
 
 // passBody relays a non-streamed body that is not held whole; fasthttp

@@ -22,9 +22,11 @@ func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
 }
 
 // streamBodyBuf is the writer's own buffer. An event larger than it goes to
-// the connection in one Write (bufio writes through when it is empty); a
-// smaller one is copied and sent by the Flush that follows it.
-const streamBodyBuf = 512
+// the connection in one Write, uncopied (bufio writes through when it is
+// empty, and the relay flushes after every event); a smaller one (a
+// keep-alive comment) is copied and sent by the Flush that follows it. Every
+// open stream holds it, so it is small.
+const streamBodyBuf = 64
 
 type streamBody struct {
 	write func(w *bufio.Writer)
