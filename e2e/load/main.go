@@ -7,6 +7,10 @@
 // its RSS per idle open stream with many concurrent streams.
 //
 //	go run ./e2e/load [-n 2000] [-c 16] [-streams 1000] [-bin PATH]
+//	go run ./e2e/load -open-only -open 1000,3000 [-open-events 200] [-open-pace 50ms] [-open-flat 500] [-nginx PATH]
+//
+// -open adds the open-streams workload (openstreams.go): streams held open
+// at a model's pace through loopguard, loopguard in mode off and nginx.
 //
 // Linux only (/proc). Everything runs on 127.0.0.1.
 package main
@@ -46,6 +50,9 @@ func main() {
 type options struct {
 	n, c, streams, events int
 	bin                   string
+	open                  string // open-streams workload: stream counts
+	openOnly              bool
+	openOpts              openOptions
 }
 
 func run() error {
@@ -55,7 +62,20 @@ func run() error {
 	flag.IntVar(&o.streams, "streams", 1000, "concurrent idle streams for the RSS measurement")
 	flag.IntVar(&o.events, "events", 500, "SSE events per stream")
 	flag.StringVar(&o.bin, "bin", "", "loopguard binary (default: go build from the repo root)")
+	flag.StringVar(&o.open, "open", "", "open-streams workload: comma-separated counts of streams held open at once (e.g. 1000,3000)")
+	flag.BoolVar(&o.openOnly, "open-only", false, "run only the open-streams workload")
+	flag.IntVar(&o.openOpts.events, "open-events", 200, "content events per open stream")
+	flag.DurationVar(&o.openOpts.pace, "open-pace", 50*time.Millisecond, "pause between two events of an open stream")
+	flag.IntVar(&o.openOpts.flat, "open-flat", 500, "streams relayed flat out (no pacing) over -c clients after the open streams; 0 skips")
+	flag.StringVar(&o.openOpts.nginx, "nginx", "", "nginx binary to compare with (default: nginx in PATH; skipped when missing)")
 	flag.Parse()
+	o.openOpts.c = o.c
+	if o.open != "" {
+		var err error
+		if o.openOpts.counts, err = parseCounts(o.open); err != nil {
+			return err
+		}
+	}
 
 	fake := fakellm.New(script(o.events))
 	fake.SetRecording(false)
@@ -85,6 +105,9 @@ func run() error {
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("go build: %w", err)
 		}
+	}
+	if o.openOnly {
+		return openStreams(bin, o.openOpts)
 	}
 	lg, err := startLoopguard(bin, fakeURL)
 	if err != nil {
@@ -153,6 +176,10 @@ func run() error {
 	}
 	fmt.Printf("\nidle open streams: %d through loopguard; RSS %.1f MiB -> %.1f MiB = %.1f KiB per stream\n",
 		o.streams, float64(rss[0])/(1<<20), float64(rss[1])/(1<<20), float64(rss[1]-rss[0])/1024/float64(o.streams))
+	if len(o.openOpts.counts) > 0 {
+		lg.stop()
+		return openStreams(bin, o.openOpts)
+	}
 	return nil
 }
 

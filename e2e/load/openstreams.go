@@ -1,0 +1,472 @@
+package main
+
+// The open-streams workload (issue 18): how many agents one replica can
+// hold. N clients each hold a streamed answer open at a model's pace; the
+// figures are the proxy's resident memory per open stream, its CPU per
+// event and the share of events delivered on time, for loopguard, loopguard
+// with policy mode off and nginx (proxy_buffering off) when it is installed,
+// all in front of the same paced upstream. A flat-out run (no pacing, -c
+// clients) gives the CPU per event when the relay, not the pace, is the
+// limit.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loopguard/loopguard/fakellm"
+)
+
+// openOptions are the open-streams workload's settings.
+type openOptions struct {
+	counts []int         // open streams per run
+	events int           // content events per stream
+	pace   time.Duration // pause between two events of a stream
+	flat   int           // streams relayed flat out, over c clients
+	c      int
+	nginx  string // nginx binary; empty: looked up in PATH
+}
+
+// parseCounts reads a comma-separated list of stream counts.
+func parseCounts(s string) ([]int, error) {
+	var counts []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-open: %q is not a positive count", f)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// openTarget is one proxy (or none) in front of the paced upstream.
+type openTarget struct {
+	name string
+	url  string
+	path string       // the request's path
+	pids func() []int // the processes whose memory and CPU count; nil: direct
+	stop func()
+}
+
+// openStreams runs the workload for every count in o.counts, then flat out,
+// against each target, and prints one table.
+func openStreams(bin string, o openOptions) error {
+	chunk := 16
+	fake := fakellm.New(fakellm.Script{Rules: []fakellm.Rule{
+		{Match: func(r *fakellm.Request) bool { return r.Header.Get("X-Load") == "flat" },
+			Response: fakellm.Response{Dialect: fakellm.VLLM, Content: prose(o.events * chunk), ChunkSize: chunk}},
+		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: prose(o.events * chunk), ChunkSize: chunk, Delay: o.pace}},
+	}})
+	fake.SetRecording(false)
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() { _ = fake.Serve(fln) }()
+	defer fake.Close()
+	upstream := "http://" + fln.Addr().String()
+	fmt.Printf("\nopen streams: %d content events each, one every %v (on time: within %v of the previous one)\n",
+		o.events, o.pace, o.pace*3/2)
+	fmt.Printf("%-22s %7s %7s %16s %14s %9s %7s\n", "target", "streams", "peak", "memory/stream", "CPU/event", "on time", "errors")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}}
+	// Each run gets fresh proxies: memory a runtime kept from an earlier,
+	// larger run would hide what the streams cost.
+	run := func(n, c int, pace time.Duration, direct bool) error {
+		targets, stop, err := startTargets(bin, o.nginx, fln.Addr().String(), n)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if direct {
+			targets = append([]openTarget{{name: "direct", url: upstream, path: "/v1/chat/completions"}}, targets...)
+		}
+		for _, t := range targets {
+			// Warm up: first-use allocations are not a stream's cost.
+			if _, err := runOpen(client, t, 16, 16, 0); err != nil {
+				return fmt.Errorf("%s warm-up: %w", t.name, err)
+			}
+			r, err := runOpen(client, t, n, c, pace)
+			if err != nil {
+				return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
+			}
+			r.print(t, n)
+			time.Sleep(2 * time.Second) // let closed connections go before the next run
+		}
+		return nil
+	}
+	for _, n := range o.counts {
+		if err := run(n, n, o.pace, true); err != nil {
+			return err
+		}
+	}
+	if o.flat > 0 {
+		fmt.Printf("\nflat out: %d streams of %d events over %d clients, no pacing\n", o.flat, o.events, o.c)
+		return run(o.flat, o.c, 0, false)
+	}
+	return nil
+}
+
+// startTargets starts nginx (when installed), loopguard in mode off and
+// loopguard in front of upstream (host:port), with room for streams open
+// streams; stop ends them.
+func startTargets(bin, nginx, upstream string, streams int) (targets []openTarget, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	if ng, err := startNginx(nginx, upstream, streams); err != nil {
+		fmt.Printf("nginx skipped: %v\n", err)
+	} else {
+		stops = append(stops, ng.stop)
+		ng.path = "/v1/chat/completions"
+		targets = append(targets, ng)
+	}
+	// Mode off still watches streamed answers (only the request side is
+	// skipped); a path loopguard does not inspect shows the relay alone.
+	for _, lgt := range []struct{ name, mode, path string }{
+		{"loopguard, relay only", "off", "/v1/relay"},
+		{"loopguard, mode off", "off", "/v1/chat/completions"},
+		{"loopguard", "enforce", "/v1/chat/completions"},
+	} {
+		// startLoopguard passes the environment on: the mode is chosen there.
+		os.Setenv("LOOPGUARD_POLICY_MODE", lgt.mode)
+		lg, err := startLoopguard(bin, "http://"+upstream)
+		os.Unsetenv("LOOPGUARD_POLICY_MODE")
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("%s: %w", lgt.name, err)
+		}
+		stops = append(stops, lg.stop)
+		pid := lg.cmd.Process.Pid
+		targets = append(targets, openTarget{name: lgt.name, url: lg.url, path: lgt.path,
+			pids: func() []int { return []int{pid} }})
+	}
+	return targets, stop, nil
+}
+
+// prose is n bytes of varied text: words drawn with a fixed seed, so no
+// phrase repeats the way a degenerate answer does and no detector fires.
+func prose(n int) string {
+	words := strings.Fields(`the model reads each file once and then writes a short plan before it changes
+		anything in the parser so the tests can show whether the fix holds under load while the proxy forwards
+		every token as it arrives and keeps count of what was said without slowing the agent down or holding
+		bytes back from the client that asked for them in the first place because latency matters most here`)
+	rng := rand.New(rand.NewPCG(18, 18))
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(words[rng.IntN(len(words))])
+		b.WriteByte(' ')
+	}
+	return b.String()[:n]
+}
+
+// openResult is one run's figures.
+type openResult struct {
+	peakOpen         int // streams open at once, at most
+	events, onTime   int64
+	errors           int64
+	firstErr         error
+	idleRSS, peakRSS int64
+	cpu              time.Duration
+	measured         bool // pids known: memory and CPU figures exist
+	flat             bool
+}
+
+func (r openResult) print(t openTarget, n int) {
+	mem, cpu := "", ""
+	if r.measured {
+		mem = fmt.Sprintf("%.1f KiB", float64(r.peakRSS-r.idleRSS)/1024/float64(n))
+		if r.events > 0 {
+			cpu = fmt.Sprintf("%.2f µs", float64(r.cpu.Nanoseconds())/1e3/float64(r.events))
+		}
+	}
+	onTime := fmt.Sprintf("%.1f%%", 100*float64(r.onTime)/float64(max(r.events, 1)))
+	if r.flat {
+		mem, onTime = "", ""
+	}
+	fmt.Printf("%-22s %7d %7d %16s %14s %9s %7d\n", t.name, n, r.peakOpen, mem, cpu, onTime, r.errors)
+	if r.firstErr != nil {
+		fmt.Printf("%-22s first error: %v\n", "", r.firstErr)
+	}
+}
+
+// runOpen relays n streams over c concurrent clients through t (c == n:
+// all open at once) and measures t's processes meanwhile. pace 0 asks the
+// upstream for a flat-out stream.
+func runOpen(client *http.Client, t openTarget, n, c int, pace time.Duration) (openResult, error) {
+	load := "paced"
+	if pace == 0 {
+		load = "flat"
+	}
+	r := openResult{flat: pace == 0, measured: t.pids != nil}
+	var err error
+	if r.measured {
+		if r.idleRSS, err = rssOf(t.pids()); err != nil {
+			return r, err
+		}
+	}
+	cpu0, err := cpuOf(t.pids)
+	if err != nil {
+		return r, err
+	}
+	var (
+		open, peak, next atomic.Int64
+		events, onTime   atomic.Int64
+		errs             atomic.Int64
+		errOnce          sync.Once
+		wg               sync.WaitGroup
+	)
+	fail := func(err error) {
+		errs.Add(1)
+		errOnce.Do(func() { r.firstErr = err })
+	}
+	// Sample the resident memory while the streams are open; the peak counts.
+	done := make(chan struct{})
+	sampled := make(chan int64)
+	go func() {
+		var most int64
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				sampled <- most
+				return
+			case <-tick.C:
+				if r.measured {
+					if v, err := rssOf(t.pids()); err == nil {
+						most = max(most, v)
+					}
+				}
+			}
+		}
+	}()
+	// Connections are opened at most 64 at a time, so a burst of thousands
+	// does not overflow a listen backlog.
+	dials := make(chan struct{}, 64)
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				st, err := oneStream(client, t.url+t.path, load, pace, dials, func() {
+					if o := open.Add(1); o > peak.Load() {
+						peak.Store(o) // a lost race undercounts by one; it is a report, not a check
+					}
+				})
+				open.Add(-1)
+				events.Add(st.events)
+				onTime.Add(st.onTime)
+				if err == nil && st.events < 3 {
+					err = fmt.Errorf("%d events", st.events)
+				}
+				if err != nil {
+					fail(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	r.peakRSS = <-sampled
+	cpu1, err := cpuOf(t.pids)
+	if err != nil {
+		return r, err
+	}
+	r.cpu = cpu1 - cpu0
+	r.peakOpen = int(peak.Load())
+	r.events, r.onTime, r.errors = events.Load(), onTime.Load(), errs.Load()
+	return r, nil
+}
+
+type streamStats struct{ events, onTime int64 }
+
+// oneStream requests a streamed answer from url and reads it to its end, noting each
+// data event's gap from the one before. opened runs once the headers came.
+func oneStream(client *http.Client, url, load string, pace time.Duration, dials chan struct{}, opened func()) (streamStats, error) {
+	var st streamStats
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	body := `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"Write the plan."}]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return st, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Load", load)
+	dials <- struct{}{}
+	resp, err := client.Do(req)
+	<-dials
+	opened()
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	br := bufio.NewReaderSize(resp.Body, 1024)
+	var last time.Time
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue // a long line: its start was counted
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return st, nil
+			}
+			return st, err
+		}
+		if !bytes.HasPrefix(line, []byte("data: ")) {
+			continue
+		}
+		// The first event has no gap to judge; flat out (pace 0), every
+		// event is on time.
+		now := time.Now()
+		if last.IsZero() || pace == 0 || now.Sub(last) <= pace*3/2 {
+			st.onTime++
+		}
+		last = now
+		st.events++
+	}
+}
+
+// rssOf is the resident memory of pids together.
+func rssOf(pids []int) (int64, error) {
+	var sum int64
+	for _, pid := range pids {
+		v, err := vmRSS(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// cpuOf is the CPU time pids have used together; 0 when pids is nil.
+func cpuOf(pids func() []int) (time.Duration, error) {
+	if pids == nil {
+		return 0, nil
+	}
+	var sum time.Duration
+	for _, pid := range pids() {
+		v, err := cpuTime(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// nginxConf is a minimal reverse proxy for SSE: one worker (its memory and
+// CPU are what a stream costs), no buffering of the answer, keep-alive to
+// the upstream, room for every stream's two connections.
+const nginxConf = `daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile %[1]d;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log warn;
+events { worker_connections %[1]d; }
+http {
+	access_log off;
+	client_body_temp_path %[2]s/body;
+	proxy_temp_path %[2]s/proxy;
+	fastcgi_temp_path %[2]s/fastcgi;
+	uwsgi_temp_path %[2]s/uwsgi;
+	scgi_temp_path %[2]s/scgi;
+	upstream fake { server %[3]s; keepalive 64; }
+	server {
+		listen %[4]s backlog=4096;
+		location / {
+			proxy_pass http://fake;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering off;
+			proxy_read_timeout 300s;
+		}
+	}
+}
+`
+
+// startNginx runs nginx (bin, or the one in PATH) in front of upstream
+// (host:port) on a free loopback port, from a temporary prefix, in the
+// foreground, with room for streams open streams.
+func startNginx(bin, upstream string, streams int) (openTarget, error) {
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("nginx"); err != nil {
+			return openTarget{}, errors.New("nginx is not installed (apt-get install -y nginx)")
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return openTarget{}, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir, err := os.MkdirTemp("", "loopguard-load-nginx")
+	if err != nil {
+		return openTarget{}, err
+	}
+	conf := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, 2*streams+256, dir, upstream, addr), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return openTarget{}, err
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", filepath.Join(dir, "error.log"))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return openTarget{}, err
+	}
+	t := openTarget{name: "nginx", url: "http://" + addr, stop: func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		os.RemoveAll(dir)
+	}}
+	master := cmd.Process.Pid
+	t.pids = func() []int { return append([]int{master}, children(master)...) }
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return t, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.stop()
+	return openTarget{}, errors.New("nginx did not listen within 10s")
+}
+
+// children lists the child processes of pid (nginx's workers).
+func children(pid int) []int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
