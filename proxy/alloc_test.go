@@ -62,20 +62,3 @@ func TestRelayEventAllocs(t *testing.T) {
 		})
 	}
 }
-
-// eventSource is an upstream that delivers n events, one per Read, as a
-// paced stream arrives, then io.EOF.
-type eventSource struct {
-	events []sse.Event
-	n      int
-	sent   int
-}
-
-func (s *eventSource) Read(p []byte) (int, error) {
-	if s.sent == s.n {
-		return 0, io.EOF
-	}
-	ev := s.events[s.sent%len(s.events)]
-	s.sent++
-	return copy(p, ev.Raw), nil
-}

@@ -117,6 +117,21 @@ func (r *streamRelay) next() (ev sse.Event, err error) {
 	return r.rd.Next()
 }
 
+// nextBuffered returns the next event when the reader holds all of it;
+// false when it must read first, or it panicked (then raw is set).
+func (r *streamRelay) nextBuffered() (ev sse.Event, ok bool) {
+	if r.raw {
+		return sse.Event{}, false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(nil, "sse", p)
+			ev, ok = sse.Event{}, false
+		}
+	}()
+	return r.rd.NextBuffered()
+}
+
 // event returns what the client gets for ev and whether the stream stops
 // after it. When the observer panics, the client gets what it held, then
 // ev as the upstream sent it, and raw is set. That is every byte when the

@@ -354,16 +354,43 @@ type relayStats struct {
 // failed and errCut when the observer stopped the stream, nil when the
 // upstream ended it (st.readErr says how).
 //
-// An event costs one read (or none: a read may bring several), one scan
-// for its end, one write and one flush, and no allocation
-// (TestRelayEventAllocs); inspection adds the observer's event call.
+// An event costs one read, one scan for its end, one write and one flush,
+// and no allocation (TestRelayEventAllocs); inspection adds the observer's
+// event call. Events that one read brought together (an upstream ahead of
+// its client) go out in one write and one flush, as they came.
 func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats) (stop error) {
+	var batch *[]byte // events read together and not yet written; pooled
+	defer func() {
+		if batch != nil {
+			batchBufs.Put(batch)
+		}
+	}()
+	ready := false // r.ev is an event NextBuffered returned
 	for {
 		var err error
-		r.ev, err = r.next()
+		if !ready {
+			r.ev, err = r.next()
+		}
+		ready = false
 		if len(r.ev.Raw) > 0 {
 			st.events++
 			out, cut := r.event(&r.ev)
+			if !cut && err == nil && !r.raw && (batch == nil || len(*batch)+len(out) <= batchMax) {
+				if r.ev, ready = r.nextBuffered(); ready {
+					// out may alias the observer's buffer, which the next
+					// event reuses: keep a copy.
+					if batch == nil {
+						batch = batchBufs.Get().(*[]byte)
+					}
+					*batch = append(*batch, out...)
+					continue
+				}
+			}
+			if batch != nil {
+				*batch = append(*batch, out...)
+				out = *batch
+				*batch = (*batch)[:0]
+			}
 			n, _ := w.Write(out)
 			st.written += int64(n)
 			if ferr := w.Flush(); ferr != nil {
@@ -407,6 +434,15 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 		}
 	}
 }
+
+// batchMax bounds the events relay sends in one write: with the chunk's
+// framing they fit the server's 4 KiB write buffer, so one write is one
+// send.
+const batchMax = 3 << 10
+
+// batchBufs hold the events of one read while they are relayed; a stream
+// holds one only while it relays a burst.
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // passBody relays a non-streamed body that is not held whole; fasthttp
 // closes it when the response is written. It implements CloseWithError and

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/sse"
 	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"go.uber.org/goleak"
@@ -459,4 +461,133 @@ func TestStreamRequestTimeout(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Error("the upstream never saw its connection closed")
 	}
+}
+
+// TestRelayWritesPerRead checks that relay sends the events one read
+// brought in one write and one flush, byte for byte as they came, and a
+// paced stream's events one write each; with inspection off and on, and
+// with an observer that cuts in the middle of a read's events.
+func TestRelayWritesPerRead(t *testing.T) {
+	o, events := observerAndEvents(t)
+	var stream []byte
+	var sizes []int
+	for i := range 60 {
+		stream = append(stream, events[64+i].Raw...)
+		if i%3 == 2 {
+			// Three events per read.
+			sizes = append(sizes, len(events[64+i-2].Raw)+len(events[64+i-1].Raw)+len(events[64+i].Raw))
+		}
+	}
+	tests := []struct {
+		name       string
+		obs        responseObserver
+		sizes      []int // bytes per read; nil: one event per read
+		wantWrites int
+	}{
+		{"paced, inspection off", nil, nil, 60},
+		{"paced, inspection on", o, nil, 60},
+		{"3 events per read, inspection off", nil, sizes, 20},
+		{"3 events per read, inspection on", o, sizes, 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := &eventSource{events: events[64:], n: 60}
+			var rd io.Reader = src
+			if tt.sizes != nil {
+				rd = &sizedReader{b: stream, sizes: tt.sizes}
+			}
+			var sink writeCounter
+			w := bufio.NewWriterSize(&sink, streamBodyBuf)
+			rl := streamRelay{obs: tt.obs, rd: sse.NewReader(rd, 0)}
+			var st relayStats
+			if stop := rl.relay(w, rd, time.Now(), &st); stop != nil || st.readErr != nil {
+				t.Fatalf("relay = %v, %v; want the stream relayed to its end", stop, st.readErr)
+			}
+			if !bytes.Equal(sink.b, stream) {
+				t.Errorf("relayed %d bytes that differ from the upstream's %d", len(sink.b), len(stream))
+			}
+			if sink.writes != tt.wantWrites || st.events != 60 {
+				t.Errorf("relay wrote %d times for %d events; want %d writes", sink.writes, st.events, tt.wantWrites)
+			}
+		})
+	}
+	t.Run("cut within a read", func(t *testing.T) {
+		cut := &cutAfter{n: 5}
+		var sink writeCounter
+		w := bufio.NewWriterSize(&sink, streamBodyBuf)
+		rd := &sizedReader{b: stream, sizes: sizes}
+		rl := streamRelay{obs: cut, rd: sse.NewReader(rd, 0)}
+		var st relayStats
+		if stop := rl.relay(w, rd, time.Now(), &st); stop != errCut {
+			t.Fatalf("relay = %v; want errCut", stop)
+		}
+		// Events 4-6 came in one read; the 5th cut: 4 and 5 go out, together.
+		want := 0
+		for i := range 5 {
+			want += len(events[64+i].Raw)
+		}
+		if !bytes.Equal(sink.b, stream[:want]) || sink.writes != 2 {
+			t.Errorf("relayed %d bytes in %d writes; want the first %d bytes of the stream in 2", len(sink.b), sink.writes, want)
+		}
+	})
+}
+
+// sizedReader returns b in reads of the given sizes, then io.EOF.
+type sizedReader struct {
+	b     []byte
+	sizes []int
+}
+
+func (r *sizedReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := len(r.b)
+	if len(r.sizes) > 0 {
+		n, r.sizes = r.sizes[0], r.sizes[1:]
+	}
+	n = copy(p, r.b[:n])
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// writeCounter keeps what is written and counts the writes.
+type writeCounter struct {
+	b      []byte
+	writes int
+}
+
+func (c *writeCounter) Write(p []byte) (int, error) {
+	c.b = append(c.b, p...)
+	c.writes++
+	return len(p), nil
+}
+
+// cutAfter is an observer that passes events through and stops the stream
+// at the nth.
+type cutAfter struct {
+	responseObserver
+	n, seen int
+}
+
+func (c *cutAfter) event(ev *sse.Event, out []byte) ([]byte, bool) {
+	c.seen++
+	return append(out, ev.Raw...), c.seen == c.n
+}
+
+// eventSource is an upstream that delivers n events, one per Read, as a
+// paced stream arrives, then io.EOF.
+type eventSource struct {
+	events []sse.Event
+	n      int
+	sent   int
+}
+
+func (s *eventSource) Read(p []byte) (int, error) {
+	if s.sent == s.n {
+		return 0, io.EOF
+	}
+	ev := s.events[s.sent%len(s.events)]
+	s.sent++
+	return copy(p, ev.Raw), nil
 }

@@ -177,6 +177,17 @@ func (r *Reader) Next() (Event, error) {
 	}
 }
 
+// NextBuffered returns the next event when all of it is already buffered,
+// without reading; false when Next would have to read (or report an
+// error). A proxy that relays events one by one uses it to send the events
+// one read brought in one write. The event is valid as Next's is.
+func (r *Reader) NextBuffered() (Event, bool) {
+	if r.err != nil {
+		return Event{}, false
+	}
+	return r.scan()
+}
+
 // scan parses the lines buffered after r.line and returns the event once
 // its blank line is there.
 func (r *Reader) scan() (Event, bool) {

@@ -417,3 +417,56 @@ func TestReaderBOMSplit(t *testing.T) {
 		t.Fatalf("events %+v, %v; want one partial event", got, err)
 	}
 }
+
+// TestReaderNextBuffered checks that NextBuffered returns exactly the
+// events complete in what was read, never reads, and leaves the rest to
+// Next: the events come out as Next alone would return them.
+func TestReaderNextBuffered(t *testing.T) {
+	tests := []struct {
+		name   string
+		chunks []string
+		want   [][]string // per Next: the Raw of Next's event, then of each NextBuffered one
+	}{
+		{"one event per read", []string{"data: a\n\n", "data: b\n\n"}, [][]string{{"data: a\n\n"}, {"data: b\n\n"}}},
+		{"three in one read", []string{"data: a\n\ndata: b\n\n: ping\n\n"},
+			[][]string{{"data: a\n\n", "data: b\n\n", ": ping\n\n"}}},
+		{"second one incomplete", []string{"data: a\n\ndata: b\n", "\n"},
+			[][]string{{"data: a\n\n"}, {"data: b\n\n"}}},
+		{"CRLF", []string{"data: a\r\n\r\ndata: b\r\n\r\nda", "ta: c\r\n\r\n"},
+			[][]string{{"data: a\r\n\r\n", "data: b\r\n\r\n"}, {"data: c\r\n\r\n"}}},
+		{"lone CRs", []string{"data: a\r\rdata: b\r\r"}, [][]string{{"data: a\r\r", "data: b\r\r"}}},
+		{"trailing partial event", []string{"data: a\n\ndata: b"}, [][]string{{"data: a\n\n"}, {"data: b"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cr := &chunkReader{}
+			for _, c := range tt.chunks {
+				cr.b = append(cr.b, c...)
+				cr.sizes = append(cr.sizes, len(c))
+			}
+			r := NewReader(cr, 0)
+			var got [][]string
+			for {
+				e, err := r.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatalf("Next: %v", err)
+				}
+				batch := []string{string(e.Raw)}
+				for {
+					e, ok := r.NextBuffered()
+					if !ok {
+						break
+					}
+					batch = append(batch, string(e.Raw))
+				}
+				got = append(got, batch)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("events by read = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}

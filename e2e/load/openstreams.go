@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/loopguard/loopguard/fakellm"
@@ -145,10 +146,14 @@ func startTargets(bin, nginx, upstream string, streams int) (targets []openTarge
 		{"loopguard, mode off", "off", "/v1/chat/completions"},
 		{"loopguard", "enforce", "/v1/chat/completions"},
 	} {
-		// startLoopguard passes the environment on: the mode is chosen there.
+		// startLoopguard passes the environment on: the mode is chosen
+		// there, and an upstream connection for every open stream (the
+		// default upstream.max_conns, 4096, would answer the rest 502).
 		os.Setenv("LOOPGUARD_POLICY_MODE", lgt.mode)
+		os.Setenv("LOOPGUARD_UPSTREAM_MAX_CONNS", strconv.Itoa(streams+64))
 		lg, err := startLoopguard(bin, "http://"+upstream)
 		os.Unsetenv("LOOPGUARD_POLICY_MODE")
+		os.Unsetenv("LOOPGUARD_UPSTREAM_MAX_CONNS")
 		if err != nil {
 			stop()
 			return nil, nil, fmt.Errorf("%s: %w", lgt.name, err)
@@ -430,7 +435,14 @@ func startNginx(bin, upstream string, streams int) (openTarget, error) {
 		return openTarget{}, err
 	}
 	conf := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, 2*streams+256, dir, upstream, addr), 0o644); err != nil {
+	// Two connections per stream, and room for those closing; no more
+	// than the process may open.
+	conns := uint64(2*streams + 2048)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		conns = min(conns, lim.Max)
+	}
+	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, conns, dir, upstream, addr), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return openTarget{}, err
 	}
