@@ -360,12 +360,7 @@ type relayStats struct {
 // its client) go out in one write and one flush, as they came.
 func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats) (stop error) {
 	var batch *[]byte // events read together and not yet written; pooled
-	defer func() {
-		if batch != nil {
-			batchBufs.Put(batch)
-		}
-	}()
-	ready := false // r.ev is an event NextBuffered returned
+	ready := false    // r.ev is an event NextBuffered returned
 	for {
 		var err error
 		if !ready {
@@ -375,7 +370,11 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 		if len(r.ev.Raw) > 0 {
 			st.events++
 			out, cut := r.event(&r.ev)
-			if !cut && err == nil && !r.raw && (batch == nil || len(*batch)+len(out) <= batchMax) {
+			batched := 0
+			if batch != nil {
+				batched = len(*batch)
+			}
+			if !cut && err == nil && !r.raw && batched+len(out) <= batchMax {
 				if r.ev, ready = r.nextBuffered(); ready {
 					// out may alias the observer's buffer, which the next
 					// event reuses: keep a copy.
@@ -386,13 +385,23 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 					continue
 				}
 			}
-			if batch != nil {
-				*batch = append(*batch, out...)
-				out = *batch
-				*batch = (*batch)[:0]
+			held := batch
+			if held != nil {
+				batch = nil
+				if len(*held)+len(out) <= cap(*held) {
+					out = append(*held, out...)
+				} else {
+					// A large event after a burst: the burst goes first.
+					n, _ := w.Write(*held)
+					st.written += int64(n)
+				}
 			}
 			n, _ := w.Write(out)
 			st.written += int64(n)
+			if held != nil {
+				*held = (*held)[:0]
+				batchBufs.Put(held)
+			}
 			if ferr := w.Flush(); ferr != nil {
 				return errClientGone
 			}
@@ -440,7 +449,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 // send.
 const batchMax = 3 << 10
 
-// batchBufs hold the events of one read while they are relayed; a stream
+// batchBufs hold the events of one read until they are written; a stream
 // holds one only while it relays a burst.
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 

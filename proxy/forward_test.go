@@ -511,6 +511,25 @@ func TestRelayWritesPerRead(t *testing.T) {
 			}
 		})
 	}
+	t.Run("large event after a burst", func(t *testing.T) {
+		large := "data: " + strings.Repeat("x", 5000) + "\n\n"
+		first := "data: " + strings.Repeat("y", 9000) + "\n\n" // the reader's buffer grows to 16 KiB
+		in := first + string(events[64].Raw) + string(events[65].Raw) + large
+		var sink writeCounter
+		w := bufio.NewWriterSize(&sink, streamBodyBuf)
+		rd := &sizedReader{b: []byte(in)}
+		rl := streamRelay{rd: sse.NewReader(rd, 0)}
+		var st relayStats
+		if stop := rl.relay(w, rd, time.Now(), &st); stop != nil || st.readErr != nil {
+			t.Fatalf("relay = %v, %v; want the stream relayed to its end", stop, st.readErr)
+		}
+		// Once the reader's buffer grew for the first large event, it holds
+		// the burst and the second: the burst goes out in one write, then
+		// the large event in one.
+		if string(sink.b) != in || sink.writes != 3 {
+			t.Errorf("relayed %d bytes in %d writes; want the %d bytes in 3", len(sink.b), sink.writes, len(in))
+		}
+	})
 	t.Run("cut within a read", func(t *testing.T) {
 		cut := &cutAfter{n: 5}
 		var sink writeCounter
