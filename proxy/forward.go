@@ -444,14 +444,17 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 	}
 }
 
+// serverWriteBuf is the server's write buffer, one per connection.
+const serverWriteBuf = 2 << 10
+
 // batchMax bounds the events relay sends in one write: with the chunk's
-// framing they fit the server's 4 KiB write buffer, so one write is one
-// send.
-const batchMax = 3 << 10
+// framing (size line and CRLFs) they fit the server's write buffer, so one
+// write is one send.
+const batchMax = serverWriteBuf - 32
 
 // batchBufs hold the events of one read until they are written; a stream
 // holds one only while it relays a burst.
-var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, batchMax); return &b }}
 
 // passBody relays a non-streamed body that is not held whole; fasthttp
 // closes it when the response is written. It implements CloseWithError and

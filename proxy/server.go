@@ -86,7 +86,11 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		// The read buffer bounds the request headers; 16 KiB holds any API
 		// client's and keeps an idle open stream cheap (it is held per
 		// connection).
-		ReadBufferSize:        16 << 10,
+		ReadBufferSize: 16 << 10,
+		// The write buffer is held for a stream's whole life too: 2 KiB
+		// holds a chunk's framing and the events one read brings
+		// (batchMax), so each is still one send.
+		WriteBufferSize:       serverWriteBuf,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
