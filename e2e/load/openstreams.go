@@ -4,8 +4,9 @@ package main
 // hold. N clients each hold a streamed answer open at a model's pace; the
 // figures are the proxy's resident memory per open stream, its CPU per
 // event and the share of events delivered on time, for loopguard, loopguard
-// with policy mode off and nginx (proxy_buffering off) when it is installed,
-// all in front of the same paced upstream. A flat-out run (no pacing, -c
+// with policy mode off, loopguard's relay alone (a path it does not inspect)
+// and nginx (proxy_buffering off) when it is installed, all in front of the
+// same paced upstream. A flat-out run (no pacing, -c
 // clients) gives the CPU per event when the relay, not the pace, is the
 // limit.
 
@@ -98,10 +99,10 @@ func openStreams(bin string, o openOptions) error {
 		}
 		for _, t := range targets {
 			// Warm up: first-use allocations are not a stream's cost.
-			if _, err := runOpen(client, t, 16, 16, 0); err != nil {
+			if _, err := runOpen(client, t, 16, 16, o.events, 0); err != nil {
 				return fmt.Errorf("%s warm-up: %w", t.name, err)
 			}
-			r, err := runOpen(client, t, n, c, pace)
+			r, err := runOpen(client, t, n, c, o.events, pace)
 			if err != nil {
 				return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
 			}
@@ -214,8 +215,9 @@ func (r openResult) print(t openTarget, n int) {
 
 // runOpen relays n streams over c concurrent clients through t (c == n:
 // all open at once) and measures t's processes meanwhile. pace 0 asks the
-// upstream for a flat-out stream.
-func runOpen(client *http.Client, t openTarget, n, c int, pace time.Duration) (openResult, error) {
+// upstream for a flat-out stream; a stream with fewer than want data
+// events (cut, or ended early) counts as an error.
+func runOpen(client *http.Client, t openTarget, n, c, want int, pace time.Duration) (openResult, error) {
 	load := "paced"
 	if pace == 0 {
 		load = "flat"
@@ -272,15 +274,15 @@ func runOpen(client *http.Client, t openTarget, n, c int, pace time.Duration) (o
 			defer wg.Done()
 			for next.Add(1) <= int64(n) {
 				st, err := oneStream(client, t.url+t.path, load, pace, dials, func() {
-					if o := open.Add(1); o > peak.Load() {
-						peak.Store(o) // a lost race undercounts by one; it is a report, not a check
+					o := open.Add(1)
+					for p := peak.Load(); o > p && !peak.CompareAndSwap(p, o); p = peak.Load() {
 					}
 				})
 				open.Add(-1)
 				events.Add(st.events)
 				onTime.Add(st.onTime)
-				if err == nil && st.events < 3 {
-					err = fmt.Errorf("%d events", st.events)
+				if err == nil && st.events < int64(want) {
+					err = fmt.Errorf("a stream ended after %d events; want %d or more", st.events, want)
 				}
 				if err != nil {
 					fail(err)
