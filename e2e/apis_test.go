@@ -867,3 +867,43 @@ func apiStreamItems(t *testing.T, body []byte, api string) (opened, closed, call
 	}
 	return opened, closed, calls
 }
+
+// TestAPIsNonStreamDegenerateTruncated: a degenerate answer that is not
+// streamed is cut at the start of the repetition in each API, and each
+// client reads it with the status a cut stream ends with.
+func TestAPIsNonStreamDegenerateTruncated(t *testing.T) {
+	full := "Let me look at the logs first. " + strings.Repeat(degenerateSentence, 60)
+	type client struct {
+		api, name string
+		agent     agentFunc
+	}
+	clients := []client{{"anthropic", "anthropic-sdk-go", anthropicAgent}}
+	for name, agent := range responsesAgents(t) {
+		clients = append(clients, client{"responses", name, agent})
+	}
+	for _, c := range clients {
+		t.Run(c.api+"/"+c.name, func(t *testing.T) {
+			t.Parallel()
+			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return fakellm.ResponsesAnswer{Text: full} }),
+				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return fakellm.AnthropicAnswer{Text: full} }),
+			}})
+			lg := startLoopguard(t, fake.URL(), nil)
+			run := c.agent(t, lg.URL, agentOpts{session: "json-cut-" + c.api + "-" + c.name, maxTurns: 1})
+			tr := run.Turns[0]
+			if tr.Err != "" {
+				t.Fatalf("client error: %s", tr.Err)
+			}
+			if len(tr.Content) >= len(full) || !strings.HasPrefix(full, tr.Content) || !strings.HasPrefix(tr.Content, "Let me look at the logs first. ") {
+				t.Errorf("content (%d bytes) = %.120q; want a proper prefix of the %d-byte answer", len(tr.Content), tr.Content, len(full))
+			}
+			wantFinish := map[string]string{"responses": "completed", "anthropic": "end_turn"}[c.api]
+			if tr.Finish != wantFinish {
+				t.Errorf("finish = %q; want %q", tr.Finish, wantFinish)
+			}
+			if e := lg.waitEvents(t, 1)[0]; e.Cut != "token_degeneration" {
+				t.Errorf("event = %+v; want a token_degeneration cut", e)
+			}
+		})
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
-	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -368,59 +367,6 @@ func (o *chatObserver) appendChunkHead(b []byte) []byte {
 
 // estimateTokens turns generated text bytes into tokens at about four bytes a token.
 func estimateTokens(n int64) int { return int((n + 3) / 4) }
-
-// body inspects a non-streamed chat answer: a degenerate text is cut at the
-// offset where the repetition began, with finish_reason set as for streams.
-func (o *chatObserver) body(status int, b []byte) []byte {
-	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
-		return nil
-	}
-	if o.pl.record != nil {
-		res := gjson.GetManyBytes(b, "id", "output")
-		o.respID, o.respOutput = res[0].String(), res[1].Raw
-	}
-	if !o.p.cfg.Stream.Cut {
-		return nil
-	}
-	out := b
-	changed := false
-	gjson.GetBytes(b, "choices").ForEach(func(i, ch gjson.Result) bool {
-		text := ch.Get("message.content")
-		if text.Type != gjson.String || i.Int() >= maxWatchedChoices {
-			return true
-		}
-		slot := &o.content[min(int(i.Int()), maxWatchedChoices-1)]
-		if *slot == nil {
-			*slot = inspect.NewDegeneration(o.p.cfg.Detect.Stream)
-		}
-		d := *slot
-		s := text.String()
-		o.bytes += int64(len(s))
-		if !d.Write([]byte(s)) {
-			return true
-		}
-		det := d.Detection()
-		off := d.Offset()
-		if off < 0 || off > int64(len(s)) {
-			off = int64(len(s))
-		}
-		o.cut, o.cutOffset, o.cutAt = &det, off, time.Now()
-		idx := strconv.FormatInt(i.Int(), 10)
-		var err error
-		if out, err = sjson.SetBytes(out, "choices."+idx+".message.content", s[:off]); err != nil {
-			return false
-		}
-		if out, err = sjson.SetBytes(out, "choices."+idx+".finish_reason", o.p.cfg.Stream.FinishReason); err != nil {
-			return false
-		}
-		changed = true
-		return true
-	})
-	if !changed {
-		return nil
-	}
-	return out
-}
 
 // finish records a cut in the session, so the next request tells the model
 // its answer degenerated, and returns o to the pool.
