@@ -692,10 +692,26 @@ func TestAPIsTransparent(t *testing.T) {
 
 // --- stream cuts ---
 
+// endlessDegenerateFake is a fake model whose Responses and Anthropic
+// answers repeat degenerateSentence until the client hangs up.
+func endlessDegenerateFake(t *testing.T) *fakellm.Server {
+	return fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+		fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+			return fakellm.ResponsesAnswer{Text: degenerateSentence, NeverEnd: true}
+		}),
+		fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: degenerateSentence, NeverEnd: true}
+		}),
+	}})
+}
+
 // TestAPIsStreamCutRealClients: a never-ending degenerate text stream in
 // each API is cut; each client's stream reader ends without error with the
 // repeated text (openai-go's response.completed, anthropic-sdk-go's
 // Accumulate); the fake sees the hang-up while it still had events to send.
+// With stream.tail = "trim" the client's text ends where the repetition
+// began (at most one copy), and the Responses answer's final output says
+// the same text the client streamed.
 func TestAPIsStreamCutRealClients(t *testing.T) {
 	type client struct {
 		api   string
@@ -709,44 +725,42 @@ func TestAPIsStreamCutRealClients(t *testing.T) {
 		}})
 	}
 	for _, c := range clients {
-		t.Run(c.api+"/"+c.name, func(t *testing.T) {
-			t.Parallel()
-			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
-					return fakellm.ResponsesAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
-					return fakellm.AnthropicAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-			}})
-			lg := startLoopguard(t, fake.URL(), nil)
-			start := time.Now()
-			run := c.agent(t, lg.URL, agentOpts{session: "cut-" + c.api + "-" + c.name, stream: true, maxTurns: 1})
-			if len(run.Turns) != 1 {
-				t.Fatalf("%d turns; want 1", len(run.Turns))
-			}
-			tr := run.Turns[0]
-			if tr.Err != "" {
-				t.Fatalf("client error on the cut stream: %s", tr.Err)
-			}
-			if !isRepetitionOf(tr.Content, degenerateSentence) || len(tr.Calls) != 0 {
-				t.Errorf("client parsed text %.120q, calls %v; want the repeated sentence", tr.Content, tr.Calls)
-			}
-			wantFinish := map[string]string{"responses": "completed", "anthropic": "end_turn"}[c.api]
-			if tr.Finish != wantFinish {
-				t.Errorf("client parsed finish %q; want %q", tr.Finish, wantFinish)
-			}
-			x := waitExchange(t, fake, 0, cutBound)
-			if !x.PeerClosed || x.Unsent <= 0 {
-				t.Errorf("upstream exchange: PeerClosed %v, Unsent %d; want closed with events left", x.PeerClosed, x.Unsent)
-			}
-			if lag := x.ClosedAt.Sub(start); lag > cutBound {
-				t.Errorf("upstream saw the close %v after the request; want within %v", lag, cutBound)
-			}
-			if evs := lg.waitEvents(t, 1); evs[0].Cut != "token_degeneration" {
-				t.Errorf("event = %+v; want a token_degeneration cut", evs[0])
-			}
-		})
+		for _, tail := range []string{proxy.TailKeep, proxy.TailTrim} {
+			t.Run(c.api+"/"+c.name+"/"+tail, func(t *testing.T) {
+				t.Parallel()
+				fake := endlessDegenerateFake(t)
+				lg := startLoopguard(t, fake.URL(), func(cfg *proxy.Config) { cfg.Stream.Tail = tail })
+				start := time.Now()
+				run := c.agent(t, lg.URL, agentOpts{session: "cut-" + c.api + "-" + c.name + "-" + tail, stream: true, maxTurns: 1})
+				if len(run.Turns) != 1 {
+					t.Fatalf("%d turns; want 1", len(run.Turns))
+				}
+				tr := run.Turns[0]
+				if tr.Err != "" {
+					t.Fatalf("client error on the cut stream: %s", tr.Err)
+				}
+				if tail == proxy.TailKeep && !isRepetitionOf(tr.Content, degenerateSentence) || len(tr.Calls) != 0 {
+					t.Errorf("client parsed text %.120q, calls %v; want the repeated sentence", tr.Content, tr.Calls)
+				}
+				if n := strings.Count(tr.Content, degenerateSentence); tail == proxy.TailTrim && (n > 1 || !strings.HasPrefix(degenerateSentence, tr.Content) && n == 0) {
+					t.Errorf("trim: client parsed text %.200q; want at most one copy of the sentence", tr.Content)
+				}
+				wantFinish := map[string]string{"responses": "completed", "anthropic": "end_turn"}[c.api]
+				if tr.Finish != wantFinish {
+					t.Errorf("client parsed finish %q; want %q", tr.Finish, wantFinish)
+				}
+				x := waitExchange(t, fake, 0, cutBound)
+				if !x.PeerClosed || x.Unsent <= 0 {
+					t.Errorf("upstream exchange: PeerClosed %v, Unsent %d; want closed with events left", x.PeerClosed, x.Unsent)
+				}
+				if lag := x.ClosedAt.Sub(start); lag > cutBound {
+					t.Errorf("upstream saw the close %v after the request; want within %v", lag, cutBound)
+				}
+				if evs := lg.waitEvents(t, 1); evs[0].Cut != "token_degeneration" {
+					t.Errorf("event = %+v; want a token_degeneration cut", evs[0])
+				}
+			})
+		}
 	}
 }
 
@@ -766,14 +780,7 @@ func TestAPIsStreamCutRawEnding(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.api, func(t *testing.T) {
 			t.Parallel()
-			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
-					return fakellm.ResponsesAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
-					return fakellm.AnthropicAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-			}})
+			fake := endlessDegenerateFake(t)
 			lg := startLoopguard(t, fake.URL(), nil)
 			got := postAPI(t, lg.URL+apiPath[tt.api], fmt.Sprintf(apiRequest[tt.api], `,"stream":true`), apiHeaders[tt.api])
 			x := waitExchange(t, fake, 0, cutBound)

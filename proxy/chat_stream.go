@@ -62,11 +62,10 @@ type chatObserver struct {
 	cutPending bool // a duplicate Responses call: cut once its item is done
 
 	// tail = "trim": events held until TrimWindow content bytes follow them.
-	trim       bool
-	text0      int64 // choice 0 content bytes so far
-	cutInText0 bool  // the cut came from choice 0's content
-	trimQ      []trimmed
-	trimBuf    []byte
+	trim    bool
+	text0   int64 // choice 0 content bytes so far
+	trimQ   []trimmed
+	trimBuf []byte
 
 	// arrivals remembers when recent events came and how far choice 0's
 	// content and reasoning had got, to time a cut from the arrival of the
@@ -91,7 +90,7 @@ func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObse
 	if p.cfg.Stream.HoldToolCalls && pl.stream && chat {
 		o.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
 	}
-	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut && chat
+	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut
 	return o
 }
 
@@ -117,7 +116,7 @@ func (o *chatObserver) release() {
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
-	o.trim, o.text0, o.cutInText0, o.trimQ, o.trimBuf = false, 0, false, o.trimQ[:0], o.trimBuf[:0]
+	o.trim, o.text0, o.trimQ, o.trimBuf = false, 0, o.trimQ[:0], o.trimBuf[:0]
 	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
 	o.respID, o.respOutput, o.recorded, o.cutPending = "", "", false, false
 	o.p, o.pl, o.done = nil, nil, nil
@@ -172,6 +171,32 @@ func (o *chatObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	return o.appendCut(out), true
 }
 
+// accumulate folds one event's data into the accumulator of the request's
+// API, which reports what it added to delta or update.
+func (o *chatObserver) accumulate(data []byte) error {
+	switch o.pl.api {
+	case inspect.Responses:
+		return o.racc.Add(data, o.update)
+	case inspect.AnthropicMessages:
+		return o.aacc.Add(data, o.update)
+	}
+	return o.acc.Add(data, o.delta)
+}
+
+// appendEnd appends the end of a cut stream in the request's API; a
+// duplicate Responses call is let through to its item's end first
+// (cutPending), so the stream goes on.
+func (o *chatObserver) appendEnd(out []byte) ([]byte, bool) {
+	switch {
+	case o.pl.api == inspect.ChatCompletions:
+		return o.appendCut(out), true
+	case o.pl.api == inspect.Responses && o.cut.Category == inspect.ToolRepetition:
+		o.cutPending = true
+		return out, false
+	}
+	return o.appendAPICut(out), true
+}
+
 // end releases what the observer still holds when the stream is over
 // without a cut (the upstream finished, failed or went idle): the events
 // tail = "trim" keeps back and the held tool-call events. Held events wait
@@ -197,7 +222,6 @@ func (o *chatObserver) delta(d sse.Delta) {
 		o.arrive()
 	}
 	if len(d.Content) > 0 && o.watch(&o.content[d.Choice], d.Content) {
-		o.cutInText0 = d.Choice == 0
 		if d.Choice == 0 {
 			o.cutSlot = 1
 		}

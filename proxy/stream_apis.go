@@ -15,6 +15,7 @@ func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.pl.record != nil && o.cut == nil && string(ev.Name) == "response.completed" {
 		// Record the answer before the agent sees its end: the agent's next
 		// request may name this response at once.
+		out = o.releaseTrimmed(out, 1<<62)
 		if o.racc.Add(ev.Data, o.update) == nil {
 			o.p.saveRecord(o.pl, o.racc.ID(), gjson.ParseBytes(o.racc.AppendOutput(nil)))
 			o.recorded = true
@@ -31,24 +32,17 @@ func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 		}
 		return o.appendAPICut(out), true
 	}
+	if o.trim && o.cut == nil {
+		return o.trimEvent(ev, out)
+	}
 	out = append(out, ev.Raw...)
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut && o.pl.record == nil {
 		return out, false
 	}
-	var err error
-	if o.pl.api == inspect.Responses {
-		err = o.racc.Add(ev.Data, o.update)
-	} else {
-		err = o.aacc.Add(ev.Data, o.update)
-	}
-	if err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
+	if err := o.accumulate(ev.Data); err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
 		return out, false
 	}
-	if o.pl.api == inspect.Responses && o.cut.Category == inspect.ToolRepetition {
-		o.cutPending = true
-		return out, false
-	}
-	return o.appendAPICut(out), true
+	return o.appendEnd(out)
 }
 
 // eventType is a Responses event's type: its event: field, or the type

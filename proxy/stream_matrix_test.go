@@ -136,7 +136,7 @@ func TestStreamOptionsMatrix(t *testing.T) {
 	}
 	for _, api := range streamAPIs(t) {
 		for _, opt := range options {
-			trims := opt.trim && !opt.hold && api.name == "chat"
+			trims := opt.trim && !(opt.hold && api.name == "chat")
 			cutAt := strings.Index(api.healthy, api.beforeEnd)
 			if cutAt < 0 {
 				t.Fatalf("%s: the healthy stream lacks %q", api.name, api.beforeEnd)

@@ -367,12 +367,30 @@ func (a *ResponsesAccumulator) ErrorRaw() []byte {
 // id and text so far; ok is false when no message item is open. A cut tail
 // closes it (see inject.ResponsesCut).
 func (a *ResponsesAccumulator) OpenMessage() (index int, id, text []byte, ok bool) {
-	for i := len(a.items) - 1; i >= 0; i-- {
-		if ri := &a.items[i]; !ri.done && string(ri.typ) == "message" {
-			return ri.index, ri.id, ri.text, true
-		}
+	if ri := a.openMessage(); ri != nil {
+		return ri.index, ri.id, ri.text, true
 	}
 	return 0, nil, nil, false
+}
+
+// openMessage is the last message item not done, nil if none.
+func (a *ResponsesAccumulator) openMessage() *respItem {
+	for i := len(a.items) - 1; i >= 0; i-- {
+		if ri := &a.items[i]; !ri.done && string(ri.typ) == "message" {
+			return ri
+		}
+	}
+	return nil
+}
+
+// DropText removes the last n bytes of the open message item's text (all
+// of it when it has fewer): text held back from the client when a stream is
+// cut (stream.tail = "trim") is not part of what OpenMessage and
+// AppendOutput report afterwards. It does nothing when no message is open.
+func (a *ResponsesAccumulator) DropText(n int) {
+	if ri := a.openMessage(); ri != nil {
+		ri.text = ri.text[:len(ri.text)-min(max(n, 0), len(ri.text))]
+	}
 }
 
 // NextOutputIndex returns the output_index a new item would take.

@@ -188,6 +188,21 @@ func TestResponsesOutputAfterCut(t *testing.T) {
 	if a.NextOutputIndex() != 2 {
 		t.Errorf("NextOutputIndex = %d; want 2", a.NextOutputIndex())
 	}
+
+	// Text held back from the client at a cut (tail = "trim") is dropped
+	// from what the tail reports; dropping more than there is empties it.
+	for _, tt := range []struct {
+		drop int
+		want string
+	}{{4, `Reading "a.go" `}, {100, ""}} {
+		a.DropText(tt.drop)
+		if _, _, text, _ := a.OpenMessage(); string(text) != tt.want {
+			t.Errorf("DropText(%d): open text %q; want %q", tt.drop, text, tt.want)
+		}
+		if got := gjson.GetBytes(a.AppendOutput(nil), "1.content.0.text").String(); got != tt.want {
+			t.Errorf("DropText(%d): output text %q; want %q", tt.drop, got, tt.want)
+		}
+	}
 }
 
 func TestResponsesAccumulatorRejects(t *testing.T) {
