@@ -914,3 +914,32 @@ func TestAPIsNonStreamDegenerateTruncated(t *testing.T) {
 		})
 	}
 }
+
+// TestAPIsHoldToolCallsRealClients: with stream.hold_tool_calls a looping
+// agent streaming on each real client of the Responses and Anthropic
+// Messages APIs never gets the call the ladder would end: at constrain the
+// model's next make build is held and replaced by LOOP_DETECTED in the
+// API's own shape, which the client reads as a finished answer without
+// calls, so the agent stops a request earlier than at terminate.
+func TestAPIsHoldToolCallsRealClients(t *testing.T) {
+	for _, api := range apiCases() {
+		for name, agent := range api.agents(t) {
+			t.Run(api.name+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{api.looping()}})
+				lg := startLoopguard(t, fake.URL(), func(cfg *proxy.Config) { cfg.Stream.HoldToolCalls = true })
+				run := agent(t, lg.URL, agentOpts{session: "hold-" + api.name + "-" + name, stream: true, maxTurns: 10})
+				last := run.Turns[len(run.Turns)-1]
+				if last.Err != "" || last.Action != "constrain" {
+					t.Fatalf("last turn: action %q, client error %q; want constrain, no error", last.Action, last.Err)
+				}
+				if !strings.HasPrefix(last.Content, inject.TerminatePrefix) || last.Finish != api.finish || len(last.Calls) != 0 {
+					t.Errorf("held turn: text %.120q, finish %q, calls %v; want %s..., %s, no call", last.Content, last.Finish, last.Calls, inject.TerminatePrefix, api.finish)
+				}
+				if n := len(fake.Requests()); n != len(run.Turns) {
+					t.Errorf("upstream got %d requests for %d turns; want one per turn", n, len(run.Turns))
+				}
+			})
+		}
+	}
+}

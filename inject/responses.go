@@ -364,27 +364,38 @@ func (r responseObject) appendStream(b []byte, content string) []byte {
 	for _, typ := range []string{"response.created", "response.in_progress"} {
 		s.event(typ, func(b []byte) []byte { return r.appendJSON(append(b, `,"response":`...)) })
 	}
+	s.message(0, r.msgID, content)
+	r.status, r.output = "completed", appendMessageItem(nil, r.msgID, "completed", content)
+	s.event("response.completed", func(b []byte) []byte { return r.appendJSON(append(b, `,"response":`...)) })
+	return s.b
+}
+
+// message appends the events of a whole assistant message item at output
+// index: output_item.added, content_part.added, one output_text.delta with
+// text, and the done events.
+func (s *sseEvents) message(index int, id, text string) {
 	s.event("response.output_item.added", func(b []byte) []byte {
-		b = append(b, `,"output_index":0,"item":`...)
-		return appendMessageItem(b, r.msgID, "in_progress", "")
+		b = append(b, `,"output_index":`...)
+		b = strconv.AppendInt(b, int64(index), 10)
+		b = append(b, `,"item":`...)
+		return appendMessageItem(b, id, "in_progress", "")
 	})
 	head := func(b []byte) []byte {
 		b = append(b, `,"item_id":`...)
-		b = rawjson.AppendQuote(b, r.msgID)
-		return append(b, `,"output_index":0,"content_index":0`...)
+		b = rawjson.AppendQuote(b, id)
+		b = append(b, `,"output_index":`...)
+		b = strconv.AppendInt(b, int64(index), 10)
+		return append(b, `,"content_index":0`...)
 	}
 	s.event("response.content_part.added", func(b []byte) []byte {
 		return append(head(b), `,"part":{"type":"output_text","text":"","annotations":[]}`...)
 	})
 	s.event("response.output_text.delta", func(b []byte) []byte {
 		b = append(head(b), `,"delta":`...)
-		b = rawjson.AppendQuote(b, content)
+		b = rawjson.AppendQuote(b, text)
 		return append(b, `,"logprobs":[]`...)
 	})
-	s.closeMessage(0, r.msgID, "completed", content)
-	r.status, r.output = "completed", appendMessageItem(nil, r.msgID, "completed", content)
-	s.event("response.completed", func(b []byte) []byte { return r.appendJSON(append(b, `,"response":`...)) })
-	return s.b
+	s.closeMessage(index, id, "completed", text)
 }
 
 // ResponsesCut is what the tail of a cut Responses stream needs to know
@@ -400,6 +411,9 @@ type ResponsesCut struct {
 	Sequence int
 	// Open is the message item still streaming (OpenMessage()), nil if none.
 	Open *OpenMessage
+	// Answer is a message item loopguard adds whole after the output so far
+	// (the LOOP_DETECTED answer in place of a held tool call), nil if none.
+	Answer *OpenMessage
 	// Output is the response's output array so far (AppendOutput), the open
 	// message included; nil means [].
 	Output []byte
@@ -414,7 +428,8 @@ type ResponsesCut struct {
 	Incomplete bool
 }
 
-// OpenMessage is a message item whose text was streaming when the cut came.
+// OpenMessage is a message item whose text was streaming when the cut came,
+// or one loopguard adds (ResponsesCut.Answer).
 type OpenMessage struct {
 	Index int    // output_index
 	ID    string // item id
@@ -423,7 +438,8 @@ type OpenMessage struct {
 
 // AppendResponsesCut appends the events that end a cut Responses stream
 // well-formed: a comment ": loopguard cut category=...", the done events of
-// the open message item (its status "incomplete"), and response.completed
+// the open message item (its status "incomplete"), the answer item if any,
+// and response.completed
 // (or response.incomplete) carrying the output so far. The proxy then
 // closes the upstream connection.
 func AppendResponsesCut(dst []byte, c ResponsesCut) []byte {
@@ -437,6 +453,13 @@ func AppendResponsesCut(dst []byte, c ResponsesCut) []byte {
 	r := responseObject{id: c.ID, model: c.Model, created: c.CreatedAt, status: "completed", usage: c.Usage}
 	if len(c.Output) >= 2 {
 		r.output = c.Output[1 : len(c.Output)-1]
+	}
+	if a := c.Answer; a != nil {
+		s.message(a.Index, a.ID, a.Text)
+		if len(r.output) > 0 {
+			r.output = append(r.output[:len(r.output):len(r.output)], ',')
+		}
+		r.output = appendMessageItem(r.output, a.ID, "completed", a.Text)
 	}
 	typ := "response.completed"
 	if c.Incomplete {

@@ -48,7 +48,11 @@ type chatObserver struct {
 	held         []byte // raw events waiting for their tool calls to complete
 	holdChecked  int    // tool calls of choice 0 already compared with terminal
 	chunkTools   bool   // the current chunk carried tool-call deltas for choice 0
-	chunkStarted int    // a call that began in the current chunk, -1 if none
+	chunkStarted int    // a call that began in the current chunk, -1 if none (Responses, Anthropic: its output_index or block index)
+	callDone     int    // Responses, Anthropic: the call the current event completed, -1 if none
+	holdOpen     int    // Responses, Anthropic: calls begun and not completed
+	holdIndex    int    // Responses, Anthropic: output_index or block index of the first held call
+	holdSeq      int    // Responses: the last sequence_number sent before the held events
 	chunkFinish  bool   // the current chunk finished choice 0
 	replaced     bool   // a held call was replaced by LOOP_DETECTED
 
@@ -86,8 +90,7 @@ var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
 func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
 	o.p, o.pl, o.done = p, pl, done
-	chat := pl.api == inspect.ChatCompletions
-	if p.cfg.Stream.HoldToolCalls && pl.stream && chat {
+	if p.cfg.Stream.HoldToolCalls && pl.stream {
 		o.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
 	}
 	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut
@@ -116,6 +119,7 @@ func (o *chatObserver) release() {
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
+	o.holdOpen, o.holdIndex, o.holdSeq = 0, 0, 0
 	o.trim, o.text0, o.trimQ, o.trimBuf = false, 0, o.trimQ[:0], o.trimBuf[:0]
 	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
 	o.respID, o.respOutput, o.recorded, o.cutPending = "", "", false, false

@@ -15,7 +15,7 @@ func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.pl.record != nil && o.cut == nil && string(ev.Name) == "response.completed" {
 		// Record the answer before the agent sees its end: the agent's next
 		// request may name this response at once.
-		out = o.releaseTrimmed(out, 1<<62)
+		out = o.end(out)
 		if o.racc.Add(ev.Data, o.update) == nil {
 			o.p.saveRecord(o.pl, o.racc.ID(), gjson.ParseBytes(o.racc.AppendOutput(nil)))
 			o.recorded = true
@@ -31,6 +31,9 @@ func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 			_ = o.racc.Add(ev.Data, o.update)
 		}
 		return o.appendAPICut(out), true
+	}
+	if len(o.terminal) > 0 && o.cut == nil {
+		return o.holdAPIEvent(ev, out)
 	}
 	if o.trim && o.cut == nil {
 		return o.trimEvent(ev, out)
@@ -59,6 +62,7 @@ func (o *chatObserver) update(u sse.Update) {
 	if o.cut != nil {
 		return
 	}
+	o.chunkStarted, o.callDone = u.ToolCallStarted, u.ToolCallDone
 	o.bytes += int64(len(u.Text) + len(u.Reasoning))
 	o.text0 += int64(len(u.Text))
 	o.reason0 += int64(len(u.Reasoning))
@@ -74,21 +78,33 @@ func (o *chatObserver) update(u sse.Update) {
 	if u.ToolCallDone < 0 {
 		return
 	}
-	var name, args []byte
-	var ok bool
-	if o.pl.api == inspect.Responses {
-		name, args, ok = o.racc.ToolCallBytes(u.ToolCallDone)
-	} else {
-		name, args, ok = o.aacc.ToolCallBytes(u.ToolCallDone)
-	}
-	if ok {
+	if name, args := o.apiToolCall(u.ToolCallDone); name != nil {
 		o.noteCall(name, args)
 	}
 }
 
+// apiToolCall returns the name and arguments of the pos-th call of a
+// Responses or Anthropic answer, nil if there is none.
+func (o *chatObserver) apiToolCall(pos int) (name, args []byte) {
+	var ok bool
+	if o.pl.api == inspect.Responses {
+		name, args, ok = o.racc.ToolCallBytes(pos)
+	} else {
+		name, args, ok = o.aacc.ToolCallBytes(pos)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return name, args
+}
+
 // appendAPICut appends the events that end a cut Responses or Anthropic
 // stream well-formed.
-func (o *chatObserver) appendAPICut(b []byte) []byte {
+func (o *chatObserver) appendAPICut(b []byte) []byte { return o.appendAPIEnd(b, "") }
+
+// appendAPIEnd is appendAPICut with answer, when not empty, in place of the
+// held call that began at output item or content block o.holdIndex.
+func (o *chatObserver) appendAPIEnd(b []byte, answer string) []byte {
 	category := string(o.cut.Category)
 	if o.pl.api == inspect.Responses {
 		c := inject.ResponsesCut{
@@ -97,16 +113,22 @@ func (o *chatObserver) appendAPICut(b []byte) []byte {
 			Model:     o.racc.Model(),
 			CreatedAt: o.racc.CreatedAt(),
 			Sequence:  o.racc.Sequence(),
-			Output:    o.racc.AppendOutput(nil),
+		}
+		if answer == "" {
+			c.Output = o.racc.AppendOutput(nil)
+		} else {
+			// The held events were never sent: number on from the last sent.
+			c.Sequence, c.Output = o.holdSeq, o.racc.AppendOutputBefore(nil, o.holdIndex)
+			c.Answer = &inject.OpenMessage{Index: o.holdIndex, ID: "msg_loopguard_" + o.racc.ID(), Text: answer}
 		}
 		if idx, id, text, ok := o.racc.OpenMessage(); ok {
 			c.Open = &inject.OpenMessage{Index: idx, ID: string(id), Text: string(text)}
 		}
 		return inject.AppendResponsesCut(b, c)
 	}
-	c := inject.AnthropicCut{Category: category, OutputTokens: estimateTokens(o.bytes)}
+	c := inject.AnthropicCut{Category: category, OutputTokens: estimateTokens(o.bytes), Answer: answer, AnswerIndex: o.holdIndex}
 	c.OpenBlock, c.HasOpen = o.aacc.OpenBlock()
-	if o.cut.Category == inspect.ToolRepetition {
+	if o.cut.Category == inspect.ToolRepetition && answer == "" {
 		// The calls forwarded so far, the first duplicate included, are
 		// complete: let the agent run them.
 		c.StopReason = "tool_use"

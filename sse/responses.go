@@ -17,6 +17,9 @@ type Update struct {
 	// that the event completed, -1 if none: its name and arguments are
 	// final from this event on.
 	ToolCallDone int
+	// ToolCallStarted is the output_index (Responses) or content block
+	// index (Anthropic) of the tool call the event began, -1 if none.
+	ToolCallStarted int
 	// Done is true for the stream's terminal event (response.completed,
 	// response.incomplete, response.failed; message_stop).
 	Done bool
@@ -98,7 +101,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 	if n, ok := parseInt(seq); ok && n > a.seq {
 		a.seq = n
 	}
-	u := Update{ToolCallDone: -1}
+	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	if len(typ) < 2 {
 		return nil
 	}
@@ -239,6 +242,9 @@ func (a *ResponsesAccumulator) itemEvent(outIdx, item string, done bool, u *Upda
 		}
 		ri.typ = appendString(ri.typ, typ)
 		ri.id = appendString(ri.id, id)
+		if ri.isCall() {
+			u.ToolCallStarted = index
+		}
 	}
 	if len(ri.callID) == 0 {
 		ri.callID = appendString(ri.callID, callID)
@@ -408,11 +414,20 @@ func (a *ResponsesAccumulator) NextOutputIndex() int {
 // calls and other open items are left out: their arguments are not whole.
 // It is what a cut tail's final response object carries.
 func (a *ResponsesAccumulator) AppendOutput(dst []byte) []byte {
+	return a.AppendOutputBefore(dst, int(^uint(0)>>1))
+}
+
+// AppendOutputBefore is AppendOutput of the items whose output_index is
+// below end: what a client was shown when the items from end on were held
+// back from it.
+func (a *ResponsesAccumulator) AppendOutputBefore(dst []byte, end int) []byte {
 	dst = append(dst, '[')
 	first := true
 	for i := range a.items {
 		ri := &a.items[i]
 		switch {
+		case ri.index >= end:
+			continue
 		case ri.done && len(ri.raw) > 0:
 		case string(ri.typ) == "message":
 		default:
