@@ -42,6 +42,10 @@ type apiCase struct {
 	// last function_call_output (Responses), or a text block after the
 	// tool_result blocks of the last user turn (Anthropic).
 	placed func(body []byte, text string) bool
+	// history is the body's member holding the history; paired checks
+	// that each call in it has its result and each result its call.
+	history string
+	paired  func(body []byte) error
 	// finish is what a completed answer's status/stop_reason reads.
 	finish string
 	// auth checks the credentials the fake received.
@@ -56,8 +60,10 @@ func apiCases() []apiCase {
 			looping: func() fakellm.Rule {
 				return responsesModel(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses })
 			},
-			placed: placedResponses,
-			finish: "completed",
+			placed:  placedResponses,
+			history: "input",
+			paired:  pairedResponses,
+			finish:  "completed",
 			auth: func(h http.Header) error {
 				if got := h.Get("Authorization"); got != "Bearer "+openAIKey {
 					return fmt.Errorf("Authorization = %q", got)
@@ -71,8 +77,10 @@ func apiCases() []apiCase {
 			looping: func() fakellm.Rule {
 				return anthropicModel(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic })
 			},
-			placed: placedAnthropic,
-			finish: "end_turn",
+			placed:  placedAnthropic,
+			history: "messages",
+			paired:  pairedAnthropic,
+			finish:  "end_turn",
 			auth: func(h http.Header) error {
 				if h.Get("X-Api-Key") != anthropicKey || h.Get("Anthropic-Version") != anthropicVersion {
 					return fmt.Errorf("X-Api-Key = %q, Anthropic-Version = %q", h.Get("X-Api-Key"), h.Get("Anthropic-Version"))
@@ -113,7 +121,8 @@ func placedResponses(body []byte, text string) bool {
 }
 
 // placedAnthropic: the last message is the user turn of tool results and
-// its last block is a text block holding text, after the tool_result ones.
+// its last block is a text block holding text, after the tool_result ones
+// (and, in a collapsed history, the note on them).
 func placedAnthropic(body []byte, text string) bool {
 	last := gjson.GetBytes(body, "messages.@reverse.0")
 	blocks := last.Get("content").Array()
@@ -122,7 +131,59 @@ func placedAnthropic(body []byte, text string) bool {
 	}
 	b := blocks[len(blocks)-1]
 	return b.Get("type").String() == "text" && strings.Contains(b.Get("text").String(), text) &&
-		blocks[len(blocks)-2].Get("type").String() == "tool_result"
+		blocks[0].Get("type").String() == "tool_result"
+}
+
+// pairedResponses: every function_call has one function_call_output after
+// it, and every output answers a call before it.
+func pairedResponses(body []byte) error {
+	calls := map[string]int{} // call_id -> 1 called, 2 answered
+	for i, it := range gjson.GetBytes(body, "input").Array() {
+		id := it.Get("call_id").String()
+		switch it.Get("type").String() {
+		case "function_call":
+			calls[id]++
+		case "function_call_output":
+			if calls[id] != 1 {
+				return fmt.Errorf("item %d answers %q, called %d times before", i, id, calls[id])
+			}
+			calls[id] = 2
+		}
+	}
+	for id, n := range calls {
+		if n != 2 {
+			return fmt.Errorf("call %q without its output", id)
+		}
+	}
+	return nil
+}
+
+// pairedAnthropic: the tool_result blocks of each message answer exactly
+// the tool_use blocks of the message before it, and roles alternate.
+func pairedAnthropic(body []byte) error {
+	var prevRole, calls string
+	for i, m := range gjson.GetBytes(body, "messages").Array() {
+		role := m.Get("role").String()
+		if role == prevRole {
+			return fmt.Errorf("message %d: two %s turns in a row", i, role)
+		}
+		results := ""
+		for _, b := range m.Get("content.#(type==\"tool_result\")#.tool_use_id").Array() {
+			results += b.String() + ","
+		}
+		if results != calls {
+			return fmt.Errorf("message %d answers %q; the turn before called %q", i, results, calls)
+		}
+		calls = ""
+		for _, b := range m.Get("content.#(type==\"tool_use\")#.id").Array() {
+			calls += b.String() + ","
+		}
+		prevRole = role
+	}
+	if calls != "" {
+		return fmt.Errorf("calls %q without results", calls)
+	}
+	return nil
 }
 
 // --- the Go clients ---
@@ -391,8 +452,9 @@ func nodeAPIAgent(t *testing.T, node, base string, o agentOpts) agentRun {
 
 // checkAPILadder asserts a looping agent's run in a non-chat API: none
 // until warn, then constrain, then terminate; the upstream got the client's
-// bytes plus one inserted run at the placement (these APIs are never
-// collapsed); the last answer is loopguard's own LOOP_DETECTED.
+// bytes plus one inserted run at the placement, and at constrain a history
+// collapsed with every call still paired; the last answer is loopguard's
+// own LOOP_DETECTED.
 func checkAPILadder(t *testing.T, api apiCase, run agentRun, ups []fakellm.Request, session string, stream bool) {
 	t.Helper()
 	turns := run.Turns
@@ -438,8 +500,15 @@ func checkAPILadder(t *testing.T, api apiCase, run agentRun, ups []fakellm.Reque
 			}
 			continue
 		}
-		ins, ok := insertion(tr.Body, up.Body)
-		if !ok {
+		if tr.Action == "constrain" {
+			n, m := gjson.GetBytes(tr.Body, api.history+".#").Int(), gjson.GetBytes(up.Body, api.history+".#").Int()
+			if m >= n {
+				t.Errorf("turn %d (constrain): upstream got %d history elements, client sent %d; want the loop collapsed", i, m, n)
+			}
+			if err := api.paired(up.Body); err != nil {
+				t.Errorf("turn %d (constrain): collapsed history: %v\n%s", i, err, up.Body)
+			}
+		} else if ins, ok := insertion(tr.Body, up.Body); !ok {
 			t.Errorf("turn %d (%s): upstream body is not the client's plus one insertion: %s", i, tr.Action, firstDiff(tr.Body, up.Body))
 		} else if !bytes.Contains(ins, []byte(text)) {
 			t.Errorf("turn %d (%s): inserted %q; want %s", i, tr.Action, ins, text)

@@ -11,12 +11,13 @@ import (
 )
 
 // ApplyAnthropic is Apply for an Anthropic Messages body (POST
-// /v1/messages): one insertion of the edit's texts at the placement
-// configured for the request's model (see InsertAnthropic). Nothing is
-// collapsed. On error the caller sends the original body (fail open); body
-// is not modified.
+// /v1/messages): first the collapses the edit asks for (see
+// CollapseAnthropic), then one insertion of the edit's texts at the
+// placement configured for the request's model (see InsertAnthropic). On
+// error the caller sends the original body (fail open); body is not
+// modified.
 func (in *Injector) ApplyAnthropic(body []byte, e Edit) (Result, error) {
-	return in.applyTexts(body, e, InsertAnthropic)
+	return in.applyTexts(body, e, in.CollapseAnthropic, InsertAnthropic)
 }
 
 // InsertAnthropic adds text to an Anthropic Messages body and returns the

@@ -3,6 +3,7 @@ package inject
 import (
 	"encoding/hex"
 	"errors"
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"io"
 	"net/http"
@@ -15,11 +16,9 @@ import (
 // ErrNoInput reports a Responses API body without an input to patch.
 var ErrNoInput = errors.New("inject: request has no input")
 
-// editTexts renders an Edit's texts in Apply's order. The history of the
-// Responses and Messages APIs is not collapsed (the evidence's indices are
-// chat message indices), so a Loop's Collapse is ignored here and its block
-// says reset="0".
-func (in *Injector) editTexts(e Edit) ([]string, error) {
+// editTexts renders an Edit's texts in Apply's order; reset is the number
+// of turns its collapses removed, for the reset="N" of collapsing loops.
+func (in *Injector) editTexts(e Edit, reset int) ([]string, error) {
 	var texts []string
 	if e.Degenerated != nil {
 		t, err := in.Degenerated(*e.Degenerated)
@@ -29,7 +28,9 @@ func (in *Injector) editTexts(e Edit) ([]string, error) {
 		texts = append(texts, t)
 	}
 	for _, l := range e.Constraints {
-		l.Collapse, l.Reset = false, 0
+		if l.Collapse {
+			l.Reset = reset
+		}
 		t, err := in.Constraint(l)
 		if err != nil {
 			return nil, err
@@ -46,25 +47,56 @@ func (in *Injector) editTexts(e Edit) ([]string, error) {
 	return texts, nil
 }
 
-// ApplyResponses is Apply for a Responses API body (POST /v1/responses):
-// one insertion of the edit's texts at the placement configured for the
-// request's model (see InsertResponses). Nothing is collapsed. On error the
-// caller sends the original body (fail open); body is not modified.
-func (in *Injector) ApplyResponses(body []byte, e Edit) (Result, error) {
-	return in.applyTexts(body, e, InsertResponses)
+// collapseCalls are the calls of every collapsing loop of e: one collapse
+// over all of them, because the evidence's indices refer to the original
+// body, so collapsing loop by loop would read the second loop's indices
+// against a shortened history.
+func collapseCalls(e Edit) []inspect.CallRef {
+	var calls []inspect.CallRef
+	for _, l := range e.Constraints {
+		if l.Collapse {
+			calls = append(calls, evidence(l.Verdict).Calls...)
+		}
+	}
+	return calls
 }
 
-func (in *Injector) applyTexts(body []byte, e Edit, insert func([]byte, Placement, string) ([]byte, Placement, error)) (Result, error) {
-	texts, err := in.editTexts(e)
-	if err != nil || len(texts) == 0 {
-		return Result{Body: body}, err
+// ApplyResponses is Apply for a Responses API body (POST /v1/responses):
+// first the collapses the edit asks for (see CollapseResponses), then one
+// insertion of the edit's texts at the placement configured for the
+// request's model (see InsertResponses). On error the caller sends the
+// original body (fail open); body is not modified.
+func (in *Injector) ApplyResponses(body []byte, e Edit) (Result, error) {
+	return in.applyTexts(body, e, in.CollapseResponses, InsertResponses)
+}
+
+func (in *Injector) applyTexts(body []byte, e Edit, collapse func([]byte, []inspect.CallRef) ([]byte, Collapsed, error),
+	insert func([]byte, Placement, string) ([]byte, Placement, error)) (Result, error) {
+	res := Result{Body: body}
+	if calls := collapseCalls(e); len(calls) > 0 {
+		nb, c, err := collapse(body, calls)
+		if err != nil {
+			return Result{Body: body}, err
+		}
+		res.Body, res.Collapsed = nb, c
 	}
-	model := gjson.Get(rawjson.View(body), "model").String()
-	nb, used, err := insert(body, in.Placement(model), strings.Join(texts, "\n\n"))
+	texts, err := in.editTexts(e, res.Collapsed.Turns)
 	if err != nil {
 		return Result{Body: body}, err
 	}
-	return Result{Body: nb, Placement: used}, nil
+	if len(texts) == 0 {
+		return res, nil
+	}
+	model := e.Model
+	if model == "" {
+		model = gjson.Get(rawjson.View(res.Body), "model").String()
+	}
+	nb, used, err := insert(res.Body, in.Placement(model), strings.Join(texts, "\n\n"))
+	if err != nil {
+		return Result{Body: body}, err
+	}
+	res.Body, res.Placement = nb, used
+	return res, nil
 }
 
 // InsertResponses adds text to a Responses API body and returns the new body
@@ -144,12 +176,17 @@ func appendMember(body []byte, at int, obj gjson.Result, key, partType, text str
 	if at <= 0 || at >= len(body) || body[at] != '{' {
 		return splice{}, false // gjson could not place the object
 	}
+	return memberSplice(at, obj.Raw, key, partType, text)
+}
+
+// memberSplice is appendMember for the object raw at offset at.
+func memberSplice(at int, raw, key, partType, text string) (splice, bool) {
 	// Get on the raw text: offsets relative to the object, added to at.
-	c := gjson.Get(obj.Raw, key)
+	c := gjson.Get(raw, key)
 	switch {
 	case !c.Exists():
 		ins := append(append(append([]byte{'"'}, key...), `":`...), rawjson.AppendQuote(nil, text)...)
-		if hasMembers(obj.Raw) {
+		if hasMembers(raw) {
 			ins = append(ins, ',')
 		}
 		return splice{start: at + 1, end: at + 1, ins: ins}, true

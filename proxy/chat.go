@@ -80,9 +80,12 @@ type plan struct {
 	verdict  inspect.Verdict
 	record   *recordPlan    // Responses API: the server-side history record, nil if none
 	layout   inspect.Layout // where the messages lie in body (chat completions)
-	buf      *[]byte        // pooled buffer body was built in, nil if none
-	failOpen string         // the stage that failed open, "" if none
-	start    time.Time
+	// ownHistory: the judged history is body's own (not a Responses record
+	// prepended to it), so the evidence's indices point into body.
+	ownHistory bool
+	buf        *[]byte // pooled buffer body was built in, nil if none
+	failOpen   string  // the stage that failed open, "" if none
+	start      time.Time
 }
 
 // serve handles one chat-completions request.
@@ -179,6 +182,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	pl.verdict = verdict
 	if len(body) > 0 && &judged[0] == &body[0] {
 		pl.layout = traj.Layout // the offsets are of body itself
+		pl.ownHistory = true
 	}
 	t1 := time.Now()
 
@@ -265,9 +269,9 @@ func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte
 	if d.Cut != nil {
 		e.Degenerated = &inject.Degeneration{Category: d.Cut.Category}
 	}
-	// Collapsing needs chat messages: in the other APIs evidence indices
-	// count input items or content blocks, so the history is kept whole.
-	collapse := d.Collapse && pl.api == inspect.ChatCompletions
+	// Collapsing reads the evidence's indices against body: a Responses
+	// history judged with its server-side record prepended is kept whole.
+	collapse := d.Collapse && pl.ownHistory
 	current := false
 	for _, c := range d.Constraints {
 		if c.Pattern == d.Pattern && (d.Action == policy.Constrain || d.Action == policy.Reset) {
