@@ -21,20 +21,27 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
 		return nil
 	}
+	var out []byte
+	if o.p.cfg.Stream.Cut {
+		switch o.pl.api {
+		case inspect.Responses:
+			out = o.cutItems(b, "output", responsesTexts, markResponsesCut)
+		case inspect.AnthropicMessages:
+			out = o.cutItems(b, "content", anthropicTexts, markAnthropicCut)
+		default:
+			out = o.cutChoices(b)
+		}
+	}
 	if o.pl.record != nil {
-		res := gjson.GetManyBytes(b, "id", "output")
+		// The record holds the output as the agent got it.
+		answer := b
+		if out != nil {
+			answer = out
+		}
+		res := gjson.GetManyBytes(answer, "id", "output")
 		o.respID, o.respOutput = res[0].String(), res[1].Raw
 	}
-	if !o.p.cfg.Stream.Cut {
-		return nil
-	}
-	switch o.pl.api {
-	case inspect.Responses:
-		return o.cutItems(b, "output", responsesTexts, markResponsesCut)
-	case inspect.AnthropicMessages:
-		return o.cutItems(b, "content", anthropicTexts, markAnthropicCut)
-	}
-	return o.cutChoices(b)
+	return out
 }
 
 // cutText feeds s, which follows before bytes the detector in slot has

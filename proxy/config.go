@@ -74,20 +74,22 @@ type StreamConfig struct {
 	// (default: everything forwarded until the cut; nothing is held back) or
 	// "trim" (content events wait until TrimWindow bytes follow them, so the
 	// text can end where the repetition began; what waits is released when
-	// the stream ends, fails or goes idle). Chat completions only.
+	// the stream ends, fails or goes idle). Every guarded API.
 	Tail string `toml:"tail"`
 	// TrimWindow is the content bytes held back with tail = "trim". Default
 	// 2048: about the text the detector needs to be sure of a loop.
 	TrimWindow int `toml:"trim_window"`
-	// FinishReason is the finish_reason of a cut stream: "stop" (default) or "length".
+	// FinishReason is the finish_reason of a cut chat answer: "stop"
+	// (default) or "length". Responses and Anthropic answers end as their
+	// streams do (response.completed; stop_reason "end_turn").
 	FinishReason string `toml:"finish_reason"`
 	// HoldToolCalls holds the tool-call deltas of a streamed answer until each
 	// call is complete, while a call the ladder would end is in play (its
 	// pattern's constraints sit one rung below terminate); such a call is
 	// replaced by the LOOP_DETECTED answer instead of reaching the agent.
 	// Held events are released when the stream ends, fails or goes idle.
-	// Chat completions only. Default false: tool calls stream through as
-	// they come.
+	// Every guarded API. Default false: tool calls stream through as they
+	// come.
 	HoldToolCalls bool `toml:"hold_tool_calls"`
 	// MaxEventBytes caps one SSE event; a longer one switches the stream to
 	// raw pass-through without inspection. Default 16 MiB.
