@@ -33,6 +33,7 @@ type histMsg struct {
 // history is a request's history in the units a collapse removes.
 type history struct {
 	key  string // the body's member holding the array
+	size int    // the array's length in bytes
 	msgs []histMsg
 	// unit maps a CallRef.Message (an index into the array) to its unit;
 	// nil when units and array elements are the same.
@@ -69,7 +70,8 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 	if len(calls) == 0 {
 		return body, Collapsed{}, nil
 	}
-	h := history{key: "messages", note: func(raw, text string) (splice, bool) { return appendContent(message{raw: raw}, text) }}
+	h := history{key: "messages", size: len(arr.Raw), note: func(raw, text string) (splice, bool) { return appendContent(message{raw: raw}, text) }}
+	var answers []string // every tool message's answers, one allocation for all
 	arr.ForEach(func(_, v gjson.Result) bool {
 		m := histMsg{raw: v.Raw, role: v.Get("role").String(), items: 1}
 		switch m.role {
@@ -80,7 +82,8 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 			})
 			m.legacy = len(m.ids) == 0 && v.Get("function_call").IsObject()
 		case "tool":
-			m.answers = []string{v.Get("tool_call_id").String()}
+			answers = append(answers, v.Get("tool_call_id").String())
+			m.answers = answers[len(answers)-1 : len(answers) : len(answers)]
 		case "user":
 			m.user = true
 		}
@@ -247,7 +250,7 @@ func (in *Injector) collapse(body []byte, h history, calls []inspect.CallRef) ([
 		notes[r] = note
 	}
 
-	out := make([]byte, 0, len(body))
+	out := make([]byte, 0, h.size)
 	out = append(out, '[')
 	first := true
 	n := 0

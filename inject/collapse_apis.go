@@ -21,7 +21,7 @@ func (in *Injector) CollapseResponses(body []byte, calls []inspect.CallRef) ([]b
 	if len(calls) == 0 {
 		return body, Collapsed{}, nil
 	}
-	h := history{key: "input", unit: map[int]int{}, note: func(raw, text string) (splice, bool) {
+	h := history{key: "input", size: len(arr.Raw), unit: map[int]int{}, note: func(raw, text string) (splice, bool) {
 		return memberSplice(0, raw, "output", "input_text", text)
 	}}
 	var turn *histMsg
@@ -91,7 +91,7 @@ func (in *Injector) CollapseAnthropic(body []byte, calls []inspect.CallRef) ([]b
 	if len(calls) == 0 {
 		return body, Collapsed{}, nil
 	}
-	h := history{key: "messages", note: func(raw, text string) (splice, bool) {
+	h := history{key: "messages", size: len(arr.Raw), note: func(raw, text string) (splice, bool) {
 		return memberSplice(0, raw, "content", "text", text)
 	}}
 	arr.ForEach(func(_, v gjson.Result) bool {
