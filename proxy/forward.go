@@ -191,10 +191,23 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, ub *upstreamBody, head []
 	if len(head) > 0 {
 		r = io.MultiReader(bytes.NewReader(head), ub)
 	}
-	ctx.Response.SetBodyStream(&passBody{r: r, body: ub, done: func(n int64, err error) {
+	pb := &passBody{r: r, body: ub, done: func(n int64, err error) {
 		s.respond(obs, method, path, err, observe.ResponseInfo{Status: status, UpstreamLatency: headerLatency,
 			Duration: time.Since(start), Bytes: n})
-	}}, int(n))
+	}}
+	if n < 0 && !ctx.Request.Header.IsHTTP11() {
+		// No length to send, and HTTP/1.0 has no chunked coding: the body
+		// ends with the connection.
+		s.setStreamWriter(ctx, func(w *bufio.Writer) {
+			_, err := io.Copy(w, pb) // bufio's ReadFrom
+			if err == nil {
+				err = w.Flush()
+			}
+			_ = pb.CloseWithError(err)
+		})
+		return
+	}
+	ctx.Response.SetBodyStream(pb, int(n))
 }
 
 // buildUpstreamRequest copies the client's request into req: method, path
