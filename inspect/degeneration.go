@@ -101,7 +101,7 @@ func (c StreamConfig) normalized() StreamConfig {
 // cycles: the same spans of words coming back with small variations and
 // nothing new said (see loose.go).
 //
-// Memory is fixed at creation (about Window + 31 KiB); Write does not allocate.
+// Memory is fixed at creation (about Window + 13 KiB); Write does not allocate.
 // A Degeneration is not safe for concurrent use. Reset makes it reusable for
 // another stream, e.g. from a sync.Pool.
 type Degeneration struct {
@@ -412,10 +412,10 @@ func (d *Degeneration) setElem(s, p int64, reps int) {
 // evidence the span of words that came back Count times.
 func (d *Degeneration) fireLoose() {
 	d.cycle = true
-	d.offset = d.loose.windowStart()
+	d.offset = d.loose.windowStart(d.pos)
 	d.count, d.threshold = d.loose.count, looseMinPrior+1
 	// The span ends before the byte that completed its last word.
-	s := max(d.loose.spanStart(), d.pos-int64(len(d.buf)))
+	s := max(d.loose.spanStart(d.pos), d.pos-int64(len(d.buf)))
 	d.setElem(s, d.pos-1-s, 1)
 }
 

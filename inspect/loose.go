@@ -8,46 +8,61 @@ package inspect
 // survives the variations is that spans of several words keep coming back
 // and that nothing new is said. The text is cut into words (runs of
 // non-blank bytes holding a letter, a digit or a non-ASCII byte; markup such
-// as "|" or "-" is skipped, longer words are split every looseWordMax bytes),
-// and a bounded count table remembers, over the last looseHistory words, how
-// often each word and each span of looseSpan words (a rolling hash of word
-// hashes) occurred. Over the last Window words two shares are kept:
+// as "|" or "-" is skipped, longer words are split every looseWordMax bytes)
+// (a word's punctuation is left out of its hash) and every word and every span of looseSpan words (a rolling hash of word
+// hashes) is looked up in a small table that remembers, per key, where it
+// last occurred and how many times it came back with gaps of at most
+// looseGap words. Over the last LooseWindow words two counts are kept:
 //
-//   - recurring: words whose looseSpan-word span had already occurred at
-//     least looseMinPrior times, i.e. the span is back for the third time;
-//   - novel: words not seen at all in the history.
+//   - recurring: words whose span had occurred at least looseMinPrior times
+//     before, i.e. the span is back for the third time or more;
+//   - novel: words that had not occurred within looseGap words.
 //
-// A loose cycle fires when at least 4/5 of the window recurs and at most
+// A loose cycle fires when at least 3/5 of the window recurs and at most
 // looseNovelMax of its words are new. Rows and items that share a shape
 // carry different values (ids, names, dates, numbers), so their long spans
 // differ: the healthy tables, JSON arrays, logs, CSV, similar test functions
-// and path lists in testdata/stream recur at most 21% and bring new words
-// in every row, while the recorded loose cycles recur at 90-100% with no new
-// word. Two copies of a block (a list written twice) are not enough: the
-// third occurrence is what counts. All work is O(1) per byte plus O(1) per
-// word; memory is fixed arrays inside Degeneration.
+// and path lists in testdata/stream recur at most about 20% and bring new
+// words in every row, while the recorded loose cycles recur at 90-100% with
+// no new word; 3/5 still holds with one word in 20 changed on every pass. Two copies of a block (a list written twice) are not enough:
+// the third occurrence is what counts.
+//
+// Work is O(1) per byte plus O(1) per word, and memory is fixed arrays
+// inside Degeneration (about 9 KiB). The table is 4-way set associative;
+// collisions only ever hide repetition, they never invent it (a 12-bit tag
+// keeps false matches near 1 in 4096).
 
 const (
 	looseSpan      = 8    // words per hashed span
-	looseHistory   = 1024 // words remembered by the count table; a cycle's period must fit twice
-	looseRing      = 256  // words whose window flags and start offsets are kept (>= the largest window)
-	looseTableBits = 12
+	looseGap       = 1024 // most words between two occurrences that still count as coming back
+	looseRing      = 256  // words whose window flags and offsets are kept (>= the largest window)
+	looseTableBits = 11
+	looseWays      = 4  // entries per bucket
 	looseWordMax   = 32 // bytes; longer runs (URLs, CJK without spaces) are split
 	looseMinPrior  = 2  // earlier occurrences that make a span recur
 	looseNovelMax  = 2  // new words tolerated in a window
 	looseSpanMix   = 0x9E3779B1
 	looseFNV       = 0x01000193
 	looseFNVInit   = 0x811C9DC5
+	looseSpanSeed  = 0x5BD1E995 // keeps span keys apart from word keys
 
 	scoreLoose = 0.95
 )
 
-// looseFlag bits describe one word of the history.
+// A table entry packs, from the high bits down: a 12-bit tag of the key, a
+// 4-bit count of occurrences (saturating) and the 16-bit word index of the
+// last one. Zero is an empty entry.
 const (
-	looseNovel     = 1 << iota // the word had not occurred in the history
+	looseTagMask   = 0xFFF00000
+	looseCountOne  = 1 << 16
+	looseCountMask = 0xF << 16
+	loosePosMask   = 0xFFFF
+)
+
+// looseFlag bits describe one word of the window.
+const (
+	looseNovel     = 1 << iota // the word had not occurred within looseGap words
 	looseRecurring             // its span had occurred looseMinPrior times or more
-	looseSpanHeld              // its span was counted in the table (no collision)
-	looseWordHeld              // the word was counted in the table (no collision)
 )
 
 // looseCycles is the state of the loose-cycle rule for one stream.
@@ -59,16 +74,16 @@ type looseCycles struct {
 	alnum   bool  // the current word holds a letter, digit or non-ASCII byte
 	start   int64 // offset of the current word's first byte
 
-	words     int64  // words counted so far
-	span      uint32 // rolling hash of the last looseSpan word hashes
-	spanOut   uint32 // looseSpanMix^looseSpan, removes the word leaving the span
-	novel     int    // novel words among the last window words
-	recurring int    // recurring words among the last window words
+	words     int64             // words counted so far
+	last      [looseSpan]uint32 // hashes of the last looseSpan words
+	span      uint32            // rolling hash of those words
+	spanOut   uint32            // looseSpanMix^looseSpan, removes the word leaving the span
+	novel     int               // novel words among the last window words
+	recurring int               // recurring words among the last window words
 
-	table  [1 << looseTableBits]uint32 // key hash -> tag (high 16 bits) and count (low 16 bits)
-	hashes [looseHistory][2]uint32     // per word of the history: word hash, span hash
-	flags  [looseHistory]uint8         // per word of the history: looseFlag bits
-	starts [looseRing]int64            // per recent word: offset of its first byte
+	table  [1 << looseTableBits]uint32
+	flags  [looseRing]uint8  // per recent word: looseFlag bits
+	starts [looseRing]uint32 // per recent word: low 32 bits of the offset of its first byte
 
 	count int // occurrences of the span that fired, itself included
 }
@@ -85,6 +100,7 @@ func (l *looseCycles) init(window int) {
 func (l *looseCycles) reset() {
 	l.word, l.wordLen, l.alnum = looseFNVInit, 0, false
 	l.words, l.span, l.novel, l.recurring, l.count = 0, 0, 0, 0, 0
+	l.last = [looseSpan]uint32{}
 	l.table = [1 << looseTableBits]uint32{}
 }
 
@@ -95,9 +111,13 @@ func (l *looseCycles) step(c byte, pos int64) bool {
 		if l.wordLen == 0 {
 			l.start = pos
 		}
-		l.word = (l.word ^ uint32(c)) * looseFNV
+		// Only letters and digits are hashed: "restarts." and "restarts"
+		// are one word, as a variation in punctuation says nothing new.
+		if wordByte[c] {
+			l.word = (l.word ^ uint32(c)) * looseFNV
+			l.alnum = true
+		}
 		l.wordLen++
-		l.alnum = l.alnum || wordByte[c]
 		if l.wordLen < looseWordMax {
 			return false
 		}
@@ -112,103 +132,96 @@ func (l *looseCycles) step(c byte, pos int64) bool {
 // push counts one word and judges the window that ends with it.
 func (l *looseCycles) push(w uint32, start int64) bool {
 	i := l.words
-	slot := i % looseHistory
-	if i >= looseHistory {
-		old := l.hashes[slot]
-		f := l.flags[slot]
-		if f&looseWordHeld != 0 {
-			l.forget(old[0])
-		}
-		if f&looseSpanHeld != 0 {
-			l.forget(old[1])
-		}
-	}
 	if i >= int64(l.window) {
-		f := l.flags[(i-int64(l.window))%looseHistory]
+		f := l.flags[(i-int64(l.window))%looseRing]
 		l.novel -= int(f & looseNovel)
 		l.recurring -= int(f&looseRecurring) >> 1
 	}
-	var out uint32
-	if i >= looseSpan {
-		out = l.hashes[(i-looseSpan)%looseHistory][0]
-	}
-	l.span = l.span*looseSpanMix + w - out*l.spanOut
+	k := i % looseSpan
+	l.span = l.span*looseSpanMix + w - l.last[k]*l.spanOut
+	l.last[k] = w
 
 	var f uint8
-	prior, held := l.remember(w)
-	if held {
-		f |= looseWordHeld
-	}
-	if prior == 0 {
+	if l.remember(w) == 0 {
 		f |= looseNovel
 		l.novel++
 	}
-	s := mix32(l.span ^ 0x5bd1e995) // keeps span keys apart from word keys
 	spanPrior := 0
 	if i >= looseSpan-1 {
-		spanPrior, held = l.remember(s)
-		if held {
-			f |= looseSpanHeld
-		}
+		spanPrior = l.remember(mix32(l.span ^ looseSpanSeed))
 		if spanPrior >= looseMinPrior {
 			f |= looseRecurring
 			l.recurring++
 		}
 	}
-	l.hashes[slot] = [2]uint32{w, s}
-	l.flags[slot] = f
-	l.starts[i%looseRing] = start
+	l.flags[i%looseRing] = f
+	l.starts[i%looseRing] = uint32(start)
 	l.words = i + 1
 
-	if f&looseRecurring == 0 || l.words < int64(l.window) {
-		return false
-	}
-	if l.recurring*5 < l.window*4 || l.novel > looseNovelMax {
+	if f&looseRecurring == 0 || l.words < int64(l.window) ||
+		l.recurring*5 < l.window*3 || l.novel > looseNovelMax {
 		return false
 	}
 	l.count = spanPrior + 1
 	return true
 }
 
-// remember counts key h and returns how often it occurred before. A slot
-// held by another key is left alone and the key reads as new: collisions
-// only ever hide repetition, they never invent it.
-// Counts never exceed looseHistory, so they fit the low 16 bits.
-func (l *looseCycles) remember(h uint32) (prior int, held bool) {
-	e, tag := l.entry(h)
-	switch {
-	case *e&0xFFFF == 0:
-		*e = tag | 1
-		return 0, true
-	case *e&^0xFFFF != tag:
-		return 0, false
+// remember records an occurrence of key h at the current word and returns
+// how many times it occurred before in a chain of gaps of at most looseGap
+// words (saturating at 15).
+func (l *looseCycles) remember(h uint32) int {
+	now := uint32(l.words) & loosePosMask
+	tag := h & looseTagMask
+	bucket := l.table[h&(1<<looseTableBits-1)&^(looseWays-1):][:looseWays]
+	var e *uint32
+	oldest := -1
+	for j := range bucket {
+		if x := bucket[j]; x != 0 && x&looseTagMask == tag {
+			e = &bucket[j]
+			break
+		}
+		if oldest < 0 || bucket[j] == 0 || bucket[oldest] != 0 && l.age(bucket[j]) > l.age(bucket[oldest]) {
+			oldest = j
+		}
 	}
-	prior = int(*e & 0xFFFF)
-	*e++
-	return prior, true
-}
-
-// forget removes one occurrence of key h as it leaves the history.
-func (l *looseCycles) forget(h uint32) {
-	if e, tag := l.entry(h); *e&^0xFFFF == tag && *e&0xFFFF > 0 {
-		*e--
+	if e == nil {
+		// A new key takes an empty entry or one not seen for looseRing
+		// words. In a full bucket of live keys it is not stored: the keys
+		// of a cycle keep their places instead of evicting each other
+		// round after round.
+		if x := bucket[oldest]; x != 0 && l.age(x) <= looseRing {
+			return 0
+		}
+		e = &bucket[oldest]
+		*e = 0
 	}
+	prior := int(*e&looseCountMask) >> 16
+	if *e == 0 || l.age(*e) > looseGap {
+		prior = 0
+	}
+	count := min(prior+1, 15)
+	*e = tag | uint32(count)<<16 | now
+	return prior
 }
 
-// entry is the table slot of key h (its high bits) and the tag that tells
-// keys sharing the slot apart (its low 16 bits, moved up).
-func (l *looseCycles) entry(h uint32) (*uint32, uint32) {
-	return &l.table[h>>(32-looseTableBits)], h << 16
+// age is how many words ago entry e last occurred (modulo 1<<16).
+func (l *looseCycles) age(e uint32) uint32 {
+	return (uint32(l.words) - e) & loosePosMask
 }
 
-// windowStart is the offset of the first word of the window that fired.
-func (l *looseCycles) windowStart() int64 {
-	return l.starts[(l.words-int64(l.window))%looseRing]
+// windowStart is the offset of the first word of the window that fired,
+// given the offset pos of a byte at most 4 GiB later.
+func (l *looseCycles) windowStart(pos int64) int64 {
+	return l.offset(l.words-int64(l.window), pos)
 }
 
 // spanStart is the offset of the first word of the span that fired.
-func (l *looseCycles) spanStart() int64 {
-	return l.starts[(l.words-looseSpan)%looseRing]
+func (l *looseCycles) spanStart(pos int64) int64 {
+	return l.offset(l.words-looseSpan, pos)
+}
+
+func (l *looseCycles) offset(word, pos int64) int64 {
+	return pos - int64(uint32(pos)-l.starts[word%looseRing])
 }
 
 // mix32 spreads a 32-bit hash over all bits (the murmur3 finalizer), so that
