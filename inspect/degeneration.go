@@ -229,7 +229,7 @@ func (d *Degeneration) step(c byte) bool {
 	// While a period is locked the text repeats exactly and the phrase rules,
 	// with their structure-aware thresholds and exact offsets, judge it; the
 	// loose rule covers what they cannot lock onto.
-	if d.loose.step(c, pos) && !fire && d.period == 0 {
+	if !d.loose.extend(c) && d.loose.endWord(c, pos) && !fire && d.period == 0 {
 		d.fireLoose()
 		return true
 	}

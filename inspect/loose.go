@@ -71,8 +71,7 @@ type looseCycles struct {
 
 	word    uint32 // FNV-1a of the current word so far
 	wordLen int
-	alnum   bool  // the current word holds a letter, digit or non-ASCII byte
-	start   int64 // offset of the current word's first byte
+	alnum   bool // the current word holds a letter, digit or non-ASCII byte
 
 	words     int64             // words counted so far
 	last      [looseSpan]uint32 // hashes of the last looseSpan words
@@ -104,27 +103,41 @@ func (l *looseCycles) reset() {
 	l.table = [1 << looseTableBits]uint32{}
 }
 
-// step consumes byte c at offset pos and reports whether the words so far
-// are a loose cycle.
-func (l *looseCycles) step(c byte, pos int64) bool {
-	if !blankByte[c] {
-		if l.wordLen == 0 {
-			l.start = pos
-		}
-		// Only letters and digits are hashed: "restarts." and "restarts"
-		// are one word, as a variation in punctuation says nothing new.
-		if wordByte[c] {
+// extend adds c to the current word and reports true, or reports false when
+// c ends the word and endWord must be called. It is small enough to be
+// inlined: most bytes stop here.
+func (l *looseCycles) extend(c byte) bool {
+	k := byteKind[c]
+	if k == kindBlank || l.wordLen == looseWordMax-1 {
+		return false
+	}
+	l.wordLen++
+	// Only letters and digits are hashed: "restarts." and "restarts" are
+	// one word, as a variation in punctuation says nothing new.
+	if k == kindWord {
+		l.word = (l.word ^ uint32(c)) * looseFNV
+		l.alnum = true
+	}
+	return true
+}
+
+// endWord ends the current word at byte c, at offset pos: a blank, or the
+// byte that makes the word looseWordMax bytes long and is part of it. It
+// reports whether the words so far are a loose cycle.
+func (l *looseCycles) endWord(c byte, pos int64) bool {
+	end := pos // the word's bytes are contiguous and end before end
+	if k := byteKind[c]; k != kindBlank {
+		end++
+		l.wordLen++
+		if k == kindWord {
 			l.word = (l.word ^ uint32(c)) * looseFNV
 			l.alnum = true
 		}
-		l.wordLen++
-		if l.wordLen < looseWordMax {
-			return false
-		}
-	} else if l.wordLen == 0 {
+	}
+	if l.wordLen == 0 {
 		return false
 	}
-	fire := l.alnum && l.push(mix32(l.word), l.start)
+	fire := l.alnum && l.push(mix32(l.word), end-int64(l.wordLen))
 	l.word, l.wordLen, l.alnum = looseFNVInit, 0, false
 	return fire
 }
@@ -235,19 +248,25 @@ func mix32(h uint32) uint32 {
 	return h
 }
 
-var (
-	// blankByte marks the bytes that separate words.
-	blankByte [256]bool
-	// wordByte marks the bytes that make a run of non-blank bytes a word:
-	// letters, digits and any byte of a multibyte UTF-8 sequence.
-	wordByte [256]bool
+// byteKind sorts bytes for word splitting: blanks separate words, letters,
+// digits and any byte of a multibyte UTF-8 sequence make a run of non-blank
+// bytes a word (and are hashed), other bytes (punctuation, markup) are part
+// of a word but not of its hash.
+var byteKind [256]uint8
+
+const (
+	kindOther uint8 = iota
+	kindWord
+	kindBlank
 )
 
 func init() {
-	for _, c := range []byte(" \t\r\n\f\v") {
-		blankByte[c] = true
-	}
 	for c := 0; c < 256; c++ {
-		wordByte[c] = c >= 0x80 || isLetter(byte(c)) || c >= '0' && c <= '9'
+		if c >= 0x80 || isLetter(byte(c)) || c >= '0' && c <= '9' {
+			byteKind[c] = kindWord
+		}
+	}
+	for _, c := range []byte(" \t\r\n\f\v") {
+		byteKind[c] = kindBlank
 	}
 }
