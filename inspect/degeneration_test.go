@@ -294,6 +294,10 @@ func TestStreamConfigNormalized(t *testing.T) {
 			func() StreamConfig { c := DefaultStreamConfig(); c.MaxPhrase, c.Window = 1000, 2048; return c }()},
 		{"min phrase not above max", StreamConfig{MinPhrase: 300, MaxPhrase: 50},
 			func() StreamConfig { c := DefaultStreamConfig(); c.MinPhrase, c.MaxPhrase = 50, 50; return c }()},
+		{"loose window within 32..256 words", StreamConfig{LooseWindow: 5000},
+			func() StreamConfig { c := DefaultStreamConfig(); c.LooseWindow = looseRing; return c }()},
+		{"loose window at least 32 words", StreamConfig{LooseWindow: 3},
+			func() StreamConfig { c := DefaultStreamConfig(); c.LooseWindow = 4 * looseSpan; return c }()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
