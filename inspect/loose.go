@@ -6,11 +6,13 @@ package inspect
 // back to back: it cycles through the same hundred or so words with small
 // variations, so no byte period holds long enough for the phrase rule. What
 // survives the variations is that spans of several words keep coming back
-// and that nothing new is said. The text is cut into words (runs of
-// non-blank bytes holding a letter, a digit or a non-ASCII byte; markup such
-// as "|" or "-" is skipped, longer words are split every looseWordMax bytes)
-// (a word's punctuation is left out of its hash) and every word and every span of looseSpan words (a rolling hash of word
-// hashes) is looked up in a small table that remembers, per key, where it
+// and that nothing new is said.
+//
+// The text is cut into words: runs of non-blank bytes that hold a letter, a
+// digit or a non-ASCII byte ("|" and "-" alone are markup and skipped),
+// split every looseWordMax bytes, and hashed without their punctuation.
+// Every word, and every span of looseSpan words (a rolling hash of word
+// hashes), is looked up in a small table that remembers per key where it
 // last occurred and how many times it came back with gaps of at most
 // looseGap words. Over the last LooseWindow words two counts are kept:
 //
@@ -24,8 +26,11 @@ package inspect
 // differ: the healthy tables, JSON arrays, logs, CSV, similar test functions
 // and path lists in testdata/stream recur at most about 20% and bring new
 // words in every row, while the recorded loose cycles recur at 90-100% with
-// no new word; 3/5 still holds with one word in 20 changed on every pass. Two copies of a block (a list written twice) are not enough:
-// the third occurrence is what counts.
+// no new word; 3/5 still holds with one word in 20 changed on every pass.
+// Two copies of a block (a list written twice) are not enough: the third
+// occurrence is what counts. Text without blanks (CJK) is hashed in fixed
+// 32-byte pieces, which only an exact period keeps aligned: there the phrase
+// rule does the work.
 //
 // Work is O(1) per byte plus O(1) per word, and memory is fixed arrays
 // inside Degeneration (about 9 KiB). The table is 4-way set associative;
@@ -54,7 +59,6 @@ const (
 // last one. Zero is an empty entry.
 const (
 	looseTagMask   = 0xFFF00000
-	looseCountOne  = 1 << 16
 	looseCountMask = 0xF << 16
 	loosePosMask   = 0xFFFF
 )
@@ -238,7 +242,8 @@ func (l *looseCycles) offset(word, pos int64) int64 {
 }
 
 // mix32 spreads a 32-bit hash over all bits (the murmur3 finalizer), so that
-// both the table slot (high bits) and the tag are well distributed.
+// both the table bucket (low bits) and the tag (high bits) are well
+// distributed.
 func mix32(h uint32) uint32 {
 	h ^= h >> 16
 	h *= 0x85EBCA6B
