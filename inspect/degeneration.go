@@ -228,8 +228,11 @@ func (d *Degeneration) step(c byte) bool {
 	}
 	// While a period is locked the text repeats exactly and the phrase rules,
 	// with their structure-aware thresholds and exact offsets, judge it; the
-	// loose rule covers what they cannot lock onto.
-	if !d.loose.extend(c) && d.loose.endWord(c, pos) && !fire && d.period == 0 {
+	// loose rule covers what they cannot lock onto, in prose only: code,
+	// tables, lists and JSON that repeat with variations are what healthy
+	// answers are made of (wait and flag, never a cut).
+	if !d.loose.extend(c) && d.loose.endWord(c, pos) && !fire && d.period == 0 &&
+		d.lastStruct <= d.loose.windowStart(pos) {
 		d.fireLoose()
 		return true
 	}

@@ -28,7 +28,9 @@ package inspect
 // words in every row, while the recorded loose cycles recur at 90-100% with
 // no new word; 3/5 still holds with one word in 20 changed on every pass.
 // Two copies of a block (a list written twice) are not enough: the third
-// occurrence is what counts. Text without blanks (CJK) is hashed in fixed
+// occurrence is what counts. And the whole window must be prose (see
+// Degeneration.step): in code, tables, lists and JSON, repetition with
+// variations is healthy far more often than not. Text without blanks (CJK) is hashed in fixed
 // 32-byte pieces, which only an exact period keeps aligned: there the phrase
 // rule does the work.
 //

@@ -78,6 +78,8 @@ func TestDegenerationLooseCycles(t *testing.T) {
 		{"a 150-word paragraph twice", paragraph + paragraph, false},
 		{"the cycle says something new every 40 words", looseText(5, 60, 120, 8, 40, 40), false},
 		{"rows of one shape with new values", tableText(200), false},
+		{"the same cycle inside a code fence", "```text\n" + looseText(1, 60, 120, 8, 40, 0), false},
+		{"the same cycle as list items", strings.ReplaceAll(looseText(1, 60, 120, 8, 40, 0), ".\n", ".\n- "), false},
 		{"1100-word cycle: longer than the table remembers", looseText(6, 0, 1100, 3, 1<<30, 0), false},
 	}
 	for _, tt := range tests {
