@@ -159,7 +159,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 		judged = p.prepareRecord(sctx, &pl, body)
 	}
 	pcfg := p.policy.Config()
-	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), judged)
+	pl.key = p.policy.Session(sctx, policy.Identify(api, sessionID(ctx, &pcfg), judged))
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	if mode == policy.ModeOff {
 		return pl

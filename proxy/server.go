@@ -140,8 +140,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // handle routes one request: loopguard's own endpoints, chat completions
-// through the pipeline, everything else straight to the upstream.
+// through the pipeline, everything else straight to the upstream. A
+// /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if !stripSessionPrefix(ctx) {
+		return
+	}
 	path := ctx.Path()
 	switch {
 	case string(path) == "/healthz":
