@@ -90,10 +90,11 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	start := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	s.buildUpstreamRequest(ctx, req, body, obs != nil)
+	up := s.upstreamFor(ctx)
+	s.buildUpstreamRequest(ctx, req, up, body, obs != nil)
 
 	resp := fasthttp.AcquireResponse()
-	err := s.up.client.Do(req, resp)
+	err := up.client.Do(req, resp)
 	headerLatency := time.Since(start)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -113,7 +114,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	}
 
 	br := &bodyReader{r: resp.BodyStream(), idle: s.cfg.Upstream.IdleTimeout}
-	br.conn = s.up.conns.lookup(resp.LocalAddr())
+	br.conn = up.conns.lookup(resp.LocalAddr())
 	if br.r == nil {
 		br.r = bytes.NewReader(resp.Body())
 	}
@@ -158,8 +159,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 }
 
 // buildUpstreamRequest copies the client's request into req: method, path
-// joined onto the upstream base, query, end-to-end headers.
-func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request, body []byte, inspected bool) {
+// joined onto up's base, query, end-to-end headers.
+func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request, up *upstream, body []byte, inspected bool) {
 	in := &ctx.Request
 	req.Header.DisableNormalizing()
 	req.Header.SetNoDefaultContentType(true)
@@ -167,13 +168,13 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 
 	// PathOriginal, not Path: the upstream gets the path exactly as the
 	// client wrote it, without fasthttp's normalising.
-	uri := s.up.path(req.Header.RequestURI()[:0], ctx.URI().PathOriginal())
+	uri := up.path(req.Header.RequestURI()[:0], ctx.URI().PathOriginal())
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		uri = append(uri, '?')
 		uri = append(uri, q...)
 	}
 	req.SetRequestURIBytes(uri)
-	req.Header.SetHost(s.up.host)
+	req.Header.SetHost(up.host)
 
 	conn := in.Header.Peek("Connection")
 	in.Header.VisitAll(func(k, v []byte) {

@@ -21,11 +21,14 @@ import (
 // Server is a running loopguard proxy. Create it with New, start it with
 // Serve, stop it with Shutdown.
 type Server struct {
-	cfg  Config
-	log  zerolog.Logger
-	up   *upstream
-	http *fasthttp.Server
-	chat *chatPipeline
+	cfg Config
+	log zerolog.Logger
+	up  *upstream
+	// anthropic serves Anthropic Messages traffic when upstream.anthropic_url
+	// is set; nil otherwise (up serves everything).
+	anthropic *upstream
+	http      *fasthttp.Server
+	chat      *chatPipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
 
@@ -46,6 +49,13 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, up: up}
+	if cfg.Upstream.AnthropicURL != "" {
+		c := cfg.Upstream
+		c.URL = c.AnthropicURL
+		if s.anthropic, err = newUpstream(c); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -133,6 +143,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = nil // the listeners closed above
 	}
 	s.up.client.CloseIdleConnections()
+	if s.anthropic != nil {
+		s.anthropic.client.CloseIdleConnections()
+	}
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
 	}
@@ -178,6 +191,18 @@ func guardedAPI(p []byte) inspect.API {
 		return inspect.AnthropicMessages
 	}
 	return ""
+}
+
+// upstreamFor is the upstream of one request: upstream.anthropic_url's for
+// Anthropic Messages traffic when it is set, upstream.url's for the rest.
+// Anthropic clients send anthropic-version on every request, which also
+// routes the paths beside /v1/messages (count_tokens, models).
+func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
+	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
+		guardedAPI(ctx.Path()) == inspect.AnthropicMessages) {
+		return s.anthropic
+	}
+	return s.up
 }
 
 func hasSuffixBytes(b []byte, s string) bool {

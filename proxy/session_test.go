@@ -153,3 +153,56 @@ func TestSessionHeadersOfRealAgents(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamPerWireAPI: with upstream.anthropic_url set, Anthropic traffic
+// (its path or its anthropic-version header) goes there, the rest to url.
+func TestUpstreamPerWireAPI(t *testing.T) {
+	answer := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x"}`)
+	}
+	openai, gotOpenAI := upstreamRecorder(t, answer)
+	anthropic, gotAnthropic := upstreamRecorder(t, answer)
+	_, base := startProxy(t, func(c *Config) {
+		c.Upstream.URL = openai.URL + "/v1"
+		c.Upstream.AnthropicURL = anthropic.URL + "/v1"
+	})
+	tests := []struct {
+		path, body string
+		anthropic  bool // sent with anthropic-version
+		want       <-chan recorded
+		wantURI    string
+	}{
+		{"/s/r1/v1/chat/completions", loopingHistory(1, false), false, gotOpenAI, "/v1/chat/completions"},
+		{"/s/r1/v1/responses", responsesHistory(1, false), false, gotOpenAI, "/v1/responses"},
+		{"/s/r1/v1/messages", anthropicHistory(1, false), true, gotAnthropic, "/v1/messages"},
+		{"/s/r1/messages", anthropicHistory(1, false), false, gotAnthropic, "/v1/messages"},
+		{"/s/r1/v1/messages/count_tokens", anthropicHistory(1, false), true, gotAnthropic, "/v1/messages/count_tokens"},
+		{"/v1/models", "", false, gotOpenAI, "/v1/models"},
+		{"/v1/models", "", true, gotAnthropic, "/v1/models"},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest("POST", base+tt.path, strings.NewReader(tt.body))
+		if tt.anthropic {
+			req.Header.Set("anthropic-version", "2023-06-01")
+		}
+		resp, err := newClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		select {
+		case r := <-tt.want:
+			if r.uri != tt.wantURI {
+				t.Errorf("%s: upstream saw %s; want %s", tt.path, r.uri, tt.wantURI)
+			}
+		default:
+			t.Errorf("%s (anthropic-version %v): the other upstream was called", tt.path, tt.anthropic)
+			select {
+			case <-gotOpenAI:
+			case <-gotAnthropic:
+			}
+		}
+	}
+}
