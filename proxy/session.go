@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"errors"
+
 	"github.com/loopguard/loopguard/policy"
 	"github.com/valyala/fasthttp"
 )
@@ -29,9 +31,9 @@ func stripSessionPrefix(ctx *fasthttp.RequestCtx) bool {
 			return true
 		}
 	}
-	id, rest, msg := splitSessionPath(p)
-	if msg != "" {
-		writeError(ctx, fasthttp.StatusBadRequest, "loopguard: "+msg, "invalid_request_error", "invalid_session_id")
+	id, rest, err := splitSessionPath(p)
+	if err != nil {
+		writeError(ctx, fasthttp.StatusBadRequest, "loopguard: "+err.Error(), "invalid_request_error", "invalid_session_id")
 		return false
 	}
 	ctx.SetUserValue(sessionIDKey, append([]byte(nil), id...)) // p's buffer is rewritten below
@@ -39,34 +41,53 @@ func stripSessionPrefix(ctx *fasthttp.RequestCtx) bool {
 	return true
 }
 
-// splitSessionPath splits "/s/<id>/rest" into the id and "/rest". msg says
-// what is wrong with a malformed one. Ids are 1 to policy.MaxKeyLen bytes of
-// letters, digits, '.', '_' and '-', starting with a letter or digit: safe
-// in a header, a log line and a redis key, and never one of loopguard's own
-// key forms ("h:...", "x:..."), which hold a colon.
-func splitSessionPath(p []byte) (id, rest []byte, msg string) {
+// splitSessionPath splits "/s/<id>/rest" into the id and "/rest"; err says
+// what is wrong with a malformed one.
+func splitSessionPath(p []byte) (id, rest []byte, err error) {
 	p = p[len(sessionPrefix):]
 	n := 0
 	for n < len(p) && p[n] != '/' {
 		n++
 	}
 	id, rest = p[:n], p[n:]
-	switch {
-	case n == 0:
-		return nil, nil, "the session prefix /s/<id>/ has an empty id"
-	case n > policy.MaxKeyLen:
-		return nil, nil, "the session id in /s/<id>/ is longer than 128 bytes"
-	case len(rest) == 0:
-		return nil, nil, "the session prefix /s/<id>/ must be followed by the API path, as in /s/<id>/v1/chat/completions"
-	case !alnum(id[0]):
-		return nil, nil, "the session id in /s/<id>/ must start with a letter or a digit"
+	if err := ValidateSessionID(string(id)); err != nil {
+		return nil, nil, err
 	}
-	for _, c := range id {
-		if !alnum(c) && c != '.' && c != '_' && c != '-' {
-			return nil, nil, "the session id in /s/<id>/ may hold only letters, digits, '.', '_' and '-'"
+	if len(rest) == 0 {
+		return nil, nil, errSessionNoPath
+	}
+	return id, rest, nil
+}
+
+// Errors of a malformed /s/<id>/ prefix, answered 400 with their text.
+var (
+	errSessionEmpty  = errors.New("the session prefix /s/<id>/ has an empty id")
+	errSessionLong   = errors.New("the session id in /s/<id>/ is longer than 128 bytes")
+	errSessionStart  = errors.New("the session id in /s/<id>/ must start with a letter or a digit")
+	errSessionChars  = errors.New("the session id in /s/<id>/ may hold only letters, digits, '.', '_' and '-'")
+	errSessionNoPath = errors.New("the session prefix /s/<id>/ must be followed by the API path, as in /s/<id>/v1/chat/completions")
+)
+
+// ValidateSessionID checks an id for the /s/<id>/ prefix: 1 to
+// policy.MaxKeyLen bytes of letters, digits, '.', '_' and '-', starting with
+// a letter or digit. Such ids are safe in a header, a log line and a redis
+// key, and are never one of loopguard's own key forms ("h:...", "x:..."),
+// which hold a colon.
+func ValidateSessionID(id string) error {
+	switch {
+	case id == "":
+		return errSessionEmpty
+	case len(id) > policy.MaxKeyLen:
+		return errSessionLong
+	case !alnum(id[0]):
+		return errSessionStart
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !alnum(c) && c != '.' && c != '_' && c != '-' {
+			return errSessionChars
 		}
 	}
-	return id, rest, ""
+	return nil
 }
 
 func alnum(c byte) bool {
