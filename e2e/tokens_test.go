@@ -1,0 +1,60 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/loopguard/loopguard/e2e/fakellm"
+)
+
+// TestSessionTokensOnEveryAPI: the token usage the upstream reports, streamed
+// or not, on chat completions, Responses and Anthropic Messages, is summed
+// in the session's record, and the part spent answering looping requests
+// apart (what `loopguard run` prints).
+func TestSessionTokensOnEveryAPI(t *testing.T) {
+	type wire struct {
+		name   string
+		agents map[string]agentFunc
+		model  func() fakellm.Script
+	}
+	wires := []wire{{name: "chat", agents: ladderAgents(t), model: func() fakellm.Script { return loopingModel(fakellm.OpenAI) }}}
+	for _, api := range apiCases() {
+		wires = append(wires, wire{name: api.name, agents: api.agents(t),
+			model: func() fakellm.Script { return fakellm.Script{Rules: []fakellm.Rule{api.looping()}} }})
+	}
+	for _, w := range wires {
+		for name, agent := range w.agents {
+			for _, stream := range []bool{false, true} {
+				mode := map[bool]string{true: "stream", false: "json"}[stream]
+				t.Run(w.name+"/"+name+"/"+mode, func(t *testing.T) {
+					t.Parallel()
+					fake := fakellm.Start(t, w.model())
+					lg := startLoopguard(t, fake.URL(), nil)
+					session := "tokens-" + w.name + "-" + name + "-" + mode
+					run := agent(t, lg.URL, agentOpts{session: session, stream: stream, maxTurns: 10})
+					lg.waitEvents(t, len(run.Turns))
+					resp, err := http.Get(lg.URL + "/loopguard/api/sessions/" + session)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer resp.Body.Close()
+					var d struct {
+						Session struct {
+							Tokens     struct{ Input, Output int } `json:"tokens"`
+							LoopTokens struct{ Input, Output int } `json:"loop_tokens"`
+						} `json:"session"`
+					}
+					if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+						t.Fatal(err)
+					}
+					s := d.Session
+					if s.Tokens.Input == 0 || s.Tokens.Output == 0 || s.LoopTokens.Input == 0 ||
+						s.LoopTokens.Input >= s.Tokens.Input || s.LoopTokens.Output >= s.Tokens.Output {
+						t.Fatalf("session tokens %+v, loop tokens %+v; want both counted, loop turns a part", s.Tokens, s.LoopTokens)
+					}
+				})
+			}
+		}
+	}
+}
