@@ -224,3 +224,38 @@ func TestRunForwardsSignals(t *testing.T) {
 		})
 	}
 }
+
+// TestRunTwoUpstreams: an agent whose OpenAI-style and Anthropic endpoints
+// live on two hosts keeps both behind `loopguard run`: each wire API's
+// requests reach the upstream its variable held before, in one session.
+func TestRunTwoUpstreams(t *testing.T) {
+	loopguard, agent := buildRunBinaries(t)
+	openai := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: fakellm.Response{Content: "hi"}}}})
+	anthropic := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+		fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return fakellm.AnthropicAnswer{Text: "hi"} })}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, loopguard, "run", "-session", "two-1", "--", agent, "-both")
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(),
+		"OPENAI_BASE_URL="+openai.URL()+"/v1", "ANTHROPIC_BASE_URL="+anthropic.URL())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("loopguard run: %v\nstderr:\n%s", err, &stderr)
+	}
+	if got := stdout.String(); got != "status: 200\nstatus: 200\ncalls: 2\nsessions: two-1\n" {
+		t.Fatalf("agent output:\n%s\nstderr:\n%s", got, &stderr)
+	}
+	for _, tt := range []struct {
+		fake *fakellm.Server
+		want string
+	}{{openai, "/v1/chat/completions"}, {anthropic, "/v1/messages"}} {
+		reqs := tt.fake.Requests()
+		if len(reqs) != 1 || reqs[0].Path != tt.want {
+			t.Fatalf("upstream %s saw %d requests (%v); want one %s", tt.fake.URL(), len(reqs), reqs, tt.want)
+		}
+	}
+	if !strings.Contains(stderr.String(), "2 model calls") {
+		t.Fatalf("stderr summary:\n%s", &stderr)
+	}
+}

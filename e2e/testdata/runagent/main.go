@@ -3,12 +3,15 @@
 // OpenAI SDKs read it), runs the tool calls the model makes with scripted
 // results, and stops when the model answers without one.
 //
-//	runagent [-exit N] [-max N] [-wait]
+//	runagent [-exit N] [-max N] [-wait] [-both]
 //
 // It prints one line per turn, "final: TEXT" at the end, "calls: N" and
 // "sessions: KEYS" (the distinct X-Loopguard-Session values it saw), then
 // exits with -exit's code; 4 when -max turns pass without a final answer.
-// With -wait it prints "waiting" and blocks until a signal ends it.
+// With -wait it prints "waiting" and blocks until a signal ends it. With
+// -both it makes one call on each wire API instead, chat completions at
+// $OPENAI_BASE_URL and Anthropic Messages at $ANTHROPIC_BASE_URL (as Claude
+// Code reads it), and prints their statuses.
 package main
 
 import (
@@ -44,6 +47,7 @@ func main() {
 	exit := flag.Int("exit", 0, "exit code after a final answer")
 	maxTurns := flag.Int("max", 12, "turns before giving up")
 	wait := flag.Bool("wait", false, "print waiting and block until a signal")
+	both := flag.Bool("both", false, "one call on each wire API")
 	flag.Parse()
 	if *wait {
 		fmt.Println("waiting")
@@ -61,7 +65,12 @@ func main() {
 		{Role: "user", Content: text("Make the build pass.")},
 	}
 	a := agent{base: base, msgs: msgs, sessions: map[string]bool{}, client: &http.Client{Timeout: 30 * time.Second}}
-	code := a.run(*maxTurns, *exit)
+	code := *exit
+	if *both {
+		a.callBoth()
+	} else {
+		code = a.run(*maxTurns, *exit)
+	}
 	keys := make([]string, 0, len(a.sessions))
 	for k := range a.sessions {
 		keys = append(keys, k)
@@ -122,6 +131,36 @@ func (a *agent) run(maxTurns, exit int) int {
 		}
 	}
 	return 4
+}
+
+// callBoth makes one chat completions call and one Anthropic Messages call.
+func (a *agent) callBoth() {
+	calls := []struct {
+		url, body string
+		anthropic bool
+	}{
+		{strings.TrimRight(a.base, "/") + "/chat/completions",
+			`{"model":"fake-model","messages":[{"role":"user","content":"Say hi."}]}`, false},
+		{strings.TrimRight(os.Getenv("ANTHROPIC_BASE_URL"), "/") + "/v1/messages",
+			`{"model":"claude-fake","max_tokens":64,"messages":[{"role":"user","content":"Say hi."}]}`, true},
+	}
+	for _, c := range calls {
+		req, _ := http.NewRequest(http.MethodPost, c.url, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		if c.anthropic {
+			req.Header.Set("anthropic-version", "2023-06-01")
+		}
+		resp, err := a.client.Do(req)
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		a.calls++
+		a.sessions[resp.Header.Get("X-Loopguard-Session")] = true
+		fmt.Println("status:", resp.StatusCode)
+	}
 }
 
 // shell is the agent's only tool, whose results are scripted.
