@@ -106,6 +106,21 @@ func (v Variable) url(base string) string {
 	return base
 }
 
+// Args returns the command line to run: command itself, or, for agents that
+// take their base URL from a documented option rather than the environment,
+// command with that option added. Codex CLI reads its base URL from the
+// config key openai_base_url (recent versions ignore OPENAI_BASE_URL), which
+// `-c key=value` sets for one run without touching config.toml; an
+// openai_base_url the user passes later on the line still wins. base is as
+// for Environ.
+func Args(command []string, base string) []string {
+	if len(command) == 0 || filepath.Base(command[0]) != "codex" {
+		return command
+	}
+	opt := `openai_base_url="` + strings.TrimRight(base, "/") + `/v1"`
+	return append([]string{command[0], "-c", opt}, command[1:]...)
+}
+
 // configFileAgents read their base URL only from their own config file; the
 // hint is the one setting to add there, %s standing for the URL with /v1.
 var configFileAgents = map[string]string{

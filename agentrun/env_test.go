@@ -117,3 +117,18 @@ func TestHint(t *testing.T) {
 		}
 	}
 }
+
+func TestArgs(t *testing.T) {
+	tests := []struct {
+		give, want []string
+	}{
+		{[]string{"codex", "exec", "fix it"}, []string{"codex", "-c", `openai_base_url="` + base + `/v1"`, "exec", "fix it"}},
+		{[]string{"/opt/bin/codex"}, []string{"/opt/bin/codex", "-c", `openai_base_url="` + base + `/v1"`}},
+		{[]string{"claude", "-p", "fix it"}, []string{"claude", "-p", "fix it"}},
+	}
+	for _, tt := range tests {
+		if got := Args(tt.give, base); !slices.Equal(got, tt.want) {
+			t.Errorf("Args(%q) = %q; want %q", tt.give, got, tt.want)
+		}
+	}
+}

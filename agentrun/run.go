@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -97,6 +98,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		fmt.Fprintf(o.Notices, "loopguard: %s\n", h)
 	}
 
+	o.Command = Args(o.Command, sessionURL)
 	code, err := runCommand(ctx, o, Environ(o.Env, sessionURL))
 	if err != nil {
 		return Summary{}, err
@@ -212,6 +214,12 @@ func runCommand(ctx context.Context, o Options, env []string) (int, error) {
 	cmd := exec.Command(o.Command[0], o.Command[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
+	cmd.SysProcAttr = childAttr()
+	// Pdeathsig fires when the thread that started the child exits, not the
+	// process: keep this goroutine on its thread until the child is gone,
+	// so that the Go runtime never retires that thread under it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", o.Command[0], err)
 	}
