@@ -47,6 +47,21 @@ func realAgents() []realAgent {
 			return fakellm.ResponsesAnswer{Text: "The build passes."}
 		}),
 		wantPath: "/v1/responses",
+	}, {
+		name: "claude",
+		env:  "LOOPGUARD_E2E_CLAUDE",
+		args: func(home, prompt string) []string {
+			return []string{"-p", prompt, "--model", "claude-fake", "--max-turns", "12"}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "ANTHROPIC_API_KEY=" + anthropicKey, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+				"DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1"}
+		},
+		looping: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic }),
+		healthy: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1/messages",
 	}}
 }
 
