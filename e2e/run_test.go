@@ -259,3 +259,31 @@ func TestRunTwoUpstreams(t *testing.T) {
 		t.Fatalf("stderr summary:\n%s", &stderr)
 	}
 }
+
+// TestRunWithRunningProxy: -proxy uses a loopguard already serving (for
+// teams); the run is one session there, and the timeline command reads it.
+func TestRunWithRunningProxy(t *testing.T) {
+	loopguard, agent := buildRunBinaries(t)
+	fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{agentModel(true)}})
+	lg := startLoopguard(t, fake.URL(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, loopguard, "run", "-proxy", lg.URL+"/v1", "-session", "team-run-1", "--", agent)
+	// The variables point elsewhere: with -proxy they are only replaced.
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "OPENAI_BASE_URL=http://127.0.0.1:1/v1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("loopguard run: %v\nstderr:\n%s", err, &stderr)
+	}
+	if !strings.Contains(stdout.String(), "calls: 6\nsessions: team-run-1\n") {
+		t.Fatalf("agent output:\n%s\nstderr:\n%s", &stdout, &stderr)
+	}
+	want := "timeline: curl -s " + lg.URL + "/loopguard/api/sessions/team-run-1\n"
+	if e := stderr.String(); !strings.Contains(e, "6 model calls") || !strings.Contains(e, "ended with LOOP_DETECTED") || !strings.Contains(e, want) {
+		t.Fatalf("stderr summary:\n%s\nwant %q", e, want)
+	}
+	if n := len(lg.waitEvents(t, 6)); n != 6 {
+		t.Fatalf("the running proxy saw %d chat requests; want 6", n)
+	}
+}
