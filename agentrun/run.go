@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,18 +105,24 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		return Summary{}, err
 	}
 	log.Info().Int("exit_code", code).Msg("command ended")
-	sum, detail, err := g.summary(ctx)
+	sum := Summary{Session: id, ExitCode: code, Loops: []Loop{}, Log: logPath}
+	d, seen, err := g.record(ctx)
 	if err != nil {
 		log.Warn().Err(err).Msg("reading the session's record failed")
 		fmt.Fprintf(o.Notices, "loopguard: cannot read the session's record: %v\n", err)
 	}
-	sum.ExitCode, sum.Log = code, logPath
-	if o.ProxyURL != "" {
+	if seen {
+		fill(&sum, &d)
+	}
+	switch {
+	case o.ProxyURL != "":
 		sum.Timeline = "curl -s " + g.base + "/loopguard/api/sessions/" + id
-	} else if detail != nil {
-		// The in-process loopguard ends with the run: keep its record.
+	case seen:
+		// The in-process loopguard ends with the run: keep its record in
+		// the admin API's shape.
 		path := filepath.Join(o.LogDir, "loopguard-"+id+".timeline.json")
-		if err := os.WriteFile(path, detail, 0o600); err == nil {
+		b, _ := json.MarshalIndent(&d, "", "  ")
+		if err := os.WriteFile(path, append(b, '\n'), 0o600); err == nil {
 			sum.Timeline = "cat " + path
 		}
 	}

@@ -52,55 +52,48 @@ type Loop struct {
 	Brief  string `json:"brief,omitempty"`
 }
 
-// sessionDetail is the part of the admin API's answer for one session that
-// the summary reads.
+// sessionDetail is a session's record: the admin API's answer for one
+// session, less the policy state.
 type sessionDetail struct {
 	Session  observe.SessionSummary `json:"session"`
-	Timeline []entry                `json:"timeline"`
+	Timeline []observe.Entry        `json:"timeline"`
 }
 
-// entry is the part of an observe.Entry that the summary reads.
-type entry struct {
-	Kind     observe.Kind  `json:"kind"`
-	Steps    int           `json:"steps"`
-	Category string        `json:"category"`
-	Action   policy.Action `json:"action"`
-	Brief    string        `json:"brief"`
-}
-
-// summary reads the run's session from the admin API. detail is the raw
-// answer, nil when the session was never seen (no model call).
-func (g *guard) summary(ctx context.Context) (sum Summary, detail []byte, err error) {
-	sum.Session, sum.Loops = g.id, []Loop{}
+// record reads the run's session: from the recorder of the in-process
+// loopguard, else from the admin API of the one at g.base. ok is false when
+// the session was never seen (the command made no model call).
+func (g *guard) record(ctx context.Context) (d sessionDetail, ok bool, err error) {
+	if g.srv != nil {
+		// Read in-process rather than over HTTP: an admin request just
+		// before Shutdown races inside fasthttp (RequestCtx.Done reads
+		// the server's done channel while Shutdown resets it).
+		d.Session, d.Timeline, ok = g.srv.Recorder().Session(g.id)
+		return d, ok, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"/loopguard/api/sessions/"+g.id, nil)
 	if err != nil {
-		return sum, nil, err
+		return d, false, err
 	}
 	if g.adminToken != "" {
 		req.Header.Set("Authorization", "Bearer "+g.adminToken)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return sum, nil, err
+		return d, false, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	switch {
-	case err != nil:
-		return sum, nil, err
 	case resp.StatusCode == http.StatusNotFound:
-		return sum, nil, nil // the command made no model call
+		return d, false, nil
 	case resp.StatusCode != http.StatusOK:
-		return sum, nil, fmt.Errorf("admin API: %s", resp.Status)
+		return d, false, fmt.Errorf("admin API: %s", resp.Status)
 	}
-	var d sessionDetail
-	if err := json.Unmarshal(b, &d); err != nil {
-		return sum, nil, fmt.Errorf("admin API: %w", err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&d); err != nil {
+		return d, false, fmt.Errorf("admin API: %w", err)
 	}
-	fill(&sum, &d)
-	return sum, b, nil
+	return d, true, nil
 }
 
 // fill copies a session's record into sum.
@@ -108,23 +101,23 @@ func fill(sum *Summary, d *sessionDetail) {
 	s := &d.Session
 	sum.Calls, sum.Detections, sum.Interventions = s.Requests, s.Detections, s.Interventions
 	sum.Tokens, sum.LoopTokens = s.Tokens, s.LoopTokens
-	var last *entry
+	var last *observe.Entry
 	for i := range d.Timeline {
 		e := &d.Timeline[i]
 		switch e.Kind {
 		case observe.KindRequest:
 			last = e
 			if e.Category != "" {
-				sum.Loops = append(sum.Loops, Loop{Turn: e.Steps, Category: e.Category, Action: action(e), Brief: e.Brief})
+				sum.Loops = append(sum.Loops, Loop{Turn: e.Steps, Category: string(e.Category), Action: action(e), Brief: e.Brief})
 			}
 		case observe.KindCut:
-			sum.Loops = append(sum.Loops, Loop{Turn: -1, Category: e.Category, Action: "cut"})
+			sum.Loops = append(sum.Loops, Loop{Turn: -1, Category: string(e.Category), Action: "cut"})
 		}
 	}
 	sum.LoopDetected = last != nil && last.Action == policy.Terminate
 }
 
-func action(e *entry) string {
+func action(e *observe.Entry) string {
 	if e.Action == "" {
 		return string(policy.None)
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loopguard/loopguard/observe"
 )
 
 func TestSummaryFromRecord(t *testing.T) {
@@ -30,7 +32,7 @@ func TestSummaryFromRecord(t *testing.T) {
 	}
 
 	// A run that went on after its loop was not ended by LOOP_DETECTED.
-	d.Timeline = append(d.Timeline, entry{Kind: "request", Steps: 6})
+	d.Timeline = append(d.Timeline, observe.Entry{Kind: observe.KindRequest, Steps: 6})
 	sum = Summary{}
 	fill(&sum, &d)
 	if sum.LoopDetected || len(sum.Loops) != 4 {

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -265,10 +267,10 @@ func TestRunTwoUpstreams(t *testing.T) {
 func TestRunWithRunningProxy(t *testing.T) {
 	loopguard, agent := buildRunBinaries(t)
 	fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{agentModel(true)}})
-	lg := startLoopguard(t, fake.URL(), nil)
+	base := serveLoopguard(t, loopguard, fake.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, loopguard, "run", "-proxy", lg.URL+"/v1", "-session", "team-run-1", "--", agent)
+	cmd := exec.CommandContext(ctx, loopguard, "run", "-proxy", base+"/v1", "-session", "team-run-1", "--", agent)
 	// The variables point elsewhere: with -proxy they are only replaced.
 	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "OPENAI_BASE_URL=http://127.0.0.1:1/v1")
 	var stdout, stderr bytes.Buffer
@@ -279,11 +281,42 @@ func TestRunWithRunningProxy(t *testing.T) {
 	if !strings.Contains(stdout.String(), "calls: 6\nsessions: team-run-1\n") {
 		t.Fatalf("agent output:\n%s\nstderr:\n%s", &stdout, &stderr)
 	}
-	want := "timeline: curl -s " + lg.URL + "/loopguard/api/sessions/team-run-1\n"
+	want := "timeline: curl -s " + base + "/loopguard/api/sessions/team-run-1\n"
 	if e := stderr.String(); !strings.Contains(e, "6 model calls") || !strings.Contains(e, "ended with LOOP_DETECTED") || !strings.Contains(e, want) {
 		t.Fatalf("stderr summary:\n%s\nwant %q", e, want)
 	}
-	if n := len(lg.waitEvents(t, 6)); n != 6 {
-		t.Fatalf("the running proxy saw %d chat requests; want 6", n)
+	if n := len(fake.Requests()); n != 5 {
+		t.Fatalf("the upstream saw %d requests; want 5 (the sixth was answered LOOP_DETECTED)", n)
+	}
+}
+
+// serveLoopguard runs `loopguard -upstream upstream` as its own process on a
+// free loopback port until the test ends, and returns its base URL.
+func serveLoopguard(t *testing.T, loopguard, upstream string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(loopguard, "-listen", addr, "-upstream", upstream, "-log-level", "warn")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	base := "http://" + addr
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return base
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loopguard did not come up on %s: %v", addr, err)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package observe
 
 import (
 	"encoding/hex"
+	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -60,6 +62,21 @@ func (f Fingerprint) MarshalText() ([]byte, error) {
 		b[i] = byte(f >> (56 - 8*i))
 	}
 	return hex.AppendEncode(make([]byte, 0, 16), b[:]), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler, so that clients of the
+// admin API (`loopguard run -proxy`) read timelines back.
+func (f *Fingerprint) UnmarshalText(text []byte) error {
+	if len(text) == 0 {
+		*f = 0
+		return nil
+	}
+	v, err := strconv.ParseUint(string(text), 16, 64)
+	if err != nil {
+		return fmt.Errorf("observe: fingerprint %q: %w", text, err)
+	}
+	*f = Fingerprint(v)
+	return nil
 }
 
 // Entry is one line of a session's timeline. It holds names, counts and

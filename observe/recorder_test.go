@@ -232,3 +232,20 @@ func TestRecorderCountsReportedTokens(t *testing.T) {
 		t.Fatalf("Tokens = %+v, LoopTokens = %+v; want {700 70} and {200 20}", sum.Tokens, sum.LoopTokens)
 	}
 }
+
+func TestFingerprintTextRoundTrip(t *testing.T) {
+	for _, f := range []Fingerprint{0, 1, 0xaa, 0xfedcba9876543210} {
+		b, err := f.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Fingerprint
+		if err := got.UnmarshalText(b); err != nil || got != f {
+			t.Errorf("UnmarshalText(%q) = %x, %v; want %x", b, uint64(got), err, uint64(f))
+		}
+	}
+	var f Fingerprint
+	if err := f.UnmarshalText([]byte("xyz")); err == nil {
+		t.Error("UnmarshalText(xyz) succeeded; want an error")
+	}
+}

@@ -108,6 +108,10 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
+// Recorder returns the session record that the admin API serves, for a
+// process that runs the proxy in-process (`loopguard run`).
+func (s *Server) Recorder() *observe.Recorder { return s.obs.Recorder() }
+
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
