@@ -62,6 +62,16 @@ func realAgents() []realAgent {
 			return fakellm.AnthropicAnswer{Text: "The build passes."}
 		}),
 		wantPath: "/v1/messages",
+	}, {
+		name: "qwen",
+		env:  "LOOPGUARD_E2E_QWEN",
+		args: func(home, prompt string) []string { return []string{"-p", prompt} },
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "OPENAI_API_KEY=" + openAIKey, "OPENAI_MODEL=fake-model"}
+		},
+		looping:  agentModel(true),
+		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
+		wantPath: "/v1/chat/completions",
 	}}
 }
 
