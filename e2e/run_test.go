@@ -320,3 +320,55 @@ func serveLoopguard(t *testing.T, loopguard, upstream string) string {
 		}
 	}
 }
+
+// TestRunInterruptMidStream: a Ctrl-C (SIGINT) in the middle of a streamed
+// answer ends the agent with it, loopguard closes the upstream stream (the
+// model stops generating), shuts down and still writes its log and summary.
+func TestRunInterruptMidStream(t *testing.T) {
+	loopguard, agent := buildRunBinaries(t)
+	fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: fakellm.Response{Content: "tick ", NeverEnd: true, Delay: 5 * time.Millisecond}}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, loopguard, "run", "--", agent, "-stream")
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "OPENAI_BASE_URL="+fake.URL()+"/v1")
+	cmd.WaitDelay = 10 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); err != nil || line != "streaming\n" {
+		t.Fatalf("agent said %q, %v; want streaming", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+		t.Fatalf("loopguard run ended with %v; want the agent's death by SIGINT, 130\nstderr:\n%s", err, &stderr)
+	}
+	e := stderr.String()
+	if !strings.Contains(e, "1 model calls, exit code 130") {
+		t.Fatalf("stderr misses the summary:\n%s", e)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if xs := fake.Exchanges(); len(xs) == 1 && xs[0].PeerClosed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream stream was not closed")
+		}
+	}
+	_, logPath, _ := strings.Cut(e, "log: ")
+	logPath, _, _ = strings.Cut(logPath, "\n")
+	b, err := os.ReadFile(logPath)
+	if err != nil || !bytes.Contains(b, []byte(`"exit_code":130`)) || !bytes.Contains(b, []byte(`"path":"/v1/chat/completions"`)) {
+		t.Fatalf("log %s (%v) misses the request or the command's end:\n%s", logPath, err, b)
+	}
+}

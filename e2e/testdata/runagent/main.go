@@ -3,7 +3,7 @@
 // OpenAI SDKs read it), runs the tool calls the model makes with scripted
 // results, and stops when the model answers without one.
 //
-//	runagent [-exit N] [-max N] [-wait] [-both]
+//	runagent [-exit N] [-max N] [-wait] [-both] [-stream]
 //
 // It prints one line per turn, "final: TEXT" at the end, "calls: N" and
 // "sessions: KEYS" (the distinct X-Loopguard-Session values it saw), then
@@ -11,7 +11,9 @@
 // With -wait it prints "waiting" and blocks until a signal ends it. With
 // -both it makes one call on each wire API instead, chat completions at
 // $OPENAI_BASE_URL and Anthropic Messages at $ANTHROPIC_BASE_URL (as Claude
-// Code reads it), and prints their statuses.
+// Code reads it), and prints their statuses. With -stream it makes one
+// streamed call, prints "streaming" once the answer starts, and reads it to
+// its end.
 package main
 
 import (
@@ -48,6 +50,7 @@ func main() {
 	maxTurns := flag.Int("max", 12, "turns before giving up")
 	wait := flag.Bool("wait", false, "print waiting and block until a signal")
 	both := flag.Bool("both", false, "one call on each wire API")
+	stream := flag.Bool("stream", false, "one streamed call, read to its end")
 	flag.Parse()
 	if *wait {
 		fmt.Println("waiting")
@@ -66,9 +69,12 @@ func main() {
 	}
 	a := agent{base: base, msgs: msgs, sessions: map[string]bool{}, client: &http.Client{Timeout: 30 * time.Second}}
 	code := *exit
-	if *both {
+	switch {
+	case *both:
 		a.callBoth()
-	} else {
+	case *stream:
+		a.callStream()
+	default:
 		code = a.run(*maxTurns, *exit)
 	}
 	keys := make([]string, 0, len(a.sessions))
@@ -161,6 +167,21 @@ func (a *agent) callBoth() {
 		a.sessions[resp.Header.Get("X-Loopguard-Session")] = true
 		fmt.Println("status:", resp.StatusCode)
 	}
+}
+
+// callStream makes one streamed chat call and reads the answer to its end.
+func (a *agent) callStream() {
+	body := `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"Write a long story."}]}`
+	resp, err := a.client.Post(strings.TrimRight(a.base, "/")+"/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	defer resp.Body.Close()
+	a.calls++
+	a.sessions[resp.Header.Get("X-Loopguard-Session")] = true
+	fmt.Println("streaming")
+	_, _ = io.Copy(io.Discard, resp.Body)
 }
 
 // shell is the agent's only tool, whose results are scripted.
