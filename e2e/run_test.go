@@ -197,31 +197,18 @@ func TestRunForwardsSignals(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, loopguard, "run", "-upstream", "http://127.0.0.1:1", "--", agent, "-wait")
-			cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil || line != "waiting\n" {
-				t.Fatalf("agent said %q, %v; want waiting", line, err)
-			}
+			cmd, stderr := startRunUntil(ctx, t, loopguard, []string{"TMPDIR=" + t.TempDir()}, "waiting",
+				"-upstream", "http://127.0.0.1:1", "--", agent, "-wait")
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
-			err = cmd.Wait()
+			err := cmd.Wait()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 128+int(sig) {
-				t.Fatalf("loopguard run ended with %v; want exit code %d\nstderr:\n%s", err, 128+int(sig), &stderr)
+				t.Fatalf("loopguard run ended with %v; want exit code %d\nstderr:\n%s", err, 128+int(sig), stderr)
 			}
 			if !strings.Contains(stderr.String(), "0 model calls, exit code "+fmt.Sprint(128+int(sig))) {
-				t.Fatalf("stderr misses the summary:\n%s", &stderr)
+				t.Fatalf("stderr misses the summary:\n%s", stderr)
 			}
 		})
 	}
@@ -329,29 +316,15 @@ func TestRunInterruptMidStream(t *testing.T) {
 	fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: fakellm.Response{Content: "tick ", NeverEnd: true, Delay: 5 * time.Millisecond}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, loopguard, "run", "--", agent, "-stream")
-	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "OPENAI_BASE_URL="+fake.URL()+"/v1")
-	cmd.WaitDelay = 10 * time.Second
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewReader(stdout)
-	if line, err := out.ReadString('\n'); err != nil || line != "streaming\n" {
-		t.Fatalf("agent said %q, %v; want streaming", line, err)
-	}
+	cmd, stderr := startRunUntil(ctx, t, loopguard, []string{"TMPDIR=" + t.TempDir(), "OPENAI_BASE_URL=" + fake.URL() + "/v1"},
+		"streaming", "--", agent, "-stream")
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
-		t.Fatalf("loopguard run ended with %v; want the agent's death by SIGINT, 130\nstderr:\n%s", err, &stderr)
+		t.Fatalf("loopguard run ended with %v; want the agent's death by SIGINT, 130\nstderr:\n%s", err, stderr)
 	}
 	e := stderr.String()
 	if !strings.Contains(e, "1 model calls, exit code 130") {
@@ -371,4 +344,27 @@ func TestRunInterruptMidStream(t *testing.T) {
 	if err != nil || !bytes.Contains(b, []byte(`"exit_code":130`)) || !bytes.Contains(b, []byte(`"path":"/v1/chat/completions"`)) {
 		t.Fatalf("log %s (%v) misses the request or the command's end:\n%s", logPath, err, b)
 	}
+}
+
+// startRunUntil starts `loopguard run args...` with env added to the
+// environment and waits until the agent's first line on stdout is want.
+// The agent's later output is not read.
+func startRunUntil(ctx context.Context, t *testing.T, loopguard string, env []string, want string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, loopguard, append([]string{"run"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 10 * time.Second // the agent may outlive a killed loopguard holding the pipes
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := new(bytes.Buffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != want+"\n" {
+		t.Fatalf("agent said %q, %v; want %s", line, err, want)
+	}
+	return cmd, stderr
 }
