@@ -152,14 +152,18 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}()
 	pl.readOptions(body)
 
+	// Store calls before the inspection (the Responses record, the session
+	// link) have a deadline of their own, and Decide's starts after it:
+	// parsing a long history on a busy machine must not use up the store's
+	// time.
+	rctx, cancelRecord := context.WithTimeout(context.Background(), p.storeTimeout)
 	judged := body // the history to judge
 	if api == inspect.Responses {
-		rctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
 		judged = p.prepareRecord(rctx, &pl, body)
-		cancel()
 	}
 	pcfg := p.policy.Config()
-	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), judged)
+	pl.key = p.policy.Session(rctx, policy.Identify(api, sessionID(ctx, &pcfg), judged))
+	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	if mode == policy.ModeOff {
 		return pl
@@ -182,8 +186,6 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}
 	t1 := time.Now()
 
-	// The store's deadline starts here: parsing and inspecting a long
-	// history on a busy machine must not use up the store's time.
 	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
 	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)

@@ -56,6 +56,8 @@ type chatObserver struct {
 	encoded   bool // the answer is compressed: forward it uninspected
 	abandoned bool // a call panicked: not returned to the pool
 
+	bodyUsage observe.Usage // the usage of a non-streamed answer
+
 	// A non-streamed Responses answer's id and output items, for the record.
 	respID     string
 	respOutput string
@@ -121,6 +123,7 @@ func (o *chatObserver) release() {
 	o.trim, o.text0, o.cutInText0, o.trimQ, o.trimBuf = false, 0, false, o.trimQ[:0], o.trimBuf[:0]
 	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
 	o.respID, o.respOutput, o.recorded, o.cutPending = "", "", false, false
+	o.bodyUsage = observe.Usage{}
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -375,6 +378,7 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
 		return nil
 	}
+	o.bodyUsage = answerUsage(b)
 	if o.pl.record != nil {
 		res := gjson.GetManyBytes(b, "id", "output")
 		o.respID, o.respOutput = res[0].String(), res[1].Raw
@@ -433,6 +437,7 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 		saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
 	}
 	info.Session = o.pl.key
+	info.Usage = o.usage()
 	if o.pl.record != nil && !o.recorded && info.Status == fasthttp.StatusOK {
 		if o.respID != "" {
 			o.p.saveRecord(o.pl, o.respID, gjson.Parse(o.respOutput))

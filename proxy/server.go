@@ -22,11 +22,14 @@ import (
 // Server is a running loopguard proxy. Create it with New, start it with
 // Serve, stop it with Shutdown.
 type Server struct {
-	cfg  Config
-	log  zerolog.Logger
-	up   *upstream
-	http *fasthttp.Server
-	chat *chatPipeline
+	cfg Config
+	log zerolog.Logger
+	up  *upstream
+	// anthropic serves Anthropic Messages traffic when upstream.anthropic_url
+	// is set; nil otherwise (up serves everything).
+	anthropic *upstream
+	http      *fasthttp.Server
+	chat      *chatPipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
 
@@ -50,6 +53,13 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, up: up}
+	if cfg.Upstream.AnthropicURL != "" {
+		c := cfg.Upstream
+		c.URL = c.AnthropicURL
+		if s.anthropic, err = newUpstream(c); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -108,6 +118,10 @@ func withLocalAddr(h http.Handler) fasthttp.RequestHandler {
 	}
 }
 
+// Recorder returns the session record that the admin API serves, for a
+// process that runs the proxy in-process (`loopguard run`).
+func (s *Server) Recorder() *observe.Recorder { return s.obs.Recorder() }
+
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
@@ -146,6 +160,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = werr
 	}
 	s.up.client.CloseIdleConnections()
+	if s.anthropic != nil {
+		s.anthropic.client.CloseIdleConnections()
+	}
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
 	}
@@ -169,7 +186,8 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 }
 
 // handle routes one request: loopguard's own endpoints, chat completions
-// through the pipeline, everything else straight to the upstream.
+// through the pipeline, everything else straight to the upstream. A
+// /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if ambiguousFraming(&ctx.Request.Header) {
 		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
@@ -179,6 +197,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, "request has both Content-Length and Transfer-Encoding",
 			"invalid_request_error", "bad_request")
 		ctx.SetConnectionClose()
+		return
+	}
+	if !stripSessionPrefix(ctx) {
 		return
 	}
 	path := ctx.Path()
@@ -235,6 +256,18 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 		}
 	}
 	return length && transfer
+}
+
+// upstreamFor is the upstream of one request: upstream.anthropic_url's for
+// Anthropic Messages traffic when it is set, upstream.url's for the rest.
+// Anthropic clients send anthropic-version on every request, which also
+// routes the paths beside /v1/messages (count_tokens, models).
+func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
+	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
+		guardedAPI(ctx.Path()) == inspect.AnthropicMessages) {
+		return s.anthropic
+	}
+	return s.up
 }
 
 func hasSuffixBytes(b []byte, s string) bool {
