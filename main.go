@@ -4,6 +4,7 @@
 //	loopguard [-config FILE] [-listen ADDR] [-upstream URL]   serve
 //	loopguard demo [-serve]                                    scripted demo, no LLM needed
 //	loopguard replay [-config FILE] FILE...                    offline evaluation
+//	loopguard run [-proxy URL] [-session ID] [-json FILE] -- COMMAND [ARGS]   guard one agent run
 //	loopguard version
 package main
 
@@ -44,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runReplay(args[1:], stdout, stderr)
 		case "demo":
 			return runDemo(args[1:], stdout, stderr)
+		case "run":
+			return runAgent(args[1:], os.Stdin, stdout, stderr)
 		case "serve":
 			args = args[1:]
 		}

@@ -23,7 +23,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/rs/zerolog"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
@@ -47,6 +47,8 @@ type chatDone struct {
 // it reported through proxy.WithChatDone.
 type lgServer struct {
 	URL string
+	// srv is the proxy, for reading its session record in-process.
+	srv *proxy.Server
 
 	mu     sync.Mutex
 	events []chatDone
@@ -87,6 +89,7 @@ func startLoopguard(t *testing.T, upstream string, edit func(*proxy.Config)) *lg
 		}
 	})
 	lg.URL = "http://" + ln.Addr().String()
+	lg.srv = srv
 	return lg
 }
 

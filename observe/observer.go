@@ -122,6 +122,17 @@ type ResponseInfo struct {
 	// CutDelay is the time from the arrival of the first degenerate byte
 	// (Cut.Offset) to the cut; zero when unknown.
 	CutDelay time.Duration
+	// Usage is the token usage the upstream reported for the answer; zero
+	// when it reported none.
+	Usage Usage
+}
+
+// Usage is the token usage an upstream reported: prompt_tokens (chat) or
+// input_tokens (Responses, Anthropic), and completion_tokens or
+// output_tokens.
+type Usage struct {
+	Input  int `json:"input"`
+	Output int `json:"output"`
 }
 
 // Request records a chat request after policy's decision: detections,
@@ -167,6 +178,9 @@ func (o *Observer) Response(info ResponseInfo) {
 	m.response(pathIndex(info.Path), info.Status, info.UpstreamLatency, info.TTFB, info.Duration, info.Events)
 	if info.Streamed {
 		m.streamClosed()
+	}
+	if info.Session != "" && info.Usage != (Usage{}) {
+		o.rec.usage(&info)
 	}
 	if info.Cut.Category == "" {
 		return

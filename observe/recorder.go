@@ -2,7 +2,10 @@ package observe
 
 import (
 	"encoding/hex"
+	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +63,21 @@ func (f Fingerprint) MarshalText() ([]byte, error) {
 		b[i] = byte(f >> (56 - 8*i))
 	}
 	return hex.AppendEncode(make([]byte, 0, 16), b[:]), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler, so that clients of the
+// admin API (`loopguard run -proxy`) read timelines back.
+func (f *Fingerprint) UnmarshalText(text []byte) error {
+	if len(text) == 0 {
+		*f = 0
+		return nil
+	}
+	v, err := strconv.ParseUint(string(text), 16, 64)
+	if err != nil {
+		return fmt.Errorf("observe: fingerprint %q: %w", text, err)
+	}
+	*f = Fingerprint(v)
+	return nil
 }
 
 // Entry is one line of a session's timeline. It holds names, counts and
@@ -121,8 +139,13 @@ type SessionSummary struct {
 	Interventions int `json:"interventions"`
 	Cuts          int `json:"cuts"`
 	TokensSaved   int `json:"tokens_saved,omitempty"`
-	Recovered     int `json:"recovered"`
-	LoopedAgain   int `json:"looped_again"`
+	// Tokens sums the usage the upstream reported for the session's
+	// answers; LoopTokens that of the answers to requests whose history
+	// showed a loop: the turns the loop cost.
+	Tokens      Usage `json:"tokens"`
+	LoopTokens  Usage `json:"loop_tokens"`
+	Recovered   int   `json:"recovered"`
+	LoopedAgain int   `json:"looped_again"`
 	// Category, Brief, Action and Level describe the last detection.
 	Category inspect.Category `json:"category,omitempty"`
 	Brief    string           `json:"brief,omitempty"`
@@ -143,6 +166,7 @@ type pending struct {
 type session struct {
 	SessionSummary
 	cats       uint32 // bit i: categories[i] seen
+	looping    bool   // the last request's history showed a loop
 	pending    map[string]pending
 	ring       []Entry
 	next       int // ring slot of the next entry once the ring is full
@@ -197,6 +221,30 @@ type Recorder struct {
 	recovery       map[recKey]*[2]int // [recovered, looped_again]
 	metrics        *Metrics
 	now            func() time.Time
+	// names holds copies of the tool and model names entries keep: they
+	// arrive as substrings of a request, which an entry must not keep
+	// alive, and copying each anew would cost an allocation per request.
+	names map[string]string
+}
+
+// maxNames bounds Recorder.names; a full table starts over (the copies
+// entries hold stay valid).
+const maxNames = 4096
+
+// name returns the recorder's copy of s. r.mu is held.
+func (r *Recorder) name(s string) string {
+	if s == "" {
+		return ""
+	}
+	if c, ok := r.names[s]; ok {
+		return c
+	}
+	if len(r.names) >= maxNames {
+		clear(r.names)
+	}
+	c := strings.Clone(s)
+	r.names[c] = c
+	return c
 }
 
 // NewRecorder returns an empty recorder sized by opts; metrics, when not
@@ -210,6 +258,7 @@ func NewRecorder(opts Options, metrics *Metrics) *Recorder {
 		feed:     make([]Entry, opts.Feed),
 		buckets:  make([]bucket, opts.Buckets),
 		recovery: make(map[recKey]*[2]int),
+		names:    make(map[string]string),
 		metrics:  metrics,
 		now:      opts.Now,
 	}
@@ -224,6 +273,8 @@ func (r *Recorder) touch(key string, now time.Time) *session {
 		if len(r.sessions) >= r.max {
 			r.evict()
 		}
+		// The key outlives the request it may be a substring of.
+		key = strings.Clone(key)
 		s = &session{SessionSummary: SessionSummary{Key: key, FirstSeen: now, State: StateActive, Level: -1}}
 		r.sessions[key] = s
 	} else {
@@ -319,8 +370,6 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	if len(model) > maxModelLen {
 		model = model[:maxModelLen]
 	}
-	e := Entry{At: now, Session: info.Session, Kind: KindRequest, Model: model, Steps: info.Steps,
-		Tool: info.Tool, Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
 	var c Counts
 	c.Requests = 1
 	cat := catNone
@@ -329,10 +378,14 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
+	model = r.name(model)
+	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: model, Steps: info.Steps,
+		Tool: r.name(info.Tool), Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
 	s.Requests++
 	if model != "" {
 		s.Model = model
 	}
+	s.looping = d != nil && d.Verdict.Loop
 	if d != nil {
 		r.recoveries(s, d, now)
 		if d.Verdict.Loop {
@@ -432,6 +485,23 @@ func (r *Recorder) response(info *ResponseInfo, now time.Time) {
 	r.add(s, &Entry{At: now, Session: s.Key, Kind: KindCut, Model: s.Model, Category: info.Cut.Category,
 		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1})
 	r.count(now, s.Model, cat, Counts{Cuts: 1, TokensSaved: info.Cut.TokensSaved})
+}
+
+// usage adds an answer's reported tokens to its session; they count as
+// loop tokens when the request it answered showed a loop.
+func (r *Recorder) usage(info *ResponseInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[info.Session]
+	if s == nil {
+		return // evicted since its request
+	}
+	s.Tokens.Input += info.Usage.Input
+	s.Tokens.Output += info.Usage.Output
+	if s.looping {
+		s.LoopTokens.Input += info.Usage.Input
+		s.LoopTokens.Output += info.Usage.Output
+	}
 }
 
 // admin records an operator's action on session key.

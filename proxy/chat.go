@@ -155,14 +155,18 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}()
 	pl.readOptions(body)
 
-	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
-	defer cancel()
+	// Store calls before the inspection (the Responses record, the session
+	// link) have a deadline of their own, and Decide's starts after it:
+	// parsing a long history on a busy machine must not use up the store's
+	// time.
+	rctx, cancelRecord := context.WithTimeout(context.Background(), p.storeTimeout)
 	judged := body // the history to judge
 	if api == inspect.Responses {
-		judged = p.prepareRecord(sctx, &pl, body)
+		judged = p.prepareRecord(rctx, &pl, body)
 	}
 	pcfg := p.policy.Config()
-	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), judged)
+	pl.key = p.policy.Session(rctx, policy.Identify(api, sessionID(ctx, &pcfg), judged))
+	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	if mode == policy.ModeOff {
 		return pl
@@ -186,6 +190,8 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}
 	t1 := time.Now()
 
+	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
 		p.failOpen(&pl, "policy", err)
@@ -344,19 +350,6 @@ func activeConstraint(c policy.Constraint) inject.Loop {
 		PatternKey: c.Pattern,
 		Detections: []inspect.Detection{{Category: c.Category, Score: 1, Evidence: ev}},
 	}}
-}
-
-// logPattern names a decision's loop pattern in a log event: by its key and
-// tool name, and by its brief (which quotes arguments) only with log.content.
-func (p *chatPipeline) logPattern(e *zerolog.Event, d *policy.Decision) *zerolog.Event {
-	e = e.Str("pattern_key", d.Pattern)
-	if len(d.Verdict.Detections) > 0 {
-		e = e.Str("tool", d.Verdict.Detections[0].Evidence.Tool)
-	}
-	if p.cfg.Log.Content {
-		e = e.Str("pattern", d.Brief)
-	}
-	return e
 }
 
 func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -58,6 +59,8 @@ type chatObserver struct {
 
 	encoded   bool // the answer is compressed: forward it uninspected
 	abandoned bool // a call panicked: not returned to the pool
+
+	bodyUsage observe.Usage // the usage of a non-streamed answer
 
 	// A non-streamed Responses answer's id and output items, for the record.
 	respID     string
@@ -123,6 +126,7 @@ func (o *chatObserver) release() {
 	o.trim, o.text0, o.trimQ, o.trimBuf = false, 0, o.trimQ[:0], o.trimBuf[:0]
 	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
 	o.respID, o.respOutput, o.recorded, o.cutPending = "", "", false, false
+	o.bodyUsage = observe.Usage{}
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -396,6 +400,74 @@ func (o *chatObserver) appendChunkHead(b []byte) []byte {
 // estimateTokens turns generated text bytes into tokens at about four bytes a token.
 func estimateTokens(n int64) int { return int((n + 3) / 4) }
 
+// body inspects a non-streamed chat answer: a degenerate text is cut at the
+// offset where the repetition began, with finish_reason set as for streams.
+func (o *chatObserver) body(status int, b []byte) []byte {
+	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
+		return nil
+	}
+	o.bodyUsage = answerUsage(b)
+	out := o.cutBody(b)
+	if o.pl.record != nil {
+		// The record holds the output as the agent got it.
+		answer := b
+		if out != nil {
+			answer = out
+		}
+		res := gjson.GetManyBytes(answer, "id", "output")
+		o.respID, o.respOutput = res[0].String(), res[1].Raw
+	}
+	return out
+}
+
+// cutBody cuts a degenerate non-streamed answer; nil when it is left alone.
+func (o *chatObserver) cutBody(b []byte) []byte {
+	if !o.p.cfg.Stream.Cut {
+		return nil
+	}
+	if o.pl.api != inspect.ChatCompletions {
+		return o.apiBody(b)
+	}
+	out := b
+	changed := false
+	gjson.GetBytes(b, "choices").ForEach(func(i, ch gjson.Result) bool {
+		text := ch.Get("message.content")
+		if text.Type != gjson.String || i.Int() >= maxWatchedChoices {
+			return true
+		}
+		slot := &o.content[min(int(i.Int()), maxWatchedChoices-1)]
+		if *slot == nil {
+			*slot = inspect.NewDegeneration(o.p.cfg.Detect.Stream)
+		}
+		d := *slot
+		s := text.String()
+		o.bytes += int64(len(s))
+		if !d.Write([]byte(s)) {
+			return true
+		}
+		det := d.Detection()
+		off := d.Offset()
+		if off < 0 || off > int64(len(s)) {
+			off = int64(len(s))
+		}
+		o.cut, o.cutOffset, o.cutAt = &det, off, time.Now()
+		idx := strconv.FormatInt(i.Int(), 10)
+		var err error
+		if out, err = sjson.SetBytes(out, "choices."+idx+".message.content", s[:off]); err != nil {
+			return false
+		}
+		if out, err = sjson.SetBytes(out, "choices."+idx+".finish_reason", o.p.cfg.Stream.FinishReason); err != nil {
+			return false
+		}
+		changed = true
+		return true
+	})
+	if !changed {
+		return nil
+	}
+	return out
+}
+
 // finish records a cut in the session, so the next request tells the model
 // its answer degenerated, and returns o to the pool.
 func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
@@ -404,6 +476,7 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 		saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
 	}
 	info.Session = o.pl.key
+	info.Usage = o.usage()
 	if o.pl.record != nil && !o.recorded && info.Status == fasthttp.StatusOK {
 		if o.respID != "" {
 			o.p.saveRecord(o.pl, o.respID, gjson.Parse(o.respOutput))

@@ -45,6 +45,12 @@ type UpstreamConfig struct {
 	// URL is the upstream base URL, with or without /v1
 	// (http://127.0.0.1:8000, https://api.openai.com/v1). Required.
 	URL string `toml:"url"`
+	// AnthropicURL, when set, is the upstream of Anthropic Messages traffic
+	// (requests that carry an anthropic-version header, as every Anthropic
+	// client sends, or post to /v1/messages), for agents whose Anthropic
+	// endpoint lives on another host than their OpenAI-style one. Same form
+	// as URL. Empty (default): URL serves every wire API.
+	AnthropicURL string `toml:"anthropic_url"`
 	// APIKey, when set, replaces the client's Authorization header with
 	// "Bearer <APIKey>". Empty: the client's header passes through.
 	APIKey string `toml:"api_key"`
@@ -114,8 +120,9 @@ type LogConfig struct {
 
 // AdminConfig protects loopguard's own endpoints under /loopguard/.
 type AdminConfig struct {
-	// Token, when set, is required as "Authorization: Bearer <token>". Without
-	// it the admin API answers only on loopback listeners.
+	// Token, when set, is required as "Authorization: Bearer <token>" by the
+	// admin API and /metrics. Without it they answer only on loopback
+	// listeners.
 	Token string `toml:"token"`
 }
 
@@ -160,6 +167,11 @@ func (c *Config) Validate() error {
 		bad("upstream.url", "is required (flag -upstream, env LOOPGUARD_UPSTREAM)")
 	} else if u, err := url.Parse(c.Upstream.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("upstream.url", "%q is not an http(s) URL", c.Upstream.URL)
+	}
+	if c.Upstream.AnthropicURL != "" {
+		if u, err := url.Parse(c.Upstream.AnthropicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("upstream.anthropic_url", "%q is not an http(s) URL", c.Upstream.AnthropicURL)
+		}
 	}
 	if c.Server.Listen == "" {
 		bad("server.listen", "is empty")

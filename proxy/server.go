@@ -22,21 +22,27 @@ import (
 // Server is a running loopguard proxy. Create it with New, start it with
 // Serve, stop it with Shutdown.
 type Server struct {
-	cfg  Config
-	log  zerolog.Logger
-	up   *upstream
-	http *fasthttp.Server
-	chat *chatPipeline
+	cfg Config
+	log zerolog.Logger
+	up  *upstream
+	// anthropic serves Anthropic Messages traffic when upstream.anthropic_url
+	// is set; nil otherwise (up serves everything).
+	anthropic *upstream
+	http      *fasthttp.Server
+	chat      *chatPipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
 
 	obs     *observe.Observer
-	metrics fasthttp.RequestHandler // GET /metrics
+	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
 	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
 
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
 	closed    bool           // Shutdown was called
+	// handedOver counts the streams to HTTP/1.0 clients, whose connections
+	// fasthttp handed over (setStreamWriter) and no longer waits for.
+	handedOver sync.WaitGroup
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -47,6 +53,13 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, up: up}
+	if cfg.Upstream.AnthropicURL != "" {
+		c := cfg.Upstream
+		c.URL = c.AnthropicURL
+		if s.anthropic, err = newUpstream(c); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -56,7 +69,6 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s.chat, err = newChatPipeline(cfg, log, s.obs)
 	if err != nil {
 		return nil, err
@@ -70,13 +82,8 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	adminHandler := fasthttpadaptor.NewFastHTTPHandler(admin)
-	s.admin = func(ctx *fasthttp.RequestCtx) {
-		// The admin API answers without a token only on loopback listeners;
-		// it reads the listener's address from the request context.
-		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
-		adminHandler(ctx)
-	}
+	s.admin = withLocalAddr(admin)
+	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleServerError,
@@ -94,10 +101,26 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		ReduceMemoryUsage:     true,
 		Logger:                fasthttpLogger{log},
 	}
 	return s, nil
 }
+
+// withLocalAddr adapts h, an admin handler, to fasthttp. Admin handlers
+// answer without a token only on loopback listeners; they read the
+// listener's address from the request context, where net/http puts it.
+func withLocalAddr(h http.Handler) fasthttp.RequestHandler {
+	adapted := fasthttpadaptor.NewFastHTTPHandler(h)
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
+		adapted(ctx)
+	}
+}
+
+// Recorder returns the session record that the admin API serves, for a
+// process that runs the proxy in-process (`loopguard run`).
+func (s *Server) Recorder() *observe.Recorder { return s.obs.Recorder() }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
@@ -133,15 +156,38 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if errors.Is(err, net.ErrClosed) {
 		err = nil // the listeners closed above
 	}
+	if werr := waitCtx(ctx, &s.handedOver); err == nil {
+		err = werr
+	}
 	s.up.client.CloseIdleConnections()
+	if s.anthropic != nil {
+		s.anthropic.client.CloseIdleConnections()
+	}
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
+// waitCtx waits for wg until ctx ends; the goroutine that waits ends with
+// wg.
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // handle routes one request: loopguard's own endpoints, chat completions
-// through the pipeline, everything else straight to the upstream.
+// through the pipeline, everything else straight to the upstream. A
+// /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if ambiguousFraming(&ctx.Request.Header) {
 		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
@@ -151,6 +197,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, "request has both Content-Length and Transfer-Encoding",
 			"invalid_request_error", "bad_request")
 		ctx.SetConnectionClose()
+		return
+	}
+	if !stripSessionPrefix(ctx) {
 		return
 	}
 	path := ctx.Path()
@@ -207,6 +256,18 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 		}
 	}
 	return length && transfer
+}
+
+// upstreamFor is the upstream of one request: upstream.anthropic_url's for
+// Anthropic Messages traffic when it is set, upstream.url's for the rest.
+// Anthropic clients send anthropic-version on every request, which also
+// routes the paths beside /v1/messages (count_tokens, models).
+func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
+	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
+		guardedAPI(ctx.Path()) == inspect.AnthropicMessages) {
+		return s.anthropic
+	}
+	return s.up
 }
 
 func hasSuffixBytes(b []byte, s string) bool {
