@@ -28,6 +28,8 @@ type Server struct {
 	chat *chatPipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
+	// resume stops cut resumable streams upstream (resumable.go).
+	resume resumeStopper
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics
@@ -132,6 +134,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if errors.Is(err, net.ErrClosed) {
 		err = nil // the listeners closed above
 	}
+	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
 	s.up.client.CloseIdleConnections()
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
@@ -154,6 +157,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.admin(ctx)
 	case ctx.IsPost() && guardedAPI(path) != "":
 		s.chat.serve(ctx, s, guardedAPI(path))
+	case isResume(ctx):
+		// A resumed stream is a chat answer like the first delivery.
+		s.chat.serveResume(ctx, s)
 	default:
 		s.forward(ctx, ctx.Request.Body(), nil)
 	}
