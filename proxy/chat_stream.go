@@ -3,8 +3,8 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"strconv"
 	"sync"
