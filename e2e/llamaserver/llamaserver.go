@@ -68,7 +68,13 @@ func Start(tb testing.TB, o Options) *Server {
 	for range 5 {
 		s, err := start(dir, logDir, o)
 		if err == nil {
-			tb.Cleanup(s.Stop)
+			tb.Cleanup(func() {
+				s.Stop()
+				if tb.Failed() {
+					b, _ := os.ReadFile(s.log)
+					tb.Logf("llama-server log tail:\n%s", tail(b, 4000))
+				}
+			})
 			return s
 		}
 		lastErr = err
