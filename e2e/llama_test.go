@@ -43,6 +43,8 @@ type llamaSuite struct {
 	// side after every stream without saying so (that is loopguard's
 	// problem to solve, not the baseline's).
 	agent, direct *http.Client
+	// proxies are the base URLs of the loopguards the suite started.
+	proxies map[string]bool
 
 	requests, badGateway atomic.Int64
 }
@@ -50,8 +52,8 @@ type llamaSuite struct {
 // TestLlamaServer runs the suite against one llama-server started for it.
 func TestLlamaServer(t *testing.T) {
 	start := time.Now()
-	s := &llamaSuite{llama: llamaserver.Start(t, llamaserver.Options{Slots: 4})}
-	s.lg = startLoopguard(t, s.llama.URL, nil)
+	s := &llamaSuite{llama: llamaserver.Start(t, llamaserver.Options{Slots: 4}), proxies: map[string]bool{}}
+	s.lg = s.loopguard(t, s.llama.URL)
 	agent := &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16}
 	direct := &http.Transport{DisableCompression: true, DisableKeepAlives: true}
 	t.Cleanup(agent.CloseIdleConnections)
@@ -65,6 +67,7 @@ func TestLlamaServer(t *testing.T) {
 	t.Run("HangUpStopsGeneration", s.testHangUpStops)
 	t.Run("CutStopsResumable", s.testCutStopsResumable)
 	t.Run("HangUpLeavesResumable", s.testHangUpLeavesResumable)
+	t.Run("ContextFull", s.testContextFull)
 
 	n, bad := s.requests.Load(), s.badGateway.Load()
 	t.Logf("%d requests through loopguard, %d answered 502, in %v", n, bad, time.Since(start).Round(time.Millisecond))
@@ -76,8 +79,16 @@ func TestLlamaServer(t *testing.T) {
 	}
 }
 
+// loopguard starts a loopguard in front of upstream whose requests the
+// suite counts.
+func (s *llamaSuite) loopguard(t *testing.T, upstream string) *lgServer {
+	lg := startLoopguard(t, upstream, nil)
+	s.proxies[lg.URL] = true
+	return lg
+}
+
 // send makes one request to base and reads the whole answer; requests to
-// loopguard are counted. A transport error fails the test.
+// a loopguard are counted. A transport error fails the test.
 func (s *llamaSuite) send(t *testing.T, base, method, path, body string, hdr map[string]string) rawExchange {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -111,12 +122,12 @@ func (s *llamaSuite) do(ctx context.Context, base, method, path, body string, hd
 		req.Header.Set(k, v)
 	}
 	c := s.direct
-	if base == s.lg.URL {
+	if s.proxies[base] {
 		c = s.agent
 		s.requests.Add(1)
 	}
 	resp, err := c.Do(req)
-	if err == nil && base == s.lg.URL && resp.StatusCode == http.StatusBadGateway {
+	if err == nil && s.proxies[base] && resp.StatusCode == http.StatusBadGateway {
 		s.badGateway.Add(1)
 	}
 	return resp, err
@@ -531,4 +542,23 @@ func (s *llamaSuite) testHangUpLeavesResumable(t *testing.T) {
 		t.Fatalf("DELETE through loopguard: status %d: %s", ex.status, ex.body)
 	}
 	s.waitStopped(t, time.Now(), "DELETE through loopguard")
+}
+
+// testContextFull: llama-server's own error for a prompt longer than the
+// context (exceed_context_size_error, with n_prompt_tokens and n_ctx)
+// reaches the client unchanged, streamed or not. It needs a server with a
+// tiny context of its own (-c 256, one slot; it starts in about a second).
+func (s *llamaSuite) testContextFull(t *testing.T) {
+	small := llamaserver.Start(t, llamaserver.Options{Slots: 1, Context: 256})
+	lg := s.loopguard(t, small.URL)
+	long := strings.Repeat("word ", 400)
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":4,"stream":%v}`, long, stream)
+		want := s.send(t, small.URL, http.MethodPost, "/v1/chat/completions", body, nil)
+		got := s.send(t, lg.URL, http.MethodPost, "/v1/chat/completions", body, nil)
+		if want.status != http.StatusBadRequest || gjson.GetBytes(want.body, "error.type").String() != "exceed_context_size_error" {
+			t.Fatalf("stream %v: direct answer %d %s; want llama-server's context error", stream, want.status, want.body)
+		}
+		compareLlama(t, got, want, []string{"error.n_ctx", "error.n_prompt_tokens"})
+	}
 }
