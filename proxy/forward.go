@@ -80,9 +80,14 @@ func asciiEqualFold(b []byte, s string) bool {
 // for each response).
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// bufferLimit is the largest non-streamed body read whole before answering;
-// larger ones stream through.
+// bufferLimit is the largest non-streamed body read whole before answering
+// on a path loopguard does not inspect; larger ones stream through.
 const bufferLimit = 1 << 20
+
+// inspectLimit is the largest non-streamed answer loopguard reads whole to
+// inspect it; a larger one streams through uninspected, so one huge answer
+// cannot take the process's memory with it.
+const inspectLimit = 8 << 20
 
 // forward sends the client's request upstream with body as its body and
 // relays the answer. obs, when not nil, watches the response.
@@ -92,8 +97,20 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	defer fasthttp.ReleaseRequest(req)
 	s.buildUpstreamRequest(ctx, req, body, obs != nil)
 
+	// A client that leaves while the upstream prepares its answer (prompt
+	// processing, a whole non-streamed generation) closes the upstream
+	// connection, so the model stops. Only requests that can start a
+	// generation are watched: the watch costs a goroutine.
+	x := &exchange{}
+	var stopWatch func()
+	if !ctx.IsGet() && !ctx.IsHead() {
+		stopWatch = watchPeerClose(ctx.Conn(), func() { x.abort(errClientGone) })
+	}
 	resp := fasthttp.AcquireResponse()
-	err := s.up.client.Do(req, resp)
+	ub, err := s.up.roundTrip(x, req, resp)
+	if stopWatch != nil {
+		stopWatch()
+	}
 	headerLatency := time.Since(start)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -112,36 +129,37 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		ctx.Response.Header.SetStatusMessage(msg)
 	}
 
-	br := &bodyReader{r: resp.BodyStream(), idle: s.cfg.Upstream.IdleTimeout}
-	br.conn = s.up.conns.lookup(resp.LocalAddr())
-	if br.r == nil {
-		br.r = bytes.NewReader(resp.Body())
-	}
-
 	if isEventStream(resp.Header.ContentType()) {
-		s.relayStream(ctx, resp, br, obs, start, headerLatency)
+		s.relayStream(ctx, ub, obs, start, headerLatency)
 		return
 	}
 	if obs != nil {
 		obs.header(status, &ctx.Response.Header)
 	}
 
-	n := resp.Header.ContentLength()
-	if obs == nil && (n < 0 || n > bufferLimit) {
+	limit := int64(bufferLimit)
+	if obs != nil {
+		limit = inspectLimit
+	}
+	n := ub.ContentLength()
+	if n > limit || obs == nil && n < 0 {
 		// Unknown or large length: stream it through without holding it.
-		method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
-		ctx.Response.SetBodyStream(&passBody{r: br, resp: resp, done: func(n int64, err error) {
-			s.respond(nil, method, path, err, observe.ResponseInfo{Status: status, UpstreamLatency: headerLatency,
-				Duration: time.Since(start), Bytes: n})
-		}}, n)
+		s.passThrough(ctx, ub, nil, n, obs, start, headerLatency)
 		return
 	}
 	bw := ctx.Response.BodyWriter()
 	buf := copyBufs.Get().(*[]byte)
-	written, err := io.CopyBuffer(bw, br, *buf)
+	written, err := io.CopyBuffer(bw, io.LimitReader(ub, limit+1), *buf)
 	copyBufs.Put(buf)
-	closeStream(resp, err)
-	fasthttp.ReleaseResponse(resp)
+	if err == nil && written > limit {
+		// A chunked answer larger than what is inspected: what was read
+		// goes first, the rest streams through.
+		held := append([]byte(nil), ctx.Response.Body()...)
+		ctx.Response.ResetBody()
+		s.passThrough(ctx, ub, held, -1, obs, start, headerLatency)
+		return
+	}
+	ub.Close(err)
 	if err != nil {
 		// The status line is not sent yet: answer with an error instead of a
 		// truncated body.
@@ -155,6 +173,21 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	}
 	s.respond(obs, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{Status: ctx.Response.StatusCode(),
 		UpstreamLatency: headerLatency, Duration: time.Since(start), Bytes: written})
+}
+
+// passThrough relays a non-streamed body without holding it: head (bytes
+// already read) first, then the rest of ub. n is the body's length, or -1.
+func (s *Server) passThrough(ctx *fasthttp.RequestCtx, ub *upstreamBody, head []byte, n int64, obs responseObserver, start time.Time, headerLatency time.Duration) {
+	status := ctx.Response.StatusCode()
+	method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
+	var r io.Reader = ub
+	if len(head) > 0 {
+		r = io.MultiReader(bytes.NewReader(head), ub)
+	}
+	ctx.Response.SetBodyStream(&passBody{r: r, body: ub, done: func(n int64, err error) {
+		s.respond(obs, method, path, err, observe.ResponseInfo{Status: status, UpstreamLatency: headerLatency,
+			Duration: time.Since(start), Bytes: n})
+	}}, int(n))
 }
 
 // buildUpstreamRequest copies the client's request into req: method, path
@@ -217,8 +250,8 @@ func isEventStream(ct []byte) bool {
 
 // relayStream forwards an SSE response event by event, flushing after each,
 // and owns resp until the stream ends.
-func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, br *bodyReader, obs responseObserver, start time.Time, headerLatency time.Duration) {
-	status := resp.StatusCode()
+func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration) {
+	status := ctx.Response.StatusCode()
 	// nginx and similar proxies in front of us must not buffer the stream
 	// (proxy-notes P1).
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
@@ -231,10 +264,12 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 	method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
 	maxEvent := s.cfg.Stream.MaxEventBytes
 
+	// abort ends the stream early (client gone, cut, deadline); the first
+	// cause wins, and ub's Close is safe against the read it interrupts.
 	var cause atomic.Pointer[error]
 	abort := func(err error) {
 		if cause.CompareAndSwap(nil, &err) {
-			closeStream(resp, err)
+			ub.Close(err)
 		}
 	}
 	var timer *time.Timer
@@ -251,7 +286,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 			ttfb    time.Duration
 			readErr error
 		)
-		rd := sse.NewReader(br, maxEvent)
+		rd := sse.NewReader(ub, maxEvent)
 		// One Event for the whole stream: &ev goes to the observer, and a
 		// fresh variable per iteration would escape to the heap each time.
 		var ev sse.Event
@@ -287,7 +322,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 				written += int64(n)
 				if err == nil {
 					var m int64
-					m, err = io.Copy(flushWriter{w}, br)
+					m, err = io.Copy(flushWriter{w}, ub)
 					written += m
 				}
 				if err != nil && !errors.Is(err, io.EOF) {
@@ -320,22 +355,23 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, 
 		final := readErr
 		if c != nil {
 			final = *c
-		} else {
-			closeStream(resp, readErr)
 		}
-		fasthttp.ReleaseResponse(resp)
+		ub.Close(final)
 		s.respond(obs, method, path, final, observe.ResponseInfo{Status: status, Streamed: true,
 			UpstreamLatency: headerLatency, TTFB: ttfb, Duration: time.Since(start), Events: events, Bytes: written})
 	})
 }
 
-// passBody relays a large non-streamed body; fasthttp closes it when the
-// response is written.
+// passBody relays a non-streamed body that is not held whole; fasthttp
+// closes it when the response is written. It implements CloseWithError and
+// not io.Closer: fasthttp calls both where both exist, and the response
+// must be accounted once.
 type passBody struct {
 	r    io.Reader
-	resp *fasthttp.Response
+	body *upstreamBody
 	n    int64
 	done func(n int64, err error)
+	once sync.Once
 }
 
 func (p *passBody) Read(b []byte) (int, error) {
@@ -345,13 +381,12 @@ func (p *passBody) Read(b []byte) (int, error) {
 }
 
 func (p *passBody) CloseWithError(err error) error {
-	closeStream(p.resp, err)
-	fasthttp.ReleaseResponse(p.resp)
-	p.done(p.n, err)
+	p.once.Do(func() {
+		p.body.Close(err)
+		p.done(p.n, err)
+	})
 	return nil
 }
-
-func (p *passBody) Close() error { return p.CloseWithError(nil) }
 
 // upstreamErrorStatus maps a failed upstream exchange to the status the client gets.
 func upstreamErrorStatus(err error) (status int, code string) {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -145,6 +146,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // handle routes one request: loopguard's own endpoints, chat completions
 // through the pipeline, everything else straight to the upstream.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if ambiguousFraming(&ctx.Request.Header) {
+		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
+		// how requests are smuggled past a proxy that frames them otherwise
+		// than the server behind it. Refuse, and close the connection so the
+		// bytes after the body are never read as a request.
+		writeError(ctx, fasthttp.StatusBadRequest, "request has both Content-Length and Transfer-Encoding",
+			"invalid_request_error", "bad_request")
+		ctx.SetConnectionClose()
+		return
+	}
 	path := ctx.Path()
 	switch {
 	case string(path) == "/healthz":
@@ -180,6 +191,28 @@ func guardedAPI(p []byte) inspect.API {
 		return inspect.AnthropicMessages
 	}
 	return ""
+}
+
+// ambiguousFraming reports a request that carried both Content-Length and
+// Transfer-Encoding. fasthttp frames it by Transfer-Encoding and keeps
+// neither in the parsed header, so the raw header lines are read.
+func ambiguousFraming(h *fasthttp.RequestHeader) bool {
+	var length, transfer bool
+	for raw := h.RawHeaders(); len(raw) > 0; {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte{'\n'})
+		name, _, ok := bytes.Cut(line, []byte{':'})
+		if !ok {
+			continue
+		}
+		switch name = bytes.TrimSpace(name); {
+		case asciiEqualFold(name, fasthttp.HeaderContentLength):
+			length = true
+		case asciiEqualFold(name, fasthttp.HeaderTransferEncoding):
+			transfer = true
+		}
+	}
+	return length && transfer
 }
 
 func hasSuffixBytes(b []byte, s string) bool {

@@ -4,11 +4,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -65,31 +65,15 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 		MaxConns:            cfg.MaxConns,
 		MaxConnWaitTimeout:  cfg.ConnectTimeout,
 		MaxIdleConnDuration: cfg.MaxIdleConnDuration,
+		// The exchange is ours (transport.go); these bound its two phases.
 		// ReadTimeout is armed once before the response headers are read; the
-		// body is then governed by our own per-read idle deadline (see
-		// idleReader), because with StreamResponseBody a fasthttp ReadTimeout
-		// would cap the whole stream.
-		ReadTimeout:                   cfg.HeaderTimeout,
-		WriteTimeout:                  cfg.HeaderTimeout,
-		StreamResponseBody:            true,
-		NoDefaultUserAgentHeader:      true,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-		MaxResponseBodySize:           0,
-		ReadBufferSize:                8 << 10, // response headers; held per open stream
-		RetryIfErr:                    retryIfStale,
+		// body is then governed by a per-read idle deadline (upstreamBody),
+		// because one deadline would cap the whole stream.
+		ReadTimeout:    cfg.HeaderTimeout,
+		WriteTimeout:   cfg.HeaderTimeout,
+		ReadBufferSize: 8 << 10, // response headers; held per open stream
 	}
 	return up, nil
-}
-
-// retryIfStale retries a request only when a pooled connection turned out to
-// be closed by the upstream before it answered anything: a POST that reached
-// the model must not be generated twice (proxy-notes P7).
-func retryIfStale(_ *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-	if attempts > 2 {
-		return false, false
-	}
-	return false, errors.Is(err, fasthttp.ErrConnectionClosed)
 }
 
 // path joins the client's request path onto the upstream base URL without
@@ -121,6 +105,12 @@ type trackedConn struct {
 	net.Conn
 	reg *connRegistry
 	key string
+	// exchanges counts the requests sent on the connection; only the
+	// goroutine holding it from the pool touches it.
+	exchanges int
+	// read counts the bytes received, to tell a failure before the first
+	// response byte from one after it.
+	read atomic.Int64
 }
 
 func (r *connRegistry) track(c net.Conn) net.Conn {
@@ -140,17 +130,15 @@ func (r *connRegistry) lookup(local net.Addr) *trackedConn {
 	return v.(*trackedConn)
 }
 
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
 func (c *trackedConn) Close() error {
 	c.reg.m.CompareAndDelete(c.key, c)
 	return c.Conn.Close()
-}
-
-// bodyReader reads a streamed upstream body, renewing the idle deadline before
-// every read and turning a missed deadline into errIdle.
-type bodyReader struct {
-	r    io.Reader
-	conn *trackedConn
-	idle time.Duration
 }
 
 var (
@@ -160,27 +148,7 @@ var (
 	errDeadline   = errors.New("request timeout")
 )
 
-func (b *bodyReader) Read(p []byte) (int, error) {
-	if b.conn != nil && b.idle > 0 {
-		_ = b.conn.SetReadDeadline(time.Now().Add(b.idle))
-	}
-	n, err := b.r.Read(p)
-	if err != nil && isTimeout(err) {
-		err = errIdle
-	}
-	return n, err
-}
-
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
-}
-
-// closeStream ends an upstream body stream. A nil cause after the body was
-// read to its end returns the connection to the pool; any other cause closes
-// it, which is what makes vLLM and llama.cpp stop generating (proxy-notes P6).
-func closeStream(resp *fasthttp.Response, cause error) {
-	if rc, ok := resp.BodyStream().(fasthttp.ReadCloserWithError); ok {
-		_ = rc.CloseWithError(cause)
-	}
 }

@@ -1,0 +1,333 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// transport.go sends one request upstream and hands back its response. The
+// fasthttp.HostClient is used as a connection pool only: the exchange itself
+// is ours, because a proxy in front of LLM servers needs three things
+// HostClient.Do cannot give it:
+//
+//   - a request that fails on a reused pooled connection before any response
+//     byte arrived is sent once more, on a fresh connection, whatever the
+//     method: the upstream closed an idle connection without saying
+//     `Connection: close` (llama-server after every stream, uvicorn after its
+//     keep-alive, load balancers at their idle timeout), and the request never
+//     reached the model. HostClient reports that case as a bare io.EOF, reset
+//     or broken pipe, without saying whether the connection was reused.
+//   - an idle connection the upstream has already closed is noticed before
+//     reuse, with a non-blocking peek, so most of those retries never happen.
+//   - the connection a request waits on can be closed when the client leaves
+//     before the response headers arrive, so the model stops generating.
+
+// maxResponseHeaderBytes bounds upstream response headers. The pooled read
+// buffer (upstream.ReadBufferSize) is smaller; headers that do not fit in it
+// are read again with a buffer of this size, for that response only.
+const maxResponseHeaderBytes = 256 << 10
+
+// exchange is one request's trip upstream. While the request waits for the
+// response headers it holds the connection, so that abort can close it.
+type exchange struct {
+	mu      sync.Mutex
+	conn    net.Conn
+	aborted error
+}
+
+// abort ends the exchange: the connection it waits on is closed, and no new
+// one is attached. The first cause wins.
+func (x *exchange) abort(cause error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.aborted == nil {
+		x.aborted = cause
+	}
+	if x.conn != nil {
+		_ = x.conn.Close()
+	}
+}
+
+func (x *exchange) attach(c net.Conn) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.conn = c
+	return x.aborted
+}
+
+// detach releases the connection from the exchange and reports why the
+// exchange was aborted, if it was.
+func (x *exchange) detach() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.conn = nil
+	return x.aborted
+}
+
+// staleConnError is a failure on a reused pooled connection before any byte
+// of the response arrived: the request can be sent again on a fresh one.
+type staleConnError struct{ error }
+
+func (e *staleConnError) Unwrap() error { return e.error }
+
+// responseHeaderError is an upstream response whose headers could not be
+// parsed. Its message never carries the upstream's bytes (fasthttp's does).
+type responseHeaderError struct{ error }
+
+func (e *responseHeaderError) Error() string { return "the upstream sent malformed response headers" }
+func (e *responseHeaderError) Unwrap() error { return e.error }
+
+// roundTrip sends req upstream and reads the response headers into resp. The
+// returned body owns resp from then on: close it, and do not release resp.
+func (up *upstream) roundTrip(x *exchange, req *fasthttp.Request, resp *fasthttp.Response) (*upstreamBody, error) {
+	body, err := up.send(x, req, resp, false)
+	var stale *staleConnError
+	if errors.As(err, &stale) {
+		// Once more, on a fresh connection; a second failure is the upstream's.
+		body, err = up.send(x, req, resp, true)
+	}
+	return body, err
+}
+
+// send makes one attempt. fresh asks for a newly dialled connection.
+func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Response, fresh bool) (*upstreamBody, error) {
+	hc := up.client
+	for {
+		cc, err := hc.AcquireConn(0, false)
+		if err != nil {
+			return nil, err
+		}
+		conn := cc.Conn()
+		tc, ok := conn.(*trackedConn)
+		if !ok {
+			tc = up.conns.lookup(conn.LocalAddr()) // under TLS
+		}
+		if tc == nil {
+			// Not dialled by us (cannot happen): no stale check possible.
+			hc.CloseConn(cc)
+			return nil, errors.New("upstream connection not tracked")
+		}
+		reused := tc.exchanges > 0
+		if reused && (fresh || tc.peerClosed()) {
+			hc.CloseConn(cc)
+			continue
+		}
+		tc.exchanges++
+
+		if err := x.attach(conn); err != nil {
+			x.detach()
+			hc.CloseConn(cc)
+			return nil, err
+		}
+		readBefore := tc.read.Load()
+		fail := func(err error) error {
+			hc.CloseConn(cc)
+			if aborted := x.detach(); aborted != nil {
+				return aborted
+			}
+			if reused && tc.read.Load() == readBefore {
+				return &staleConnError{err}
+			}
+			return err
+		}
+
+		if d := hc.WriteTimeout; d > 0 {
+			_ = conn.SetWriteDeadline(time.Now().Add(d))
+		}
+		bw := hc.AcquireWriter(conn)
+		err = req.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		hc.ReleaseWriter(bw)
+		if err != nil {
+			return nil, fail(err)
+		}
+
+		if d := hc.ReadTimeout; d > 0 {
+			_ = conn.SetReadDeadline(time.Now().Add(d))
+		}
+		resp.StreamBody = true
+		resp.Header.DisableNormalizing()
+		if req.Header.IsHead() {
+			resp.SkipBody = true
+		}
+		br := hc.AcquireReader(conn)
+		rd := br
+		err = resp.ReadLimitBody(br, 0)
+		var small *fasthttp.ErrSmallBuffer
+		if errors.As(err, &small) {
+			// Headers larger than the pooled buffer: nothing was consumed
+			// (fasthttp peeks), so read them again with a larger one.
+			held := append([]byte(nil), mustPeek(br)...)
+			rd = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(held), conn), maxResponseHeaderBytes)
+			err = resp.ReadLimitBody(rd, 0)
+		}
+		if err != nil {
+			hc.ReleaseReader(br)
+			if errors.As(err, &small) || isHeaderParseError(err) {
+				err = &responseHeaderError{err}
+			}
+			return nil, fail(err)
+		}
+		if aborted := x.detach(); aborted != nil {
+			hc.ReleaseReader(br)
+			hc.CloseConn(cc)
+			return nil, aborted
+		}
+		_ = conn.SetReadDeadline(time.Time{})
+
+		b := &upstreamBody{
+			resp:   resp,
+			r:      resp.BodyStream(),
+			conn:   tc,
+			raw:    conn,
+			idle:   up.idle,
+			length: int64(resp.Header.ContentLength()),
+			// A body that ends when the connection closes (no length, not
+			// chunked) leaves nothing to reuse.
+			keep: !req.ConnectionClose() && !resp.ConnectionClose() && rd == br && resp.Header.ContentLength() != -2,
+			release: func(discard bool) {
+				hc.ReleaseReader(br)
+				if discard {
+					hc.CloseConn(cc)
+				} else {
+					hc.ReleaseConn(cc)
+				}
+			},
+		}
+		if b.r == nil {
+			b.eof = true // no body: HEAD, 204, 304
+		}
+		return b, nil
+	}
+}
+
+func mustPeek(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return b
+}
+
+// isHeaderParseError tells fasthttp's "cannot parse" errors from network
+// ones; only the former carry the upstream's raw bytes in their message.
+func isHeaderParseError(err error) bool {
+	var ne net.Error
+	return !errors.As(err, &ne) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) &&
+		!errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, fasthttp.ErrTimeout)
+}
+
+// upstreamBody is one upstream response's body. It owns the response, the
+// pooled connection and its reader until Close, which every way a response
+// can end (its last byte, the client leaving, a cut, the request deadline)
+// goes through exactly once. Close may run while another goroutine is inside
+// Read: it interrupts the read by closing the connection and waits for it,
+// so nothing is released under a running read.
+type upstreamBody struct {
+	resp *fasthttp.Response
+	r    io.Reader
+	conn *trackedConn
+	raw  net.Conn // what the pool holds; closing it interrupts a Read
+	idle time.Duration
+	// length is the declared body length, or negative (chunked, until close).
+	length int64
+	// keep: the connection may serve another request once this body has
+	// been read to its end.
+	keep    bool
+	release func(discard bool)
+
+	mu     sync.Mutex // held by Read
+	eof    bool
+	n      int64
+	closed atomic.Bool
+	once   sync.Once
+}
+
+// Read reads the body, renewing the idle deadline before every read and
+// turning a missed deadline into errIdle.
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if b.closed.Load() {
+		return 0, io.ErrClosedPipe
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return 0, io.ErrClosedPipe
+	}
+	if b.eof {
+		return 0, io.EOF
+	}
+	if b.idle > 0 {
+		_ = b.conn.SetReadDeadline(time.Now().Add(b.idle))
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	switch {
+	case errors.Is(err, io.EOF):
+		b.eof = true
+		err = io.EOF
+	case err == nil && b.length >= 0 && b.n >= b.length:
+		// All of a known length is here: a reader that stops at the length
+		// (fasthttp writing a sized body) never sees the EOF.
+		b.eof = true
+		err = io.EOF
+	case err != nil && isTimeout(err):
+		err = errIdle
+	}
+	return n, err
+}
+
+// ContentLength is the body's declared length: -1 chunked, -2 until close.
+func (b *upstreamBody) ContentLength() int64 { return b.length }
+
+// Close ends the body. A nil cause after the body was read to its end
+// returns the connection to the pool; anything else closes it, which is what
+// makes vLLM and llama.cpp stop generating (proxy-notes P6).
+func (b *upstreamBody) Close(cause error) {
+	b.once.Do(func() {
+		b.closed.Store(true)
+		locked := b.mu.TryLock()
+		discard := cause != nil || !locked || !b.eof || !b.keep || b.resp.ConnectionClose()
+		if discard {
+			_ = b.raw.Close()
+		}
+		if !locked {
+			b.mu.Lock() // the close above ends the running Read
+		}
+		if !discard && b.idle > 0 {
+			_ = b.conn.SetReadDeadline(time.Time{})
+		}
+		b.release(discard)
+		fasthttp.ReleaseResponse(b.resp)
+		b.mu.Unlock()
+	})
+}
+
+// peerClosed reports, without blocking, whether an idle pooled connection
+// was closed by the upstream (FIN or RST) or has bytes nobody asked for.
+// Either way it must not carry another request.
+func (c *trackedConn) peerClosed() bool {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	dead := false
+	_ = raw.Control(func(fd uintptr) {
+		var buf [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		dead = n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
+	})
+	return dead
+}

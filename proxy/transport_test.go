@@ -1,0 +1,339 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawUpstream is an upstream written at the TCP level, to misbehave the way
+// real servers do. serve runs once per accepted connection, with the
+// connection's index (0 for the first one accepted).
+type rawUpstream struct {
+	ln    net.Listener
+	conns atomic.Int32
+	reqs  atomic.Int32
+	wg    sync.WaitGroup
+}
+
+func startRawUpstream(t *testing.T, serve func(u *rawUpstream, c net.Conn, br *bufio.Reader, idx int)) *rawUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &rawUpstream{ln: ln}
+	var open sync.Map
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			idx := int(u.conns.Add(1)) - 1
+			open.Store(c, true)
+			u.wg.Add(1)
+			go func() {
+				defer u.wg.Done()
+				defer c.Close()
+				defer open.Delete(c)
+				serve(u, c, bufio.NewReader(c), idx)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		open.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+		u.wg.Wait()
+	})
+	return u
+}
+
+func (u *rawUpstream) url() string { return "http://" + u.ln.Addr().String() }
+
+// readRequest reads one request (and its body) or reports that the
+// connection ended.
+func (u *rawUpstream) readRequest(br *bufio.Reader) (*http.Request, bool) {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, false
+	}
+	_, _ = io.Copy(io.Discard, req.Body)
+	u.reqs.Add(1)
+	return req, true
+}
+
+const rawJSON = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}"
+
+const rawSSE = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" +
+	"e\r\ndata: {\"a\":1}\n\n\r\n" + "e\r\ndata: [DONE]\n\n\r\n" + "0\r\n\r\n"
+
+func postJSON(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// An upstream that closes every connection after its answer without saying
+// Connection: close (llama-server after each stream, Python's http.server):
+// the next request must not fail on the dead pooled connection.
+func TestStaleConnectionAfterEachAnswer(t *testing.T) {
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		req, ok := u.readRequest(br)
+		if !ok {
+			return
+		}
+		if strings.Contains(req.URL.Path, "stream") {
+			_, _ = io.WriteString(c, rawSSE)
+		} else {
+			_, _ = io.WriteString(c, rawJSON)
+		}
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+	failed := 0
+	for i := range 40 {
+		path := "/v1/plain"
+		if i%2 == 0 {
+			path = "/v1/stream"
+		}
+		if status, _ := postJSON(t, base+path, `{}`); status != http.StatusOK {
+			failed++
+		}
+		time.Sleep(2 * time.Millisecond) // let the upstream's FIN arrive
+	}
+	if failed != 0 {
+		t.Errorf("%d of 40 requests failed; want 0", failed)
+	}
+}
+
+// A pooled connection that the upstream closes just as the next request is
+// sent (the peek at checkout cannot see it) is retried once on a fresh
+// connection: the upstream reads the request and hangs up without a byte.
+func TestStaleConnectionRetriedOnFreshOne(t *testing.T) {
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		if _, ok := u.readRequest(br); !ok {
+			return
+		}
+		_, _ = io.WriteString(c, rawJSON)
+		// Keep the connection open and idle, then drop the next request.
+		u.readRequest(br)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+	for i := range 5 {
+		if status, body := postJSON(t, base+"/v1/chat/x", `{}`); status != http.StatusOK {
+			t.Fatalf("request %d: status %d %s; want 200", i, status, body)
+		}
+	}
+	// Every request after the first was sent twice: once on the pooled
+	// connection that dropped it, once on a fresh one.
+	if got, want := up.reqs.Load(), int32(9); got != want {
+		t.Errorf("upstream saw %d requests; want %d", got, want)
+	}
+}
+
+// A request that fails on a fresh connection, or after response bytes
+// arrived, reached the upstream and may have started a generation: it is
+// never sent again.
+func TestNoRetryOnFreshConnectionOrAfterResponseBytes(t *testing.T) {
+	tests := []struct {
+		name  string
+		serve func(u *rawUpstream, c net.Conn, br *bufio.Reader, idx int)
+	}{
+		{"fresh connection closed", func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+			u.readRequest(br)
+		}},
+		{"reused connection closed mid-headers", func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+			if _, ok := u.readRequest(br); !ok {
+				return
+			}
+			_, _ = io.WriteString(c, rawJSON)
+			if _, ok := u.readRequest(br); ok {
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: appl")
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startRawUpstream(t, tt.serve)
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+			status, _ := postJSON(t, base+"/v1/a", `{}`)
+			if tt.name == "fresh connection closed" {
+				if status != http.StatusBadGateway {
+					t.Errorf("status %d; want 502", status)
+				}
+				if got := up.reqs.Load(); got != 1 {
+					t.Errorf("upstream saw %d requests; want 1", got)
+				}
+				return
+			}
+			if status != http.StatusOK {
+				t.Fatalf("first request: status %d", status)
+			}
+			if status, _ := postJSON(t, base+"/v1/a", `{}`); status != http.StatusBadGateway {
+				t.Errorf("second request: status %d; want 502", status)
+			}
+			if got := up.reqs.Load(); got != 2 {
+				t.Errorf("upstream saw %d requests; want 2 (no retry after response bytes)", got)
+			}
+		})
+	}
+}
+
+// An upstream with a short idle timeout (uvicorn, load balancers): a
+// request sent after it closed the idle connection goes out on a new one.
+func TestUpstreamIdleTimeout(t *testing.T) {
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, ok := u.readRequest(br); !ok {
+				return
+			}
+			_, _ = io.WriteString(c, rawJSON)
+		}
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+	for i := range 3 {
+		if status, body := postJSON(t, base+"/v1/a", `{}`); status != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, status, body)
+		}
+		time.Sleep(450 * time.Millisecond)
+	}
+	if got := up.reqs.Load(); got != 3 {
+		t.Errorf("upstream saw %d requests; want 3 (each once)", got)
+	}
+}
+
+// A client that leaves while the upstream has not answered yet (prompt
+// processing, a non-streamed generation) closes the upstream connection.
+func TestClientLeavesBeforeHeaders(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			closed := make(chan time.Time, 1)
+			up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+				if _, ok := u.readRequest(br); !ok {
+					return
+				}
+				_, _ = br.ReadByte() // blocks until the proxy closes
+				closed <- time.Now()
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+			c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			for up.reqs.Load() == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			left := time.Now()
+			c.Close()
+			select {
+			case at := <-closed:
+				if d := at.Sub(left); d > time.Second {
+					t.Errorf("upstream connection closed %v after the client left; want < 1s", d)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("upstream connection still open 5s after the client left")
+			}
+		})
+	}
+}
+
+// A request with both Content-Length and Transfer-Encoding is refused and
+// the connection closed: the bytes after the chunked body never reach the
+// upstream as a second request (RFC 9112 section 6.3).
+func TestRequestSmugglingRefused(t *testing.T) {
+	var paths sync.Map
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		for {
+			req, ok := u.readRequest(br)
+			if !ok {
+				return
+			}
+			paths.Store(req.URL.Path, true)
+			_, _ = io.WriteString(c, rawJSON)
+		}
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "POST /v1/a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"0\r\n\r\nGET /smuggled-a HTTP/1.1\r\nHost: x\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	all, _ := io.ReadAll(c) // ends when the proxy closes the connection
+	if !strings.HasPrefix(string(all), "HTTP/1.1 400") {
+		t.Errorf("answer %q; want a 400", all)
+	}
+	if strings.Count(string(all), "HTTP/1.1 ") != 1 {
+		t.Errorf("answer %q; want exactly one response", all)
+	}
+	if _, ok := paths.Load("/smuggled-a"); ok {
+		t.Error("the smuggled request reached the upstream")
+	}
+	if _, ok := paths.Load("/v1/a"); ok {
+		t.Error("the ambiguous request reached the upstream")
+	}
+}
+
+// Response headers larger than the pooled read buffer pass through; a
+// malformed header is a 502 whose message does not echo the upstream's bytes.
+func TestUpstreamResponseHeaders(t *testing.T) {
+	big := strings.Repeat("v", 20<<10)
+	tests := []struct {
+		name       string
+		answer     string
+		wantStatus int
+		check      func(t *testing.T, h http.Header, body string)
+	}{
+		{"20 KiB header", "HTTP/1.1 200 OK\r\nX-Big: " + big + "\r\nContent-Length: 2\r\n\r\nok", 200,
+			func(t *testing.T, h http.Header, body string) {
+				if h.Get("X-Big") != big || body != "ok" {
+					t.Errorf("X-Big of %d bytes, body %q; want %d bytes, \"ok\"", len(h.Get("X-Big")), body, len(big))
+				}
+			}},
+		{"malformed", "HTTP/1.1 200 OK\r\nsecret-token-in-header\r\n\r\n", 502,
+			func(t *testing.T, _ http.Header, body string) {
+				if strings.Contains(body, "secret") || strings.Contains(body, "HTTP/1.1") {
+					t.Errorf("error echoes the upstream's bytes: %s", body)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+				if _, ok := u.readRequest(br); ok {
+					_, _ = io.WriteString(c, tt.answer)
+				}
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+			resp, err := http.Get(base + "/v1/models")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status %d (%s); want %d", resp.StatusCode, b, tt.wantStatus)
+			}
+			tt.check(t, resp.Header, string(b))
+		})
+	}
+}
