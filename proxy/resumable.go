@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"io"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -106,9 +107,7 @@ func (r *resumable) stop() {
 
 func (s *Server) stopGeneration(r *resumable) {
 	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
 	req.Header.DisableNormalizing()
 	req.Header.SetMethod(fasthttp.MethodDelete)
 	req.SetRequestURIBytes(r.uri)
@@ -116,20 +115,28 @@ func (s *Server) stopGeneration(r *resumable) {
 	for i := 0; i+1 < len(r.auth); i += 2 {
 		req.Header.SetBytesKV(r.auth[i], r.auth[i+1])
 	}
-	err := s.up.client.DoTimeout(req, resp, stopTimeout)
-	if err != nil && !isTimeout(err) {
-		// llama-server closes a connection after every stream without
-		// saying so; a pooled one may be dead. DELETE is idempotent.
-		err = s.up.client.DoTimeout(req, resp, stopTimeout)
-	}
+	x := &exchange{}
+	timer := time.AfterFunc(stopTimeout, func() { x.abort(errDeadline) })
+	defer timer.Stop()
+	resp := fasthttp.AcquireResponse()
+	body, err := s.up.roundTrip(x, req, resp)
 	if err != nil {
+		fasthttp.ReleaseResponse(resp)
 		s.log.Warn().Str("reason", errorReason(err)).Msg("could not stop a cut resumable stream upstream")
 		return
 	}
-	switch resp.StatusCode() {
+	status := resp.StatusCode()
+	// Read the (empty or short) answer to its end so that the connection
+	// can serve another request; Close releases resp.
+	_, err = io.CopyN(io.Discard, body, 64<<10)
+	if err == io.EOF {
+		err = nil
+	}
+	body.Close(err)
+	switch status {
 	case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed:
 		if s.resume.unsupported.CompareAndSwap(false, true) {
-			s.log.Info().Int("status", resp.StatusCode()).Msg("upstream has no DELETE " + streamPath + "<id>; cut streams with " + headerConversation + " are no longer stopped by it")
+			s.log.Info().Int("status", status).Msg("upstream has no DELETE " + streamPath + "<id>; cut streams with " + headerConversation + " are no longer stopped by it")
 		}
 	}
 }
