@@ -434,10 +434,7 @@ func (s *llamaSuite) waitStopped(t *testing.T, since time.Time, what string) {
 	t.Helper()
 	_, slots, err := s.llama.WaitIdle(context.Background(), slotIdleBound)
 	took := time.Since(since)
-	decoded := 0
-	for _, sl := range slots {
-		decoded = max(decoded, sl.Decoded())
-	}
+	decoded := llamaserver.Latest(slots).Decoded()
 	if err != nil {
 		t.Fatalf("%s: %v (max_tokens %d)", what, err, llamaMaxTokens)
 	}

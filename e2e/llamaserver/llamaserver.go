@@ -12,17 +12,16 @@ package llamaserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loopguard/loopguard/internal/testproc"
 )
 
 // EnvDir names a directory holding llama-server and tiny.gguf, used
@@ -42,9 +41,7 @@ type Options struct {
 type Server struct {
 	// URL is the base URL on loopback, without /v1.
 	URL  string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{} // closed when the process has exited
+	proc *testproc.Process
 	http *http.Client
 }
 
@@ -71,8 +68,7 @@ func Start(tb testing.TB, o Options) *Server {
 			tb.Cleanup(func() {
 				s.Stop()
 				if tb.Failed() {
-					b, _ := os.ReadFile(s.log)
-					tb.Logf("llama-server log tail:\n%s", tail(b, 4000))
+					tb.Logf("llama-server log tail:\n%s", s.proc.LogTail(4000))
 				}
 			})
 			return s
@@ -131,86 +127,51 @@ func exists(p string) bool {
 }
 
 func start(dir, logDir string, o Options) (*Server, error) {
-	port, err := freePort()
+	port, err := testproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
 		URL:  "http://127.0.0.1:" + strconv.Itoa(port),
-		log:  filepath.Join(logDir, "llama-"+strconv.Itoa(port)+".log"),
 		http: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second},
 	}
-	logf, err := os.Create(s.log)
+	s.proc, err = testproc.Start(filepath.Join(dir, "llama-server"), []string{
+		"-m", filepath.Join(dir, "tiny.gguf"), "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--jinja", "-c", strconv.Itoa(o.Context), "-np", strconv.Itoa(o.Slots),
+		"--metrics", "--slots", "-t", "2", "--no-warmup"},
+		filepath.Join(logDir, "llama-"+strconv.Itoa(port)+".log"))
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
-	s.cmd = exec.Command(filepath.Join(dir, "llama-server"),
-		"-m", filepath.Join(dir, "tiny.gguf"), "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--jinja", "-c", strconv.Itoa(o.Context), "-np", strconv.Itoa(o.Slots),
-		"--metrics", "--slots", "-t", "2", "--no-warmup")
-	// An *os.File, not a pipe: exec starts no copying goroutines.
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start llama-server: %w", err)
-	}
-	s.done = make(chan struct{})
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
-	if err := s.waitHealthy(30 * time.Second); err != nil {
+	if err := s.proc.WaitReady(30*time.Second, 50*time.Millisecond, s.healthy); err != nil {
 		s.Stop()
-		b, _ := os.ReadFile(s.log)
-		return nil, fmt.Errorf("llama-server on %s: %w; log tail: %s", s.URL, err, tail(b, 2000))
+		return nil, fmt.Errorf("llama-server on %s: %w; log tail: %s", s.URL, err, s.proc.LogTail(2000))
 	}
 	return s, nil
 }
 
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // Stop kills the server and waits for it. It is safe to call twice.
-func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-	s.http.CloseIdleConnections()
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
-func (s *Server) waitHealthy(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		resp, err := s.http.Get(s.URL + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("/health not 200 within %v: %w", limit, err)
-		}
-		select {
-		case <-s.done:
-			return errors.New("exited before /health answered (port taken?)")
-		case <-time.After(50 * time.Millisecond):
-		}
+// healthy asks /health, which answers 200 once the model is loaded.
+func (s *Server) healthy() error {
+	resp, err := s.http.Get(s.URL + "/health")
+	if err != nil {
+		return err
 	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/health: status %d", resp.StatusCode)
+	}
+	return nil
 }
 
 // Slot is one entry of GET /slots.
 type Slot struct {
 	ID           int  `json:"id"`
 	IsProcessing bool `json:"is_processing"`
+	// IDTask numbers the slot's last task; tasks are numbered in order.
+	IDTask int `json:"id_task"`
 	// NextToken[0].NDecoded is how many tokens the slot's last task
 	// generated (so far, while it runs).
 	NextToken []struct {
@@ -224,6 +185,17 @@ func (sl Slot) Decoded() int {
 		return 0
 	}
 	return sl.NextToken[0].NDecoded
+}
+
+// Latest returns the slot that ran the most recent task.
+func Latest(slots []Slot) Slot {
+	var last Slot
+	for _, sl := range slots {
+		if sl.IDTask >= last.IDTask {
+			last = sl
+		}
+	}
+	return last
 }
 
 // Slots reads GET /slots.
@@ -268,13 +240,4 @@ func (s *Server) WaitIdle(ctx context.Context, limit time.Duration) (time.Durati
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
