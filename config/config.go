@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,14 +44,17 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	if *file == "" {
 		*file = getenv(EnvPrefix + "CONFIG")
 	}
+	// Every problem is reported at once: the file's keys, the environment's,
+	// the flags', then what Validate finds in the rest.
+	var errs []error
 	if *file != "" {
-		if err := decodeFile(*file, &cfg); err != nil {
+		problems, err := decodeFile(*file, &cfg)
+		if err != nil {
 			return cfg, err
 		}
+		errs = append(errs, problems)
 	}
-	if err := applyEnv(&cfg, getenv); err != nil {
-		return cfg, err
-	}
+	errs = append(errs, applyEnv(&cfg, getenv))
 	for _, f := range []struct {
 		val string
 		dst *string
@@ -66,10 +70,10 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	}
 	if *mode != "" {
 		if err := setValue(reflect.ValueOf(&cfg.Policy.Mode).Elem(), *mode); err != nil {
-			return cfg, fmt.Errorf("-mode: %w", err)
+			errs = append(errs, fmt.Errorf("-mode: %w", err))
 		}
 	}
-	return cfg, cfg.Validate()
+	return cfg, errors.Join(append(errs, cfg.Validate())...)
 }
 
 // LoadFile reads a TOML file over the defaults without env or flags, for
@@ -79,26 +83,108 @@ func LoadFile(path string) (proxy.Config, error) {
 	if path == "" {
 		return cfg, nil
 	}
-	return cfg, decodeFile(path, &cfg)
+	problems, err := decodeFile(path, &cfg)
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, problems
 }
 
-func decodeFile(path string, cfg *proxy.Config) error {
-	md, err := toml.DecodeFile(path, cfg)
+// decodeFile decodes the file at path over cfg. A file that cannot be read
+// or is not TOML is err. Otherwise every key is decoded on its own, so that
+// one bad value hides neither the others nor unknown keys, and problems
+// names them all (nil when there are none).
+func decodeFile(path string, cfg *proxy.Config) (problems, err error) {
+	var tables map[string]toml.Primitive
+	md, err := toml.DecodeFile(path, &tables)
 	if err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return fmt.Errorf("%s: %s", path, perr.ErrorWithPosition())
+			return nil, fmt.Errorf("%s: %s", path, perr.ErrorWithPosition())
 		}
-		return fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		keys := make([]string, len(undecoded))
-		for i, k := range undecoded {
-			keys[i] = k.String()
+	var d tableDecoder
+	d.decode(&md, tables, reflect.ValueOf(cfg).Elem(), nil)
+	errs, unknown := d.errs, d.unknown
+	for _, k := range md.Undecoded() {
+		// Unknown keys inside tables keyed by model or tool. The keys under
+		// a failed or unknown key are left undecoded too; they are
+		// reported once, with it.
+		if !under(k.String(), d.failed) && !under(k.String(), d.unknown) {
+			unknown = append(unknown, k.String())
 		}
-		return fmt.Errorf("%s: unknown key(s): %s", path, strings.Join(keys, ", "))
 	}
-	return nil
+	if len(unknown) > 0 {
+		errs = append(errs, "unknown key(s): "+strings.Join(unknown, ", "))
+	}
+	for i, e := range errs {
+		errs[i] = path + ": " + e
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n")), nil
+	}
+	return nil, nil
+}
+
+// tableDecoder decodes a TOML table key by key, collecting every problem.
+type tableDecoder struct {
+	errs    []string // what went wrong with each key that did not decode
+	failed  []string // the paths of those keys
+	unknown []string // the paths of keys that name no field
+}
+
+// decode decodes each key of table into the field of v (a struct) tagged
+// with its name, descending into sub-tables that are structs.
+func (d *tableDecoder) decode(md *toml.MetaData, table map[string]toml.Primitive, v reflect.Value, path []string) {
+	keys := make([]string, 0, len(table))
+	for k := range table {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		p := toml.Key(append(append([]string(nil), path...), k))
+		f, ok := fieldByTag(v, k)
+		if !ok {
+			d.unknown = append(d.unknown, p.String())
+			continue
+		}
+		var err error
+		if f.Kind() == reflect.Struct && f.Type() != durationType {
+			var sub map[string]toml.Primitive
+			if err = md.PrimitiveDecode(table[k], &sub); err == nil {
+				d.decode(md, sub, f, p)
+				continue
+			}
+		} else {
+			err = md.PrimitiveDecode(table[k], f.Addr().Interface())
+		}
+		if err != nil {
+			d.errs = append(d.errs, err.Error())
+			d.failed = append(d.failed, p.String())
+		}
+	}
+}
+
+// fieldByTag returns the field of v (a struct) whose toml tag is name.
+func fieldByTag(v reflect.Value, name string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ","); tag == name && t.Field(i).IsExported() {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}
+
+// under reports whether key is one of paths or inside one of them.
+func under(key string, paths []string) bool {
+	for _, p := range paths {
+		if key == p || strings.HasPrefix(key, p+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // applyEnv sets every scalar key from LOOPGUARD_<SECTION>_<KEY>, for example

@@ -103,6 +103,8 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 		{"bad env", []string{"-upstream", "http://x"}, map[string]string{"LOOPGUARD_UPSTREAM_IDLE_TIMEOUT": "soon"}, []string{"upstream.idle_timeout", "LOOPGUARD_UPSTREAM_IDLE_TIMEOUT"}},
 		{"several at once", []string{"-config", write("s.toml", "[upstream]\nurl=\"http://x\"\nmax_conns=0\n[detect]\nwindow=-1\n[policy]\nmode=\"loud\"\n")}, nil,
 			[]string{"upstream.max_conns", "detect.window", "policy.mode"}},
+		{"several kinds at once", []string{"-config", write("k.toml", "[upstream]\nurl=\"http://x\"\nidle_timeout=\"soon\"\nurll=1\n[detect]\nwindow=\"wide\"\n[detect.tools.bash]\nrepeat_consecutiv=4\n[policy]\nmode=\"loud\"\n[extra]\nx=1\n")}, nil,
+			[]string{"upstream.idle_timeout", "upstream.urll", "detect.window", "detect.tools.bash.repeat_consecutiv", "policy.mode", "extra"}},
 		{"missing file", []string{"-config", filepath.Join(dir, "nope.toml")}, nil, []string{"nope.toml"}},
 	}
 	for _, tt := range tests {

@@ -138,8 +138,10 @@ func (a *agent) stream(ctx context.Context) (reply, error) {
 		Messages: a.messages,
 		Stream:   true,
 		// Real clients bound the answer; the proxy estimates the tokens a
-		// cut saved from it.
-		MaxTokens: 1024,
+		// cut saved from it. max_tokens, not max_completion_tokens: the
+		// local servers the demo may run against read only the older name.
+		MaxTokens: 1024, //lint:ignore SA1019 see above
+
 	})
 	if err != nil {
 		return reply{}, fmt.Errorf("chat completion stream: %w", err)

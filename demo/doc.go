@@ -1,5 +1,5 @@
 // Package demo is `loopguard demo`: a self-contained run of the real proxy
-// with no LLM. A scripted model (built on e2e/fakellm) and scripted agents
+// with no LLM. A scripted model (built on fakellm) and scripted agents
 // (real go-openai clients that execute their own canned tool results) talk
 // through loopguard over loopback, and the package prints a transcript of
 // each turn: what the agent sent, what loopguard did and why, what the model

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"

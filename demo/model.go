@@ -8,7 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/inject"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 )
 
 func readModelFixture(tb testing.TB, name string) []byte {

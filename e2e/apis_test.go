@@ -18,7 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/tidwall/gjson"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/proxy"
 )

@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 )
 
 // call is one tool call as a client reassembled it.

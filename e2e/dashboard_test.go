@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"

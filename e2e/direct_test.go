@@ -3,7 +3,7 @@ package e2e
 import (
 	"testing"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 )
 
 // clientFunc drives one real client against base (no /v1).

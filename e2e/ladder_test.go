@@ -23,7 +23,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/rs/zerolog"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/proxy"
 )
 
@@ -216,11 +216,11 @@ func TestProxyUpstreamWithV1(t *testing.T) {
 
 // TestProxyPassThrough covers the routes loopguard does not inspect.
 func TestProxyPassThrough(t *testing.T) {
-	responses, err := os.ReadFile(filepath.Join("fakellm", "testdata", "wire-samples", "openai-responses-function-call.sse"))
+	responses, err := os.ReadFile(filepath.Join("..", "fakellm", "testdata", "wire-samples", "openai-responses-function-call.sse"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	anthropic, err := os.ReadFile(filepath.Join("fakellm", "testdata", "wire-samples", "anthropic-messages-tool-use.sse"))
+	anthropic, err := os.ReadFile(filepath.Join("..", "fakellm", "testdata", "wire-samples", "anthropic-messages-tool-use.sse"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func splitEvents(b []byte) [][]byte {
 // quirks and errors included, through the chat route and expects the same
 // bytes back.
 func TestProxyReplaysWireSamples(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("fakellm", "testdata", "wire-samples", "*.sse"))
+	files, err := filepath.Glob(filepath.Join("..", "fakellm", "testdata", "wire-samples", "*.sse"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no wire samples: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/internal/redistest"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"

@@ -44,12 +44,12 @@ func TestParseAnthropic(t *testing.T) {
 		{
 			name: "is_error marks a failure the text does not show",
 			give: `{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"edit","input":{}}]},
-				{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"String to replace not found in file 0x1f3a."}]},
+				{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"The user rejected the edit at 0x1f3a."}]},
 				{"role":"assistant","content":[{"type":"tool_use","id":"t2","name":"edit","input":{}}]},
 				{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","is_error":false,"content":"done"}]}]}`,
 			wantSteps: []step{
-				{msg: 0, calls: []call{{id: "t1", name: "edit", args: "{}", result: "String to replace not found in file 0x1f3a.", isErr: true,
-					errText: "is_error: String to replace not found in file <addr>."}}},
+				{msg: 0, calls: []call{{id: "t1", name: "edit", args: "{}", result: "The user rejected the edit at 0x1f3a.", isErr: true,
+					errText: "is_error: The user rejected the edit at <addr>."}}},
 				{msg: 2, calls: []call{{id: "t2", name: "edit", args: "{}", result: "done"}}},
 			},
 			wantMsgs: 4,

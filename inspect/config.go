@@ -35,6 +35,7 @@ type Config struct {
 	WhackCycles       int     `toml:"whack_cycles"`        // whack_a_mole: A,B alternations (default 2)
 	TestFixCount      int     `toml:"test_fix_count"`      // test_fix_cycle: failing runs (default 4)
 	EditUndoCount     int     `toml:"edit_undo_count"`     // edit_undo: reverts (default 1)
+	StateReturns      int     `toml:"state_returns"`       // edit_undo: restores to one state after attempts (default 5)
 	OutputSimilarLast float64 `toml:"output_similar_last"` // output_repetition vs the last text (default 0.95)
 	OutputSimilar2    float64 `toml:"output_similar_two"`  // output_repetition vs 2 recent texts (default 0.85)
 	SummaryCount      int     `toml:"summary_count"`       // summary_loop: text-only turns (default 3)
@@ -128,6 +129,7 @@ func DefaultConfig() Config {
 		WhackCycles:       2,
 		TestFixCount:      4,
 		EditUndoCount:     1,
+		StateReturns:      5,
 		OutputSimilarLast: 0.95,
 		OutputSimilar2:    0.85,
 		SummaryCount:      3,
@@ -188,6 +190,7 @@ func (c Config) Validate() error {
 	pos("whack_cycles", c.WhackCycles, 2)
 	pos("test_fix_count", c.TestFixCount, 2)
 	pos("edit_undo_count", c.EditUndoCount, 1)
+	pos("state_returns", c.StateReturns, 2)
 	prob("output_similar_last", c.OutputSimilarLast)
 	prob("output_similar_two", c.OutputSimilar2)
 	pos("summary_count", c.SummaryCount, 2)

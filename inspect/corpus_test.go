@@ -67,7 +67,8 @@ func loadCorpus(t testing.TB) []corpusCase {
 }
 
 // TestCorpus runs every hand-built and real case through Parse and the
-// default engine, and holds recall >= 0.95 and false positives <= 2%.
+// default engine: each must get its expected verdict, and each loop its
+// expected category (the family).
 func TestCorpus(t *testing.T) {
 	cases := loadCorpus(t)
 	if len(cases) < 60 {
@@ -93,16 +94,18 @@ func TestCorpus(t *testing.T) {
 			f[0]++
 		case c.Expect == "loop":
 			fn++
-			t.Logf("MISS %s (%s, family %s): got %v", c.ID, c.file, c.Family, v.Detections)
+			t.Errorf("MISS %s (%s, family %s): got %v", c.ID, c.file, c.Family, v.Detections)
 		case v.Loop:
 			fp++
-			t.Logf("FALSE POSITIVE %s (%s, family %s): %s | %v", c.ID, c.file, c.Family, v.Summary(), v.Detections)
+			t.Errorf("FALSE POSITIVE %s (%s, family %s): %s | %v", c.ID, c.file, c.Family, v.Summary(), v.Detections)
 		default:
 			tn++
 			f[1]++
 		}
-		if c.Expect == "loop" && v.Loop && c.Family != "" && string(v.Category) != c.Family && !hasCategory(v, c.Family) {
-			t.Logf("note %s: family %s not among detections %v", c.ID, c.Family, v.Detections)
+		// A loop caught under the wrong name misleads the agent and the
+		// operator (the injected text and the header name the rule).
+		if c.Expect == "loop" && v.Loop && string(v.Category) != c.Family {
+			t.Errorf("%s (%s): category %s; want %s (detections %v)", c.ID, c.file, v.Category, c.Family, v.Detections)
 		}
 		families[c.Family] = f
 	}
@@ -116,12 +119,6 @@ func TestCorpus(t *testing.T) {
 	sort.Strings(names)
 	for _, k := range names {
 		t.Logf("  family %-22s loop-hits=%d healthy-ok=%d", k, families[k][0], families[k][1])
-	}
-	if recall < 0.95 {
-		t.Errorf("recall = %.3f; want >= 0.95", recall)
-	}
-	if fpr > 0.02 {
-		t.Errorf("false-positive rate = %.3f; want <= 0.02", fpr)
 	}
 }
 

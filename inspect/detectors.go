@@ -8,17 +8,21 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// toolThresholds returns the consecutive and windowed repeat thresholds
-// for a tool, per-tool overrides applied.
-func (in *inspection) toolThresholds(tool string) (int, int) {
+// repeatThresholds returns the consecutive and windowed repeat thresholds
+// for a call: its tool's overrides applied, times waitFactor for a call
+// that waits.
+func (in *inspection) repeatThresholds(c *Call) (int, int) {
 	cons, win := in.lim.repeatConsecutive, in.lim.repeatInWindow
-	if o, ok := in.e.cfg.Tools[tool]; ok {
+	if o, ok := in.e.cfg.Tools[c.Name]; ok {
 		if o.RepeatConsecutive > 0 {
 			cons = o.RepeatConsecutive
 		}
 		if o.RepeatInWindow > 0 {
 			win = o.RepeatInWindow
 		}
+	}
+	if isWait(c) {
+		cons, win = cons*waitFactor, win*waitFactor
 	}
 	return cons, win
 }
@@ -44,10 +48,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	}
 	last := len(evs) - 1
 	L := &evs[last]
-	thr, thrWin := in.toolThresholds(L.c.Name)
-	if isWait(L.c) {
-		thr, thrWin = thr*waitFactor, thrWin*waitFactor
-	}
+	thr, _ := in.repeatThresholds(L.c)
 	// Trailing run of identical calls.
 	i := last
 	for i > 0 && evs[i-1].fp == L.fp {
@@ -86,7 +87,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 			}
 		}
 		switch {
-		case same < thr && errs >= thr:
+		case same < thr && errs >= thr && !L.look:
 			for j := i; j <= last; j++ {
 				idx = append(idx, j)
 			}
@@ -145,7 +146,7 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	if best < 0 {
 		return Detection{}, false
 	}
-	_, thrWin = in.toolThresholds(evs[best].c.Name)
+	_, thrWin := in.repeatThresholds(evs[best].c)
 	if bestN < thrWin {
 		return Detection{}, false
 	}
@@ -192,7 +193,7 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			break
 		}
 		m := 0 // trailing matches of evs[j] == evs[j-k]
-		for j := L - 1; j-k >= 0 && evs[j].fp == evs[j-k].fp; j-- {
+		for j := L - 1; j-k >= 0 && in.cycleMatch(&evs[j], &evs[j-k]); j-- {
 			m++
 		}
 		occ := (m + k) / k
@@ -212,7 +213,7 @@ func (in *inspection) toolCycle() (Detection, bool) {
 		}
 		span := occ * k
 		first := L - span
-		known, sameAll, changed := 0, true, false
+		known, sameAll, changed, fails := 0, true, false, false
 		for j := first + k; j < L; j++ {
 			a, b := &evs[j], &evs[j-k]
 			if !a.has || !b.has {
@@ -222,6 +223,7 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			if !sameOutcome(a, b) {
 				sameAll, changed = false, true
 			}
+			fails = fails || a.isErr || a.neg
 		}
 		thr := in.lim.CycleRepeats
 		for j := L - k; j < L; j++ {
@@ -241,6 +243,11 @@ func (in *inspection) toolCycle() (Detection, bool) {
 		switch {
 		case noProgress && occ > thr:
 			score = grow(0.93, strongStep, occ, thr+1, 1)
+		case noProgress && fails:
+			// The same failure at the same point of every round: two
+			// rounds are enough (reading a file, then an edit of it that
+			// fails the same way, twice).
+			score = strongBase
 		case noProgress:
 			score = 0.62
 		case changed: // results move: likely progress, warn only when it goes on
@@ -267,6 +274,33 @@ func (in *inspection) toolCycle() (Detection, bool) {
 		return d, true
 	}
 	return Detection{}, false
+}
+
+// cycleMatch reports whether two calls hold the same place in a cycle:
+// the same call, or an edit of the same file rejected with the same error
+// (retried with another old_str that matches nothing again). A shell
+// command that edits and then fails did change something: only the same
+// command holds the same place.
+func (in *inspection) cycleMatch(a, b *ev) bool {
+	if a.fp == b.fp {
+		return true
+	}
+	return a.isErr && b.isErr && a.err == b.err && a.meaningful && a.c.Name == b.c.Name &&
+		editCall(a.c) && targetHash(a.c.Primary) == targetHash(b.c.Primary)
+}
+
+// editCall reports a call of an edit tool: replace-style arguments or a
+// patch.
+func editCall(c *Call) bool {
+	if strings.Contains(c.Args, patchFile) {
+		return true
+	}
+	for _, kp := range editPairs {
+		if strings.Contains(c.Args, `"`+kp[0]+`"`) {
+			return true
+		}
+	}
+	return false
 }
 
 // similarity is the Jaccard index of the word sets of a and b, blended
@@ -392,6 +426,7 @@ func (in *inspection) paramDrift() (Detection, bool) {
 	L := &evs[len(evs)-1]
 	var idx []int
 	fps := 0
+	lt, ltKnown := uint64(0), false
 	for a := in.win; a < len(evs); a++ {
 		x := &evs[a]
 		if x.c.Name != L.c.Name {
@@ -399,6 +434,14 @@ func (in *inspection) paramDrift() (Detection, bool) {
 		}
 		if x.fp == L.fp || (L.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == L.c.PrimaryFingerprint) ||
 			in.similarity(x.c.Args, L.c.Args) >= in.lim.DriftSimilarity {
+			if x.c.PrimaryFingerprint != L.c.PrimaryFingerprint {
+				if !ltKnown {
+					lt, ltKnown = targetHash(L.c.Primary), true
+				}
+				if t := targetHash(x.c.Primary); t != lt && t != 0 && lt != 0 {
+					continue // another file: the same tool at other work, not a retry
+				}
+			}
 			idx = append(idx, a)
 			if x.fp != L.fp {
 				fps++
@@ -438,7 +481,7 @@ func (in *inspection) paramDrift() (Detection, bool) {
 		d.Evidence = in.evidence(idx)
 		d.Evidence.NoProgress = true
 		withOutcome(&d.Evidence, ref.c)
-	case known > 0 && allErr:
+	case known > 0 && allErr && !L.look:
 		d.Score = grow(0.8, warnStep, len(idx), thr, warnCap)
 		d.Evidence = in.evidence(idx)
 		d.Evidence.Error = ref.c.ErrorText
@@ -487,6 +530,9 @@ func (in *inspection) sameResult() (Detection, bool) {
 		return Detection{}, false
 	}
 	slices.Reverse(idx)
+	if L.isErr && in.syntaxErrorMoves(idx) {
+		return Detection{}, false
+	}
 	// Similar arguments (foo, fo0, f00) are a stuck search; unrelated
 	// arguments all missing is exploration and needs more repeats.
 	sim := 0.0
@@ -528,21 +574,168 @@ func (in *inspection) errorCycle() (Detection, bool) {
 	}
 	sig := evs[r].err
 	var idx []int
-	for a := in.win; a <= r; a++ {
-		if evs[a].isErr && evs[a].err == sig {
+	var targets []uint64 // of the calls at idx
+	for a := r; a >= in.win; a-- {
+		x := &evs[a]
+		if x.isErr && x.err == sig {
 			idx = append(idx, a)
+			targets = append(targets, targetHash(x.c.Primary))
+			continue
+		}
+		if x.has && !x.isErr && in.failedBefore(x, idx, targets) {
+			// The call that failed succeeded in between: the failure
+			// that came back is a new attempt's, not the old loop.
+			break
 		}
 	}
 	thr := in.lim.errorCount
 	if len(idx) < thr {
 		return Detection{}, false
 	}
+	slices.Reverse(idx)
+	if in.changingObservation(idx) {
+		return Detection{}, false
+	}
 	d := Detection{Score: grow(strongBase, strongStep, len(idx), thr, 1), Evidence: in.evidence(idx)}
 	d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
+	if in.attemptsDiffer(idx) || in.syntaxErrorMoves(idx) {
+		// Each failure came after a different change: debugging that has
+		// not hit the cause yet, not a loop.
+		d.Score, d.Evidence.NoProgress = progressScore, false
+	}
 	d.Evidence.Error = evs[r].c.ErrorText
 	d.Evidence.Element = shorten(evs[r].c.ErrorText, 80)
 	withOutcome(&d.Evidence, evs[r].c)
 	return d, true
+}
+
+// failedBefore reports whether x is a call that produced one of the
+// errors at idx (whose targetHash are targets): the same call, or the
+// same tool on the same target (`python a.py` after `python a.py -v`).
+func (in *inspection) failedBefore(x *ev, idx []int, targets []uint64) bool {
+	t, known := uint64(0), false
+	for i, a := range idx {
+		e := &in.evs[a]
+		if e.fp == x.fp || e.c.PrimaryFingerprint != 0 && e.c.PrimaryFingerprint == x.c.PrimaryFingerprint {
+			return true
+		}
+		if e.c.Name == x.c.Name && targets[i] != 0 {
+			if !known {
+				t, known = targetHash(x.c.Primary), true
+			}
+			if t == targets[i] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// syntaxErrorMoves reports a syntax error that comes back at another
+// line of code that changed each time (the code is the call's argument,
+// as in a notebook cell): the signature drops line numbers, yet a moving
+// syntax error in new code is debugging progress (OpenHands' stuck tests).
+func (in *inspection) syntaxErrorMoves(idx []int) bool {
+	e := in.evs[idx[len(idx)-1]].c.ErrorText
+	if !strings.Contains(e, "SyntaxError") && !strings.Contains(e, "IndentationError") && !strings.Contains(e, "syntax error") {
+		return false
+	}
+	lines := make([]string, 0, len(idx))
+	for i, a := range idx {
+		x := &in.evs[a]
+		for _, b := range idx[:i] {
+			if in.evs[b].fp == x.fp {
+				return false // the same code failing again
+			}
+		}
+		lines = append(lines, errorLocation(x.c.Result))
+	}
+	for _, l := range lines[1:] {
+		if l != lines[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// errorLocation returns the number after the last "line " of an error
+// output: where the failure is.
+func errorLocation(res string) string {
+	if len(res) > 4096 {
+		res = res[len(res)-4096:]
+	}
+	for rest := res; ; {
+		i := strings.LastIndex(rest, "line ")
+		if i < 0 {
+			return ""
+		}
+		j := i + len("line ")
+		k := j
+		for k < len(rest) && isDigit(rest[k]) {
+			k++
+		}
+		if k > j {
+			return rest[j:k]
+		}
+		rest = rest[:i]
+	}
+}
+
+// progressScore reports a repeat that the evidence calls progress: below
+// any warning, even beside another such report.
+const progressScore = 0.3
+
+// changingObservation reports calls that only look (a log tail, a status,
+// a listing) whose answers differ: new lines in a log that still shows
+// an old error are news, not a loop.
+func (in *inspection) changingObservation(idx []int) bool {
+	for _, a := range idx {
+		if !in.evs[a].look {
+			return false
+		}
+	}
+	ref := &in.evs[idx[0]]
+	for _, a := range idx[1:] {
+		if x := &in.evs[a]; x.has && ref.has && x.outcome() != ref.outcome() {
+			return true
+		}
+	}
+	return false
+}
+
+// attemptsDiffer reports whether something different was tried before
+// each repeat of the failures at idx: every gap between two of them holds
+// a call that changes things, unlike every call of the earlier gaps. The
+// same edit again, a trivially varied one (a number, whitespace) or no
+// change at all is no new attempt.
+func (in *inspection) attemptsDiffer(idx []int) bool {
+	evs := in.evs
+	var gaps [][2]int // [from, to) event ranges between the failures
+	for k := 1; k < len(idx); k++ {
+		gaps = append(gaps, [2]int{idx[k-1] + 1, idx[k]})
+	}
+	for g, gap := range gaps {
+		tried := false
+		for a := gap[0]; a < gap[1]; a++ {
+			x := &evs[a]
+			if readOnly(x.c) || x.fp == evs[idx[0]].fp {
+				continue
+			}
+			tried = true
+			for _, prev := range gaps[:g] {
+				for b := prev[0]; b < prev[1]; b++ {
+					y := &evs[b]
+					if y.c.Name == x.c.Name && (y.fp == x.fp || in.similarity(y.c.Args, x.c.Args) >= in.lim.DriftSimilarity) {
+						return false
+					}
+				}
+			}
+		}
+		if !tried {
+			return false
+		}
+	}
+	return len(gaps) > 0
 }
 
 // whackAMole: two or more errors taking turns (A,B,A,B or A,B,C,A,B,C):
@@ -583,6 +776,14 @@ func (in *inspection) whackAMole() (Detection, bool) {
 				if seq[a] == seq[b] {
 					distinct = false
 				}
+			}
+		}
+		// The errors take turns in the answers to one command (the test
+		// run after each fix); errors of different calls taking turns are
+		// a cycle of those calls.
+		for j := len(seq) - cycles*p; j < len(seq); j++ {
+			if evs[at[j]].fp != evs[at[len(seq)-1]].fp {
+				distinct = false
 			}
 		}
 		if !distinct {
@@ -642,8 +843,15 @@ func (in *inspection) testFixCycle() (Detection, bool) {
 		}
 		top = max(top, c)
 	}
+	if in.changingObservation(idx) {
+		return Detection{}, false
+	}
 	d := Detection{Evidence: in.evidence(idx)}
 	switch {
+	case in.attemptsDiffer(idx):
+		// A rebuild after each different edit is progress even when the
+		// build says the same thing.
+		d.Score = progressScore
 	case top == len(idx):
 		d.Score = grow(0.93, strongStep, len(idx), thr, 1)
 		d.Evidence.NoProgress = true
@@ -745,13 +953,22 @@ type edit struct {
 func (in *inspection) editUndo() (Detection, bool) {
 	evs := in.evs
 	var edits []edit
+	open := "" // the file SWE-agent's editor has open: its edit names none
 	for a := range evs {
 		x := &evs[a]
 		if x.isErr || !strings.Contains(x.c.Args, `"`) {
 			continue
 		}
+		if x.c.Name == "open" && x.c.Primary != "" {
+			open = x.c.Primary
+			continue
+		}
+		if strings.Contains(x.c.Args, patchFile) {
+			edits = appendPatchEdits(edits, a, x.c)
+			continue
+		}
 		// Every pathKeys name spells "path" or "file", unless escaped.
-		if !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
+		if open == "" && !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
 			continue
 		}
 		if rawKind(x.c.Args) != '{' || !rawjson.Valid(rawjson.Bytes(x.c.Args)) {
@@ -759,7 +976,7 @@ func (in *inspection) editUndo() (Detection, bool) {
 		}
 		var f editFields
 		f.read(x.c.Args)
-		var path string
+		path := open
 		for _, k := range pathKeys {
 			if v := f.get(k); rawKind(v) == '"' {
 				path = jsonString(v)
@@ -831,20 +1048,72 @@ func (in *inspection) editUndo() (Detection, bool) {
 			best, bestPath, bestIdx = reverts, ej.path, slices.Compact(idx)
 		}
 	}
+	var d Detection
 	thr := in.lim.EditUndoCount
-	if best < thr {
-		return Detection{}, false
+	if best >= thr {
+		d.Evidence = in.evidence(bestIdx)
+		if best > thr {
+			d.Score = grow(0.93, strongStep, best, thr+1, 1)
+			d.Evidence.NoProgress = true
+		} else {
+			d.Score = 0.5
+		}
+		d.Evidence.Count, d.Evidence.Threshold = best, thr
+		d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
 	}
-	d := Detection{Evidence: in.evidence(bestIdx)}
-	if best > thr {
-		d.Score = grow(0.93, strongStep, best, thr+1, 1)
-		d.Evidence.NoProgress = true
-	} else {
-		d.Score = 0.5
+	if idx, noProgress := in.stateReturns(); len(idx) >= in.lim.StateReturns {
+		// Returning to one state again and again is a loop whatever the
+		// attempts were; attempts that all failed alike make it certain.
+		r := Detection{Score: 0.8, Evidence: in.evidence(idx)}
+		if noProgress {
+			r.Score = grow(0.93, strongStep, len(idx), in.lim.StateReturns, 1)
+		}
+		r.Evidence.Threshold, r.Evidence.NoProgress = in.lim.StateReturns, noProgress
+		r.Evidence.Element += " restored"
+		withOutcome(&r.Evidence, evs[idx[len(idx)-1]].c)
+		if r.Score > d.Score {
+			d = r
+		}
 	}
-	d.Evidence.Count, d.Evidence.Threshold = best, thr
-	d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
-	return d, true
+	return d, d.Score > 0
+}
+
+// patchFile starts a file's section in an apply_patch patch (Codex).
+const patchFile = "*** Update File: "
+
+// appendPatchEdits reads the files an apply_patch call changes as
+// replace edits: the removed lines are old, the added lines new, so a
+// patch that puts back what an earlier one took out is a revert.
+func appendPatchEdits(dst []edit, a int, c *Call) []edit {
+	patch := gjson.Get(c.Args, "input").Str
+	if patch == "" {
+		patch = c.Primary // ["apply_patch", "*** Begin Patch ..."]
+	}
+	var e *edit
+	var removed, added fnv
+	flush := func() {
+		if e != nil {
+			e.old, e.new = uint64(removed)|1, uint64(added)|1
+		}
+		e = nil
+	}
+	for _, line := range strings.Split(patch, "\n") {
+		switch {
+		case strings.HasPrefix(line, patchFile):
+			flush()
+			dst = append(dst, edit{a: a, path: strings.TrimSpace(line[len(patchFile):])})
+			e, removed, added = &dst[len(dst)-1], newFNV(), newFNV()
+		case strings.HasPrefix(line, "*** "):
+			flush()
+		case e == nil:
+		case strings.HasPrefix(line, "-"):
+			removed = removed.str(line[1:]).byte('\n')
+		case strings.HasPrefix(line, "+"):
+			added = added.str(line[1:]).byte('\n')
+		}
+	}
+	flush()
+	return dst
 }
 
 // textStep is an assistant text the text rules compare.
@@ -949,6 +1218,9 @@ func (in *inspection) textSimilarity(a, b string) float64 {
 // carry only text (summaries, plans, "I will now...") with no tool call:
 // the agent talks instead of working.
 func (in *inspection) summaryLoop() (Detection, bool) {
+	if d, ok := in.failedTurns(); ok {
+		return d, true
+	}
 	t := in.t
 	usesTools := false
 	for s := range t.Steps {
@@ -989,4 +1261,76 @@ func (in *inspection) summaryLoop() (Detection, bool) {
 		d.Score = grow(warnBase, warnStep, len(steps), thr, warnCap)
 	}
 	return d, true
+}
+
+// failedTurns: the assistant's own turns fail the same way again and
+// again: an empty answer, or a provider or context-length error written
+// as the answer. A human asking again does not end it (the model fails
+// whatever it is asked), so the run may cross Trajectory.Start.
+func (in *inspection) failedTurns() (Detection, bool) {
+	t := in.t
+	var steps []int
+	var sig uint64
+	line := ""
+	for s := len(t.Steps) - 1; s >= 0 && len(t.Steps[s].Calls) == 0; s-- {
+		l, h := in.turnFailure(t.Steps[s].Text)
+		if h == 0 || sig != 0 && h != sig {
+			break
+		}
+		if sig == 0 {
+			sig, line = h, l
+		}
+		steps = append(steps, s)
+	}
+	thr := in.lim.SummaryCount
+	if len(steps) < thr {
+		return Detection{}, false
+	}
+	slices.Reverse(steps)
+	d := Detection{Score: grow(strongBase, strongStep, len(steps), thr, 1)}
+	d.Evidence = textEvidence(line, steps, thr)
+	d.Evidence.NoProgress = true
+	if line == "" {
+		d.Evidence.Element = "(empty reply)"
+	} else {
+		d.Evidence.Error = line
+	}
+	return d, true
+}
+
+// providerErrors are phrases of the errors LLM servers and their client
+// libraries return, which some agents write into the conversation as the
+// assistant's answer.
+var providerErrors = [...]string{
+	"context length", "context_length", "context window", "maximum context", "too many tokens", "prompt is too long",
+	"rate limit", "rate_limit", "ratelimit", "too many requests", "overloaded", "internal server error",
+	"bad gateway", "service unavailable", "gateway timeout", "request timed out", "apierror", "api error",
+	"apiconnectionerror", "invalid_request_error", "badrequesterror", "error code:", "litellm.", "quota",
+}
+
+// turnFailure returns the normalised failure an assistant text reports
+// and its hash: ("", hash) for an empty answer, (_, 0) when the text is
+// an answer.
+func (in *inspection) turnFailure(text string) (string, uint64) {
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return "", hashString("\x00empty")
+	}
+	if len(text) > 1000 {
+		return "", 0 // provider errors are short
+	}
+	first, _, _ := strings.Cut(text, "\n")
+	lower := strings.ToLower(text)
+	known := false
+	for _, p := range providerErrors {
+		if strings.Contains(lower, p) {
+			known = true
+			break
+		}
+	}
+	if !known {
+		return "", 0
+	}
+	in.w.tmp, in.w.tmp2 = appendErrorSig(in.w.tmp[:0], in.w.tmp2, shorten(first, 240))
+	return string(in.w.tmp), hashString(string(in.w.tmp)) | 1
 }

@@ -1,8 +1,10 @@
 package inspect
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +57,7 @@ type ev struct {
 	err        uint64 // ErrorSignature, 0 when not an error
 	isErr      bool
 	meaningful bool // error with a message, not only an exit status
+	look       bool // an error line among the content a looking call (readOnly) shows
 	neg        bool // empty or "not found" answer of a search
 	ack        bool // short successful acknowledgement
 }
@@ -86,19 +89,26 @@ type work struct {
 	toks  []uint64
 	toks2 []uint64
 	tmp   []byte
+	tmp2  []byte
 	cs    canonScratch
 }
 
+// ErrDetector is wrapped by Verdict.Err when a detector panicked.
+var ErrDetector = errors.New("inspect: detector failed")
+
 // Inspect runs every detector over t and aggregates their findings. A nil
-// or empty trajectory yields the zero Verdict.
+// or empty trajectory yields the zero Verdict. A detector that panics
+// yields a verdict of no loop with Err set.
 func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 	if t == nil || len(t.Steps) == 0 {
 		return Verdict{}
 	}
 	defer func() {
-		// Fail open: a detector bug must not break the request.
+		// Fail open: a detector bug must not break the request, but it
+		// must be seen. Only a runtime error's message is kept (an index, a
+		// nil dereference); other panic values may quote the trajectory.
 		if r := recover(); r != nil {
-			v = Verdict{}
+			v = Verdict{Err: fmt.Errorf("%w: %s", ErrDetector, panicText(r))}
 		}
 	}()
 	w := e.pool.Get().(*work)
@@ -118,6 +128,14 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 		}
 	}
 	return aggregate(dets, &lim)
+}
+
+// panicText describes a recovered panic value without its content.
+func panicText(r any) string {
+	if re, ok := r.(runtime.Error); ok {
+		return re.Error()
+	}
+	return fmt.Sprintf("panic of type %T", r)
 }
 
 type detector struct {
@@ -187,6 +205,12 @@ func (in *inspection) collect() {
 				// An error with only an exit status says nothing about
 				// what failed ("grep" finding nothing exits 1).
 				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
+				// A call that only looks and shows content (a log tail with
+				// an ERROR line in it) did not fail: what it shows may change.
+				if x.isErr && readOnly(c) {
+					out := outputText(c.Result)
+					x.look = strings.Count(out[:min(len(out), 2048)], "\n") >= 3
+				}
 				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
 				x.ack = !x.isErr && !x.neg && isAck(c.Result)
 			}
@@ -259,7 +283,9 @@ func sameOutcome(a, b *ev) bool {
 	if a == b || a.outcome() == b.outcome() { // a == b: no need to hash it
 		return true
 	}
-	return a.isErr && b.isErr && a.err == b.err && a.meaningful
+	// The same error counts as the same outcome, unless the call only
+	// looks: a log tail still showing an old error has news below it.
+	return a.isErr && b.isErr && a.err == b.err && a.meaningful && !a.look
 }
 
 // outcome returns the call's result fingerprint (never 0), computing it on
@@ -333,7 +359,7 @@ func withOutcome(ev *Evidence, c *Call) {
 	if c.IsError {
 		ev.Error = c.ErrorText
 	}
-	ev.Result = shorten(collapseSpace(normalizedText(c.Result)), 300)
+	ev.Result = shorten(collapseSpace(normalizedText(resultText(c.Result))), 300)
 }
 
 func normalizedText(s string) string {
@@ -358,7 +384,22 @@ func aggregate(dets []Detection, lim *limits) Verdict {
 		}
 		return 0
 	})
-	v := Verdict{Detections: dets, Category: dets[0].Category, Confidence: dets[0].Score}
+	v := Verdict{Confidence: dets[0].Score}
+	// Among the confident detections, the most specific names the loop:
+	// the same failing test after each edit is a test_fix_cycle even when
+	// error_cycle, counting the same error, scores a little higher.
+	if dets[0].Score > lim.single {
+		best := 0
+		for i := 1; i < len(dets) && dets[i].Score > lim.single; i++ {
+			if specificity(&dets[i]) < specificity(&dets[best]) {
+				best = i
+			}
+		}
+		d := dets[best]
+		copy(dets[1:best+1], dets[:best])
+		dets[0] = d
+	}
+	v.Detections, v.Category = dets, dets[0].Category
 	pairs, combined := 0, 0.0
 	for _, d := range dets {
 		if d.Score > lim.Pair {
@@ -369,6 +410,44 @@ func aggregate(dets []Detection, lim *limits) Verdict {
 	v.Loop = dets[0].Score > lim.single || pairs >= 2 || min(combined, 1) > lim.Combined
 	v.PatternKey = patternKey(&dets[0])
 	return v
+}
+
+// specificity ranks categories for naming a loop, most specific first:
+// identical calls back to back say exactly what repeats; alternating
+// errors, a file restored again and again, a failing test after edits and
+// a drifting argument say more than "the same error again", which says
+// more than "the same result" or the same call somewhere in the window.
+// A search that keeps finding nothing is same_result, however it drifts.
+func specificity(d *Detection) int {
+	switch d.Category {
+	case ToolRepetition:
+		if ev := &d.Evidence; len(ev.Steps) > 0 && ev.Last-ev.First+1 == len(ev.Steps) {
+			return 0 // back to back
+		}
+		return 8
+	case WhackAMole:
+		return 1
+	case EditUndo:
+		return 2 // going back to one state explains the failing runs between
+	case TestFixCycle:
+		return 3
+	case ParamDrift:
+		return 4
+	case ToolCycle:
+		return 5
+	case ErrorCycle:
+		return 6
+	case SummaryLoop:
+		if d.Evidence.Error != "" || d.Evidence.Element == "(empty reply)" {
+			return 8 // failing turns say why the texts repeat
+		}
+	case SameResult:
+		if negativeResult(d.Evidence.Result) {
+			return 4 // nothing found, however the search was worded
+		}
+		return 7
+	}
+	return 9
 }
 
 // patternKey hashes what loops, not where: category, tool and the
@@ -437,7 +516,6 @@ func (d Detection) String() string {
 // "File saved."): different calls answered this way are progress, and the
 // same answer is no evidence that nothing changed.
 func isAck(res string) bool {
-	t := strings.TrimSpace(stripReturnCode(strings.TrimSpace(res)))
-	t = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(t, "<output>"), "</output>"))
+	t := outputText(res)
 	return len(t) <= 60 && !strings.Contains(t, "\n")
 }

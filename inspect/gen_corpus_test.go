@@ -64,9 +64,7 @@ func (c *conv) parallel(text string, calls ...tc) *conv {
 		m["content"] = nil
 	}
 	c.msgs = append(c.msgs, m)
-	for _, r := range results {
-		c.msgs = append(c.msgs, r)
-	}
+	c.msgs = append(c.msgs, results...)
 	return c
 }
 
@@ -738,4 +736,9 @@ func TestGenerateCorpus(t *testing.T) {
 	write("loops.jsonl", loopCases())
 	write("healthy.jsonl", healthyCases())
 	write("long.jsonl", []genCase{longHealthySession()})
+	write("oscillation.jsonl", oscillationCases())
+	write("cycles.jsonl", cycleCases())
+	write("volatile.jsonl", volatileCases())
+	write("assistant_errors.jsonl", assistantErrorCases())
+	write("progress.jsonl", progressCases())
 }

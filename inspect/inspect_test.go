@@ -161,6 +161,15 @@ func TestNormalize(t *testing.T) {
 		{"\x1b[31mred\x1b[0m", "red"},
 		{"line   \nnext\t", "line\nnext"},
 		{"object at 0x7f3a2b1c9d00", "object at 0x7f00deadbeef"},
+		{"Uvicorn running on http://127.0.0.1:53211", "Uvicorn running on http://127.0.0.1:40007"},
+		{"listening on localhost:43121 (port 43121)", "listening on localhost:38002 (port 38002)"},
+		{"e3b1c2a HEAD@{0}: commit: fix", "9f0d4e7 HEAD@{0}: commit: fix"},
+		{"  40%|████      | 4/10 [00:01<00:02,  3.10it/s]\r100%|██████████| 10/10 [00:03<00:00,  3.21it/s]", "100%|██████████| 10/10 [00:02<00:00,  4.02it/s]"},
+		{"Downloading x.whl (1.2 MB) 3.4 MB/s", "Downloading x.whl (1.2 MB) 12.9 MB/s"},
+		{"query took 12 ms", "query took 315 ms"},
+		{"Out[7]: 42", "Out[12]: 42"},
+		{"Attempt 3: connection refused", "Attempt 4: connection refused"},
+		{"saved /home/u/tmpk3j4h5z1/model.pt", "saved /home/u/tmp9qx_2b7a/model.pt"},
 	}
 	for _, tt := range tests {
 		na, nb := string(appendNormalized(nil, tt.a)), string(appendNormalized(nil, tt.b))
@@ -168,7 +177,9 @@ func TestNormalize(t *testing.T) {
 			t.Errorf("normalise(%q) = %q, normalise(%q) = %q; want equal", tt.a, na, tt.b, nb)
 		}
 	}
-	for _, d := range [][2]string{{"3 failed", "2 failed"}, {"line 10", "line 12"}, {"a.txt", "b.txt"}} {
+	for _, d := range [][2]string{{"3 failed", "2 failed"}, {"line 10", "line 12"}, {"a.txt", "b.txt"},
+		{"a.py:42: E501", "a.py:43: E501"}, {"10/10 tests", "9/10 tests"}, {"epoch 3 loss 0.41", "epoch 4 loss 0.38"},
+		{"items[3]", "items[4]"}, {"entry 5", "entry 6"}, {"142.31 kB", "142.35 kB"}} {
 		if string(appendNormalized(nil, d[0])) == string(appendNormalized(nil, d[1])) {
 			t.Errorf("normalise(%q) == normalise(%q); want different", d[0], d[1])
 		}
@@ -192,6 +203,9 @@ func TestClassifyError(t *testing.T) {
 		{"bash: foo: command not found", true, "command not found"},
 		{"cat: x: No such file or directory", true, "ENOENT"},
 		{"old_str not found in file", true, "edit no match"},
+		{"ERROR:\nNo replacement was performed, old_str `x = 1` did not appear verbatim in /w/a.py.", true, "edit no match"},
+		{"<tool_use_error>String to replace not found in file.\nString: x = 1</tool_use_error>", true, "edit no match"},
+		{"The tool execution failed with the following error:\n<error>\nThe SEARCH block:\nx = 1\n...does not match anything in the file.\n</error>", true, "tool error"},
 		{"open x: Permission denied", true, "EACCES"},
 		{"  File \"x\", line 1\nSyntaxError: invalid syntax", true, "SyntaxError"},
 		{"panic: runtime error: index out of range", true, "panic"},
@@ -252,6 +266,11 @@ func build(lines ...string) []byte {
 	return b
 }
 
+// cell is a build line: a notebook cell failing with a syntax error at line.
+func cell(code string, line int) string {
+	return "execute_ipython_cell:" + `{"code":"` + code + `"}=>` + fmt.Sprintf("  Cell In[%d], line %d\n    x = [1, 2\n         ^\nSyntaxError: '[' was never closed", line, line)
+}
+
 func rep(n int, s ...string) []string {
 	var out []string
 	for i := 0; i < n; i++ {
@@ -277,6 +296,31 @@ func TestDetectors(t *testing.T) {
 		{"searches all empty, similar", []string{"grep:{\"pattern\":\"fooBar\"}=>", "grep:{\"pattern\":\"foo_bar\"}=>", "grep:{\"pattern\":\"fooBarr\"}=>"}, SameResult, true},
 		{"summary loop", []string{"bash:ls=>a", "say:I will now refactor the parser module to split it in two.", "user:continue", "say:Next step: split the parser module into two files as planned.", "user:continue", "say:I am going to split the parser module into two separate files."}, SummaryLoop, false},
 		{"monologue", []string{"bash:ls=>a", "say:I will now write the unit tests for the parser and the renderer modules.", "user:continue", "say:I will now write the unit tests for the parser and the renderer modules.", "user:continue", "say:I will now write the unit tests for the parser and the renderer modules."}, OutputRepetition, true},
+		{"cycle A,B x2, B failing alike", rep(2, "bash:cat a.py=>A", "bash:python a.py=>ValueError: bad"), ToolCycle, true},
+		{"cycle A,B x2, B failing differently", []string{"bash:cat a.py=>A", "bash:python a.py=>ValueError: bad", "bash:cat a.py=>A", "bash:python a.py=>KeyError: k"}, "", false},
+		{"same error after its script succeeded", []string{"bash:python a.py=>ValueError: x", "bash:python a.py=>ok", "bash:python a.py --v=>ValueError: x", "bash:python a.py -q=>ValueError: x"}, "", false},
+		{"same error after different edits", []string{
+			`edit_file:{"path":"a.py","old_string":"x = 1","new_string":"x = load()"}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'",
+			`edit_file:{"path":"b.py","old_string":"def f(a):","new_string":"def f(a, strict=False):"}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'",
+			`edit_file:{"path":"c.py","old_string":"return rows","new_string":"return [r for r in rows if r]"}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'",
+			`edit_file:{"path":"d.py","old_string":"import json","new_string":"import json, logging"}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'"}, "", false},
+		{"same error after the same edit", []string{
+			`edit_file:{"path":"a.py","old_string":"x = 1","new_string":"x = load()"}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'",
+			`edit_file:{"path":"a.py","old_string":"x = 1 ","new_string":"x = load() "}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'",
+			`edit_file:{"path":"a.py","old_string":"x = 1  ","new_string":"x = load()  "}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'",
+			`edit_file:{"path":"a.py","old_string":"x = 1   ","new_string":"x = load()   "}=>ok`, "bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'"}, TestFixCycle, true},
+		{"empty answers across new questions", []string{"say:", "user:Hello? That was empty.", "say:", "user:Please answer the question.", "say:"}, SummaryLoop, true},
+		{"restored 5 times after varied attempts", []string{"bash:sed -i s/a/b/ x.py=>", "bash:python x.py=>NameError: name 'b' is not defined", "bash:git checkout x.py=>",
+			"bash:sed -i s/a/c/ x.py=>", "bash:python x.py=>SyntaxError: invalid syntax", "bash:git checkout x.py=>", "bash:sed -i s/b/d/ x.py=>", "bash:python x.py=>KeyError: 'd'",
+			"bash:git checkout x.py=>", "bash:sed -i s/e/f/ x.py=>", "bash:python x.py=>TypeError: f", "bash:git checkout x.py=>",
+			"bash:sed -i s/g/h/ x.py=>", "bash:python x.py=>IndexError: h", "bash:git checkout x.py=>"}, EditUndo, true},
+		{"restored 4 times after varied attempts", []string{"bash:sed -i s/a/b/ x.py=>", "bash:python x.py=>ok", "bash:git checkout x.py=>",
+			"bash:sed -i s/a/c/ x.py=>", "bash:python x.py=>ok 2", "bash:git checkout x.py=>", "bash:sed -i s/b/d/ x.py=>", "bash:python x.py=>ok 3",
+			"bash:git checkout x.py=>", "bash:sed -i s/e/f/ x.py=>", "bash:python x.py=>ok 4", "bash:git checkout x.py=>"}, "", false},
+		{"notebook syntax error moving as the cell changes", []string{
+			cell(`x = [1, 2\nprint(x)`, 1), cell(`x = [1, 2]\ny = {1: 2\nprint(x)`, 2), cell(`x = [1, 2]\ny = {1: 2}\nz = (3\nprint(x)`, 3)}, "", false},
+		{"notebook syntax error at one line as the cell changes", []string{
+			cell(`x = [1, 2\nprint(x)`, 1), cell(`x = [1, 2 \nprint(x)`, 1), cell(`x = [1,2\nprint(x)`, 1)}, ErrorCycle, true},
 		{"genuine user resets", append(rep(3, "bash:git status=>clean"), "user:Thanks! Now add a README section about installation.", "bash:git status=>clean"), "", false},
 		{"ignored tool", rep(5, "todo_write:{\"todos\":[1]}=>ok"), "", false},
 	}
@@ -306,6 +350,49 @@ func TestDetectors(t *testing.T) {
 				if d.Evidence.Count == 0 || len(d.Evidence.Steps) == 0 || d.Evidence.First > d.Evidence.Last {
 					t.Errorf("%s evidence incomplete: %+v", d.Category, d.Evidence)
 				}
+			}
+		})
+	}
+}
+
+// jobStatus is a tool result long enough not to count as a short
+// acknowledgement.
+const jobStatus = "job 7 status\nstate: running\nshards copied: 3 of 9"
+
+// interleave returns n copies of call, each followed by a different
+// command, so that only the windowed repetition rule can count them.
+func interleave(n int, call string) []string {
+	var out []string
+	for i := 0; i < n; i++ {
+		out = append(out, call, fmt.Sprintf("bash:ls dir%d=>file%d.go", i, i))
+	}
+	return out
+}
+
+// TestWaitThresholds: calls that wait repeat by design, so both repetition
+// rules count them against waitFactor times the usual threshold.
+func TestWaitThresholds(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want bool // want a tool_repetition detection
+	}{
+		{"plain call x5 in window", interleave(5, "bash:cat status=>"+jobStatus), true},
+		{"sleep poll x6 in window", interleave(6, "bash:sleep 10 && cat status=>"+jobStatus), false},
+		{"wait tool x6 in window", interleave(6, "wait_for_job:{\"id\":7}=>"+jobStatus), false},
+		{"sleep poll x15 in window", rep(5, "bash:sleep 10 && cat status=>"+jobStatus, "bash:sleep 10 && cat status=>"+jobStatus, "bash:sleep 10 && cat status=>"+jobStatus, "bash:date=>Tue"), true},
+		{"sleep poll x8 back to back", rep(8, "bash:sleep 10 && cat status=>"+jobStatus), false},
+		{"sleep poll x9 back to back", rep(9, "bash:sleep 10 && cat status=>"+jobStatus), true},
+	}
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := e.Inspect(mustParse(t, build(tt.give...)))
+			if got := hasCategory(v, string(ToolRepetition)); got != tt.want {
+				t.Errorf("Inspect = %v; want tool_repetition %v", v.Detections, tt.want)
 			}
 		})
 	}

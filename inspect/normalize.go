@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+
+	"github.com/tidwall/gjson"
 )
 
 // appendNormalized writes s with its volatile parts replaced, so that two
@@ -19,7 +21,8 @@ func appendNormalized(dst []byte, s string) []byte {
 	// volatile only if it starts a word and begins with a digit, is all hex
 	// digits (8+) or spells "pid"; every other word, most of any text, is
 	// skipped whole.
-	run := 0 // start of the bytes not yet copied
+	run := 0              // start of the bytes not yet copied
+	lineStart := len(dst) // where the current line starts in dst
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch normClass[c] {
@@ -46,11 +49,19 @@ func appendNormalized(dst []byte, s string) []byte {
 			if digits && j-i < 8 && (j == len(s) || !numberGoesOn[s[j]]) {
 				// A short plain number (a line number, a count) that no
 				// date, time or duration continues: kept, and the most
-				// common number in tool output.
+				// common number in tool output, unless what comes before
+				// makes it a port or a counter.
+				if repl, n := numberInContext(s, i, j); n > 0 {
+					dst = append(dst, s[run:i]...)
+					dst = append(dst, repl...)
+					i += n
+					run = i
+					continue
+				}
 				i = j
 				continue
 			}
-			if isDigit(c) || hexOnly && j-i >= 8 || j-i == 3 && (c == 'p' || c == 'P') {
+			if isDigit(c) || hexOnly && j-i >= 7 || j-i == 3 && (c == 'p' || c == 'P') {
 				if repl, n := volatileToken(s, i); n > 0 {
 					dst = append(dst, s[run:i]...)
 					dst = append(dst, repl...)
@@ -78,11 +89,17 @@ func appendNormalized(dst []byte, s string) []byte {
 			run = i
 		case '\r':
 			dst = append(dst, s[run:i]...)
+			if i+1 < len(s) && s[i+1] != '\n' {
+				// A carriage return redraws the line (progress bars,
+				// spinners): only what is drawn last stays on screen.
+				dst = dst[:lineStart]
+			}
 			i++
 			run = i
 		case '\n':
 			dst = trimTrailingBlank(append(dst, s[run:i]...))
 			dst = append(dst, '\n')
+			lineStart = len(dst)
 			i++
 			run = i
 		case '/':
@@ -152,18 +169,43 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func isHex(c byte) bool { return isDigit(c) || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
-// tempPathLen returns the length of a temporary path at the start of s.
+// tempPathLen returns the length of a temporary path at the start of s:
+// under a temp directory, or with a component that tempfile named
+// (/home/u/tmpk3j4h5z/x.py).
 func tempPathLen(s string) int {
+	n := 0
+	for n < len(s) && !strings.ContainsRune(" \t\n'\":,;)]}>", rune(s[n])) {
+		n++
+	}
 	for _, p := range [...]string{"/tmp/", "/var/tmp/", "/var/folders/", "/private/tmp/", "/dev/shm/"} {
 		if strings.HasPrefix(s, p) {
-			n := len(p)
-			for n < len(s) && !strings.ContainsRune(" \t\n'\":,;)]}>", rune(s[n])) {
-				n++
-			}
+			return n
+		}
+	}
+	for p := s[:n]; p != ""; {
+		var comp string
+		comp, p = cutAny(p, "/")
+		if tempName(comp) {
 			return n
 		}
 	}
 	return 0
+}
+
+// tempName reports a name that Python's tempfile or mktemp made: "tmp"
+// and 6 or more random letters and digits, a digit among them.
+func tempName(c string) bool {
+	if len(c) < 9 || len(c) > 20 || !strings.HasPrefix(c, "tmp") {
+		return false
+	}
+	digit := false
+	for i := 3; i < len(c); i++ {
+		if !isWordByte(c[i]) {
+			return false
+		}
+		digit = digit || isDigit(c[i])
+	}
+	return digit
 }
 
 // volatileToken recognises a volatile token starting at word boundary i
@@ -190,6 +232,14 @@ func volatileToken(s string, i int) (string, int) {
 		if n := durationLen(t); n > 0 {
 			return "<dur>", n
 		}
+		if n := rateLen(t); n > 0 {
+			return "<rate>", n
+		}
+	}
+	if i > 0 {
+		if repl, n := numberInContext(s, i, i+wordEnd(t, 0)); n > 0 {
+			return repl, n
+		}
 	}
 	// hex ids: a word of 8+ hex digits with at least one digit (git
 	// hashes, container ids); plain words like "deadbeef" stay.
@@ -200,7 +250,9 @@ func volatileToken(s string, i int) (string, int) {
 		}
 		n++
 	}
-	if n >= 8 && digits > 0 && (n == len(t) || !isWordByte(t[n])) {
+	// 7 digits are a short git hash (git log --oneline) when a letter is
+	// among them.
+	if n >= 7 && digits > 0 && (n == len(t) || !isWordByte(t[n])) {
 		if digits == n && n < 10 {
 			return "", 0 // a plain number (line count, size): keep it
 		}
@@ -309,6 +361,97 @@ func dateTimeLen(t string) int {
 	return k
 }
 
+// rateUnits follow a number that measures speed: download and progress
+// bar rates change from run to run.
+var rateUnits = [...]string{"it/s", "s/it", "B/s", "kB/s", "KB/s", "MB/s", "GB/s", "KiB/s", "MiB/s", "GiB/s", "req/s", "ops/s"}
+
+// rateLen matches 45.12it/s, 3.2 MB/s at the start of t.
+func rateLen(t string) int {
+	j := 0
+	for j < len(t) && (isDigit(t[j]) || t[j] == '.') {
+		j++
+	}
+	if j < len(t) && t[j] == ' ' {
+		j++
+	}
+	for _, u := range rateUnits {
+		if strings.HasPrefix(t[j:], u) && (j+len(u) == len(t) || !isWordByte(t[j+len(u)])) {
+			return j + len(u)
+		}
+	}
+	return 0
+}
+
+// counterWords come before a number that counts calls rather than
+// results: the retry a wrapper reports, a notebook's execution count.
+var counterWords = [...]string{"attempt", "retry", "try", "iteration", "round", "call", "execution_count"}
+
+// numberInContext recognises a short number s[i:j] made volatile by what
+// precedes it: a port after a local host or the word port, a counter
+// ("attempt 3", "retry #2"), a notebook cell's In [12] / Out[12].
+func numberInContext(s string, i, j int) (string, int) {
+	if i == 0 || j-i > 5 {
+		return "", 0
+	}
+	for k := i; k < j; k++ {
+		if !isDigit(s[k]) {
+			return "", 0
+		}
+	}
+	if s[i-1] == ':' && hostBefore(s[:i-1]) {
+		return "<port>", j - i
+	}
+	// The word before, across a few separators.
+	k := i
+	for k > 0 && i-k < 4 && strings.IndexByte(" =#:[\"", s[k-1]) >= 0 {
+		k--
+	}
+	if k == i || k == 0 || !isWordByte(s[k-1]) {
+		return "", 0
+	}
+	w := k
+	for w > 0 && isWordByte(s[w-1]) && k-w <= 16 {
+		w--
+	}
+	if w > 0 && isWordByte(s[w-1]) {
+		return "", 0
+	}
+	word := s[w:k]
+	if s[i-1] == '[' {
+		if strings.EqualFold(word, "in") || strings.EqualFold(word, "out") {
+			return "<n>", j - i
+		}
+		return "", 0
+	}
+	if strings.EqualFold(word, "port") {
+		return "<port>", j - i
+	}
+	for _, cw := range counterWords {
+		if strings.EqualFold(word, cw) {
+			return "<n>", j - i
+		}
+	}
+	return "", 0
+}
+
+// hostBefore reports whether s ends with a local host name or an IP
+// address: the number after "localhost:" or "127.0.0.1:" is a port.
+func hostBefore(s string) bool {
+	for _, h := range [...]string{"localhost", "]"} {
+		if strings.HasSuffix(s, h) {
+			return true
+		}
+	}
+	dots, k := 0, len(s)
+	for k > 0 && (isDigit(s[k-1]) || s[k-1] == '.') {
+		if s[k-1] == '.' {
+			dots++
+		}
+		k--
+	}
+	return dots == 3 && k < len(s) && (k == 0 || !isWordByte(s[k-1]))
+}
+
 var durationUnits = [...]string{"seconds", "second", "secs", "sec", "ms", "µs", "us", "ns", "minutes", "mins", "min", "s", "m", "h"}
 
 // durationLen matches 0.53s, 12ms, 3.2 seconds, 1m30s at the start of t.
@@ -349,7 +492,7 @@ func durationLen(t string) int {
 		unit := ""
 		for _, u := range durationUnits {
 			at := j
-			if len(u) > 2 { // long units may follow a space: "3.2 seconds"
+			if len(u) >= 2 { // units of two letters or more may follow a space: "3.2 seconds", "12 ms"
 				at = sp
 			}
 			if at < len(t) && t[at] == u[0] && strings.HasPrefix(t[at:], u) && (at+len(u) == len(t) || !isWordByte(t[at+len(u)]) || isDigit(t[at+len(u)])) {
@@ -485,7 +628,8 @@ func exitCode(s string) string {
 }
 
 // exitPhrases introduce an exit status, in the order exitCode tries them.
-var exitPhrases = [...]string{"exit code", "Exit code", "exit status", "Exit status", "exited with code", "Exit Code", "exitCode"}
+// "exit_code" is Codex's JSON output metadata.
+var exitPhrases = [...]string{"exit code", "Exit code", "exit status", "Exit status", "exited with code", "Exit Code", "exitCode", "exit_code"}
 
 // lastException finds the last "FooError: message" line.
 func lastException(s, tail string) (string, string) {
@@ -560,6 +704,10 @@ var errorMarkers = [...]struct{ sub, kind string }{
 	{"old_string not found", "edit no match"},
 	{"did not appear verbatim", "edit no match"},
 	{"No replacement was performed", "edit no match"},
+	{"String to replace not found", "edit no match"},
+	{"does not match anything in the file", "edit no match"},
+	{"tool execution failed", "tool error"},
+	{"<tool_use_error>", "tool error"},
 	{"could not find", "not found"},
 	{"Could not find", "not found"},
 	{"FAILED", "FAILED"},
@@ -581,6 +729,13 @@ func markerLine(s string) (string, string) {
 		if t := strings.TrimSpace(s[pos:end]); t != "" {
 			t = strings.TrimPrefix(t, "<output>")
 			if hasPrefixFold(t, "error:") || hasPrefixFold(t, "error ") || strings.HasPrefix(t, "ERROR") || strings.HasPrefix(t, "E   ") {
+				if len(t) <= len("ERROR:") && next < len(s) {
+					// A bare "ERROR:" heads the message on the next lines
+					// (OpenHands' editor): read on for what failed.
+					if k, l := markerLine(s[next:]); k != "" {
+						return k, l
+					}
+				}
 				return "error", t
 			}
 			if strings.HasPrefix(t, "FAIL ") || strings.HasPrefix(t, "--- FAIL") || strings.HasPrefix(t, "npm ERR!") {
@@ -610,7 +765,7 @@ func markerLine(s string) (string, string) {
 // markerFirst and markerSecond flag, for each byte, the errorMarkers
 // (bit k: errorMarkers[k]) whose first or second byte it is: a position
 // where both flags share a bit is worth a comparison.
-var markerFirst, markerSecond = func() (f, s [256]uint16) {
+var markerFirst, markerSecond = func() (f, s [256]uint32) {
 	for k, m := range errorMarkers {
 		f[m.sub[0]] |= 1 << k
 		s[m.sub[1]] |= 1 << k
@@ -619,7 +774,7 @@ var markerFirst, markerSecond = func() (f, s [256]uint16) {
 }()
 
 // markerFirst holds one bit per marker.
-var _ = [16 - len(errorMarkers)]struct{}{}
+var _ = [32 - len(errorMarkers)]struct{}{}
 
 // minMarker is the length of the shortest errorMarkers entry.
 const minMarker = len("FAILED")
@@ -633,7 +788,7 @@ func nextMarker(s string, from int) int {
 			continue
 		}
 		for b &= markerSecond[s[i+1]]; b != 0; b &= b - 1 {
-			if strings.HasPrefix(s[i:], errorMarkers[bits.TrailingZeros16(b)].sub) {
+			if strings.HasPrefix(s[i:], errorMarkers[bits.TrailingZeros32(b)].sub) {
 				return i
 			}
 		}
@@ -732,8 +887,7 @@ func isPathStop(c byte) bool {
 // negativeResult reports an empty or "nothing found" result: the
 // no-progress answer of a search that keeps missing.
 func negativeResult(s string) bool {
-	t := strings.TrimSpace(s)
-	t = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(stripReturnCode(t), "<output>"), "</output>"))
+	t := outputText(s)
 	if t == "" {
 		return true
 	}
@@ -747,6 +901,38 @@ func negativeResult(s string) bool {
 		}
 	}
 	return false
+}
+
+// resultText is the text a result's rules read: Codex's JSON shell
+// result {"output": ..., "metadata": {"exit_code": N}} unwrapped to its
+// output behind an "exit code N" line, as other agents print it (its
+// duration would make every result differ); any other result as it is.
+func resultText(res string) string {
+	if len(res) < 2 || res[0] != '{' || !strings.Contains(res, `"metadata"`) {
+		return res
+	}
+	o := gjson.Get(res, "output")
+	if o.Type != gjson.String {
+		return res
+	}
+	if code := gjson.Get(res, "metadata.exit_code"); code.Type == gjson.Number {
+		return "exit code " + code.Raw + "\n" + o.Str
+	}
+	return o.Str
+}
+
+// outputText is what a command printed, without the wrappers agents put
+// around it: mini-swe-agent's <returncode>/<output> tags, Codex's JSON
+// {"output": ..., "metadata": {"exit_code": ...}}.
+func outputText(res string) string {
+	t := strings.TrimSpace(res)
+	if strings.HasPrefix(t, "{") && strings.Contains(t, `"output"`) && strings.Contains(t, `"metadata"`) {
+		if o := gjson.Get(t, "output"); o.Type == gjson.String {
+			return strings.TrimSpace(o.Str)
+		}
+	}
+	t = strings.TrimSpace(stripReturnCode(t))
+	return strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(t, "<output>"), "</output>"))
 }
 
 func stripReturnCode(t string) string {

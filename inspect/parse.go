@@ -392,6 +392,17 @@ func (p *parser) setArgs(c *Call, argText string) {
 		c.Args = p.ar.since(m)
 		if key, v := primaryArg(trimmed); key != "" {
 			c.Primary = p.primary(key, v)
+			if key == "command" && rawKind(v) == '"' && c.Primary != "" && !strings.ContainsAny(c.Primary, " \t\n") {
+				// str_replace_editor's command names an operation (view,
+				// str_replace) on its path: the target is both.
+				if pv := memberRaw(trimmed, "path"); rawKind(pv) == '"' {
+					p.ar.reserve(len(c.Primary) + len(pv))
+					m := p.ar.mark()
+					p.ar.buf = append(append(p.ar.buf, c.Primary...), ' ')
+					p.ar.buf = rawjson.AppendUnescaped(p.ar.buf, pv[1:len(pv)-1])
+					c.Primary = p.ar.since(m)
+				}
+			}
 		}
 	} else {
 		c.Args = p.ar.copy(trimmed)
@@ -406,10 +417,7 @@ func (p *parser) setArgs(c *Call, argText string) {
 func (p *parser) primary(key, v string) string {
 	var s string
 	if rawKind(v) == '[' {
-		// ["bash","-lc","cmd"]: the command is the last element.
-		last := ""
-		eachElement(v, func(e string) bool { last = e; return true })
-		s = p.rawStr(last)
+		s = p.argv(v)
 	} else {
 		s = p.rawStr(v)
 	}
@@ -421,6 +429,43 @@ func (p *parser) primary(key, v string) string {
 		return s
 	}
 	return strings.TrimSpace(s)
+}
+
+// argv returns the command line of an argument vector: the script of
+// ["bash","-lc","cmd"], else the words joined (["git","checkout","a.py"]).
+func (p *parser) argv(v string) string {
+	n, first, second, last := 0, "", "", ""
+	eachElement(v, func(e string) bool {
+		switch n {
+		case 0:
+			first = e
+		case 1:
+			second = e
+		}
+		n++
+		last = e
+		return true
+	})
+	sh := p.peek(first)
+	if i := strings.LastIndexByte(sh, '/'); i >= 0 {
+		sh = sh[i+1:]
+	}
+	flag := p.peek(second)
+	if n == 1 || n == 3 && (sh == "bash" || sh == "sh" || sh == "zsh" || sh == "dash") && strings.HasPrefix(flag, "-") && strings.Contains(flag, "c") {
+		return p.rawStr(last)
+	}
+	p.ar.reserve(len(v))
+	m := p.ar.mark()
+	eachElement(v, func(e string) bool {
+		if rawKind(e) == '"' && len(e) >= 2 {
+			if p.ar.mark() > m {
+				p.ar.buf = append(p.ar.buf, ' ')
+			}
+			p.ar.buf = rawjson.AppendUnescaped(p.ar.buf, e[1:len(e)-1])
+		}
+		return true
+	})
+	return p.ar.since(m)
 }
 
 // toolResult pairs a tool (or legacy function) message with its call.
@@ -477,7 +522,7 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 	c.ResultMessage = msg
 	// The result fingerprint is computed lazily (Call.ResultFingerprint):
 	// the detectors compare only recent and repeated results.
-	ei := classifyError(res)
+	ei := classifyError(resultText(res))
 	if !ei.isError {
 		return
 	}
@@ -486,9 +531,16 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 	m := p.ar.mark()
 	// "kind: message", without repeating a kind the line starts with
 	// ("ValueError: ValueError: x").
+	// An edit that matches nothing quotes the text it looked for: the
+	// same failure whatever that text was.
+	if ei.kind == "edit no match" {
+		ei.line = ""
+	}
 	if !hasPrefixFold(ei.line, ei.kind) {
 		p.ar.buf = append(p.ar.buf, ei.kind...)
-		p.ar.buf = append(p.ar.buf, ": "...)
+		if ei.line != "" {
+			p.ar.buf = append(p.ar.buf, ": "...)
+		}
 	}
 	if ei.line != "" {
 		p.ar.buf, p.tmp2 = appendErrorSig(p.ar.buf, p.tmp2, ei.line)

@@ -100,3 +100,17 @@ func (a *arena) rawStr(v string) string {
 	a.buf = rawjson.AppendUnescaped(a.buf, body)
 	return a.since(m)
 }
+
+// memberRaw returns the raw value of obj's first member named name, "" if
+// there is none.
+func memberRaw(obj, name string) string {
+	var out string
+	eachMember(obj, func(k, v string) bool {
+		if rawKeyIs(k, name) {
+			out = v
+			return false
+		}
+		return true
+	})
+	return out
+}

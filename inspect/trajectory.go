@@ -83,7 +83,7 @@ func (c *Call) ResultFingerprint() uint64 {
 	if h := atomic.LoadUint64(&c.resultFP); h != 0 {
 		return h
 	}
-	h := hashNormalized(c.Result)
+	h := hashNormalized(resultText(c.Result))
 	atomic.StoreUint64(&c.resultFP, h) // a 0 hash is merely recomputed
 	return h
 }

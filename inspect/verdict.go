@@ -64,4 +64,8 @@ type Verdict struct {
 	// canonical args or text fingerprint), independent of call ids and turn
 	// positions, so the same loop seen on the next request has the same key.
 	PatternKey string
+	// Err is set, wrapping ErrDetector, when a detector failed (a bug: it
+	// panicked); the rest of the verdict is then zero, "no loop", so the
+	// request passes through, and the caller counts and logs the failure.
+	Err error
 }

@@ -153,6 +153,17 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.api(w, r, api)
 }
 
+// Guard wraps h, which serves data like the API does (the proxy's /metrics),
+// in the API's access rule: with a Token it needs the bearer token, without
+// one it answers only through loopback listeners.
+func (a *Admin) Guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.allowed(w, r, true) {
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
 // allowed applies the access rule and answers the refusal itself.
 func (a *Admin) allowed(w http.ResponseWriter, r *http.Request, api bool) bool {
 	if a.opts.Token != "" {
@@ -170,7 +181,7 @@ func (a *Admin) allowed(w http.ResponseWriter, r *http.Request, api bool) bool {
 	if IsLoopbackRequest(r) {
 		return true
 	}
-	writeError(w, http.StatusForbidden, "the admin API is served on loopback listeners only unless [admin] token is set", "forbidden")
+	writeError(w, http.StatusForbidden, "loopguard's admin API and metrics are served on loopback listeners only unless [admin] token is set", "forbidden")
 	return false
 }
 

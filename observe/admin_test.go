@@ -91,6 +91,8 @@ func newTestAdmin(t *testing.T, token string) (*Admin, *Observer, *fakeControl) 
 	return a, o, ctl
 }
 
+// TestAdminAccess covers the admin handler and, at target "/metrics", a
+// handler wrapped in Guard, which follows the API's rule.
 func TestAdminAccess(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -110,6 +112,11 @@ func TestAdminAccess(t *testing.T) {
 		{"token, not bearer", "s3cret", public, "Basic s3cret", "/loopguard/api/sessions", 401},
 		{"token, right, public", "s3cret", public, "Bearer s3cret", "/loopguard/api/sessions", 200},
 		{"token, dashboard needs none", "s3cret", public, "", "/loopguard/", 200},
+		{"guarded, no token, loopback", "", loopback, "", "/metrics", 200},
+		{"guarded, no token, public listener", "", public, "", "/metrics", 403},
+		{"guarded, no token, unknown listener", "", nil, "", "/metrics", 403},
+		{"guarded, token, none sent", "s3cret", loopback, "", "/metrics", 401},
+		{"guarded, token, right, public", "s3cret", public, "Bearer s3cret", "/metrics", 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,10 +125,17 @@ func TestAdminAccess(t *testing.T) {
 			if tt.auth != "" {
 				r.Header.Set("Authorization", tt.auth)
 			}
+			var h http.Handler = a
+			if tt.target == "/metrics" {
+				h = a.Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "data") }))
+			}
 			w := httptest.NewRecorder()
-			a.ServeHTTP(w, r)
+			h.ServeHTTP(w, r)
 			if w.Code != tt.want {
 				t.Fatalf("GET %s = %d; want %d (%s)", tt.target, w.Code, tt.want, w.Body)
+			}
+			if tt.target == "/metrics" && (w.Code == 200) != (w.Body.String() == "data") {
+				t.Errorf("GET /metrics = %d %q; want the guarded handler's body only when allowed", w.Code, w.Body)
 			}
 			if w.Code >= 400 {
 				checkErrorShape(t, w)

@@ -189,7 +189,8 @@ func (o *Observer) StreamOpened() {
 
 // FailOpen counts a request passed through unchanged because stage failed:
 // malformed_json, unreadable_history, detector, policy, store, inject,
-// terminate or panic (anything else counts as other).
+// terminate, panic or stream (a panic on the response path, which then
+// passes the rest of the answer through; anything else counts as other).
 func (o *Observer) FailOpen(stage string) {
 	if o != nil {
 		o.metrics.failOpenAt(stageIndex(stage))

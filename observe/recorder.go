@@ -3,6 +3,7 @@ package observe
 import (
 	"encoding/hex"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -197,6 +198,30 @@ type Recorder struct {
 	recovery       map[recKey]*[2]int // [recovered, looped_again]
 	metrics        *Metrics
 	now            func() time.Time
+	// names holds copies of the tool and model names entries keep: they
+	// arrive as substrings of a request, which an entry must not keep
+	// alive, and copying each anew would cost an allocation per request.
+	names map[string]string
+}
+
+// maxNames bounds Recorder.names; a full table starts over (the copies
+// entries hold stay valid).
+const maxNames = 4096
+
+// name returns the recorder's copy of s. r.mu is held.
+func (r *Recorder) name(s string) string {
+	if s == "" {
+		return ""
+	}
+	if c, ok := r.names[s]; ok {
+		return c
+	}
+	if len(r.names) >= maxNames {
+		clear(r.names)
+	}
+	c := strings.Clone(s)
+	r.names[c] = c
+	return c
 }
 
 // NewRecorder returns an empty recorder sized by opts; metrics, when not
@@ -210,6 +235,7 @@ func NewRecorder(opts Options, metrics *Metrics) *Recorder {
 		feed:     make([]Entry, opts.Feed),
 		buckets:  make([]bucket, opts.Buckets),
 		recovery: make(map[recKey]*[2]int),
+		names:    make(map[string]string),
 		metrics:  metrics,
 		now:      opts.Now,
 	}
@@ -224,6 +250,8 @@ func (r *Recorder) touch(key string, now time.Time) *session {
 		if len(r.sessions) >= r.max {
 			r.evict()
 		}
+		// The key outlives the request it may be a substring of.
+		key = strings.Clone(key)
 		s = &session{SessionSummary: SessionSummary{Key: key, FirstSeen: now, State: StateActive, Level: -1}}
 		r.sessions[key] = s
 	} else {
@@ -319,8 +347,6 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	if len(model) > maxModelLen {
 		model = model[:maxModelLen]
 	}
-	e := Entry{At: now, Session: info.Session, Kind: KindRequest, Model: model, Steps: info.Steps,
-		Tool: info.Tool, Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
 	var c Counts
 	c.Requests = 1
 	cat := catNone
@@ -329,6 +355,9 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
+	model = r.name(model)
+	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: model, Steps: info.Steps,
+		Tool: r.name(info.Tool), Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
 	s.Requests++
 	if model != "" {
 		s.Model = model

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 )
@@ -96,6 +97,8 @@ func (s *MemoryStore) Update(ctx context.Context, key string, fn func(*State) er
 		return State{}, err
 	}
 	if e == nil {
+		// The key outlives the request it may be a substring of.
+		key = strings.Clone(key)
 		e = &memEntry{key: key}
 		sh.items[key] = sh.lru.PushFront(e)
 	}

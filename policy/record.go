@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // Bounds of a server-side history record.
@@ -42,7 +43,8 @@ func (p *Policy) SaveRecord(ctx context.Context, key string, items []string) err
 	kept := make([]string, 0, min(len(items), MaxRecordItems))
 	for _, it := range items {
 		if len(it) <= MaxRecordItemBytes {
-			kept = append(kept, it)
+			// A copy: items are substrings of a request or response body.
+			kept = append(kept, strings.Clone(it))
 		}
 	}
 	if n := len(kept) - MaxRecordItems; n > 0 {

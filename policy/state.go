@@ -2,6 +2,7 @@ package policy
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
@@ -160,14 +161,16 @@ func (s *State) prunePatterns(keep string) {
 	}
 }
 
-// clip bounds stored text, cutting on a UTF-8 boundary.
+// clip bounds stored text, cutting on a UTF-8 boundary, and copies it.
 func clip(s string) string {
-	if len(s) <= maxText {
-		return s
+	i := len(s)
+	if i > maxText {
+		i = maxText
+		for i > 0 && s[i]&0xC0 == 0x80 {
+			i--
+		}
 	}
-	i := maxText
-	for i > 0 && s[i]&0xC0 == 0x80 {
-		i--
-	}
-	return s[:i]
+	// A copy: s is often a substring of the request (a tool name, its
+	// arguments), and the state outlives the request by the session TTL.
+	return strings.Clone(s[:i])
 }

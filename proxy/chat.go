@@ -156,11 +156,11 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}()
 	pl.readOptions(body)
 
-	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
-	defer cancel()
 	judged := body // the history to judge
 	if api == inspect.Responses {
-		judged = p.prepareRecord(sctx, &pl, body)
+		rctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+		judged = p.prepareRecord(rctx, &pl, body)
+		cancel()
 	}
 	pcfg := p.policy.Config()
 	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), judged)
@@ -176,12 +176,20 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 		return pl
 	}
 	verdict := p.engine.Inspect(traj)
+	if verdict.Err != nil {
+		p.failOpen(&pl, "detector", verdict.Err)
+		return pl
+	}
 	pl.verdict = verdict
 	if len(body) > 0 && &judged[0] == &body[0] {
 		pl.layout = traj.Layout // the offsets are of body itself
 	}
 	t1 := time.Now()
 
+	// The store's deadline starts here: parsing and inspecting a long
+	// history on a busy machine must not use up the store's time.
+	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
 		p.failOpen(&pl, "policy", err)
@@ -340,19 +348,6 @@ func activeConstraint(c policy.Constraint) inject.Loop {
 		PatternKey: c.Pattern,
 		Detections: []inspect.Detection{{Category: c.Category, Score: 1, Evidence: ev}},
 	}}
-}
-
-// logPattern names a decision's loop pattern in a log event: by its key and
-// tool name, and by its brief (which quotes arguments) only with log.content.
-func (p *chatPipeline) logPattern(e *zerolog.Event, d *policy.Decision) *zerolog.Event {
-	e = e.Str("pattern_key", d.Pattern)
-	if len(d.Verdict.Detections) > 0 {
-		e = e.Str("tool", d.Verdict.Detections[0].Evidence.Tool)
-	}
-	if p.cfg.Log.Content {
-		e = e.Str("pattern", d.Brief)
-	}
-	return e
 }
 
 func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {

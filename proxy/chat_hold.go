@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"bufio"
-	"strconv"
-
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
 )
@@ -36,21 +34,20 @@ func terminalCalls(ladder []policy.Action, d *policy.Decision) []terminalCall {
 // with a terminal call in play): events that carry tool-call deltas wait in
 // o.held until every call they hold is complete; then each completed call is
 // compared with the terminal calls. A match replaces the held events with
-// the LOOP_DETECTED answer, so the call never reaches the agent.
-func (o *chatObserver) holdEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
+// the LOOP_DETECTED answer, so the call never reaches the agent. What is
+// still held when the stream ends goes out through end.
+func (o *chatObserver) holdEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 	o.chunkTools, o.chunkStarted, o.chunkFinish = false, -1, false
 	if len(ev.Data) > 0 && ev.Data[0] == '{' {
 		if err := o.acc.Add(ev.Data, o.delta); err != nil {
-			o.flushHeld(w)
-			_, _ = w.Write(ev.Raw)
-			return false
+			out = o.releaseHeld(out)
+			return append(out, ev.Raw...), false
 		}
 	}
 	if o.cut != nil {
-		o.flushHeld(w)
-		_, _ = w.Write(ev.Raw)
-		o.writeCut(w)
-		return true
+		out = o.releaseHeld(out)
+		out = append(out, ev.Raw...)
+		return o.appendCut(out), true
 	}
 	complete := o.holdChecked
 	switch {
@@ -68,40 +65,39 @@ func (o *chatObserver) holdEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
 		key, o.scratch = inspect.CallKey(o.scratch, string(name), string(args))
 		for i := range o.terminal {
 			if o.terminal[i].key == key {
-				o.replaceHeld(w, &o.terminal[i])
-				return true
+				return o.replaceHeld(out, &o.terminal[i]), true
 			}
 		}
 	}
 	switch {
 	case o.chunkFinish:
-		o.flushHeld(w)
-		_, _ = w.Write(ev.Raw)
+		out = o.releaseHeld(out)
+		out = append(out, ev.Raw...)
 	case o.chunkTools:
 		// Calls before the one this chunk started are complete and passed:
 		// release them, and hold this chunk with the new call.
 		if o.chunkStarted >= 0 {
-			o.flushHeld(w)
+			out = o.releaseHeld(out)
 		}
 		o.held = append(o.held, ev.Raw...)
 	case len(o.held) > 0:
 		o.held = append(o.held, ev.Raw...)
 	default:
-		_, _ = w.Write(ev.Raw)
+		out = append(out, ev.Raw...)
 	}
-	return false
+	return out, false
 }
 
-func (o *chatObserver) flushHeld(w *bufio.Writer) {
-	if len(o.held) > 0 {
-		_, _ = w.Write(o.held)
-		o.held = o.held[:0]
-	}
+// releaseHeld appends the held events and lets go of them.
+func (o *chatObserver) releaseHeld(out []byte) []byte {
+	out = append(out, o.held...)
+	o.held = o.held[:0]
+	return out
 }
 
-// replaceHeld drops the held tool-call events and ends the stream with the
-// LOOP_DETECTED answer in the stream's own id and model.
-func (o *chatObserver) replaceHeld(w *bufio.Writer, t *terminalCall) {
+// replaceHeld drops the held tool-call events and appends the LOOP_DETECTED
+// answer in the stream's own id and model, which ends the stream.
+func (o *chatObserver) replaceHeld(b []byte, t *terminalCall) []byte {
 	o.held = o.held[:0]
 	text, err := o.p.inject.TerminateText(activeConstraint(t.constraint))
 	if err != nil {
@@ -111,18 +107,17 @@ func (o *chatObserver) replaceHeld(w *bufio.Writer, t *terminalCall) {
 		Evidence: inspect.Evidence{Tool: t.constraint.Tool, Args: t.constraint.Args}}
 	o.replaced = true
 
-	b := make([]byte, 0, 256+len(text))
 	b = append(b, "data: "...)
 	b = o.appendChunkHead(b)
 	b = append(b, `"choices":[{"index":0,"delta":{"role":"assistant","content":`...)
-	b = strconv.AppendQuote(b, text)
+	b = rawjson.AppendQuote(b, text)
 	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
 	b = append(b, "data: "...)
 	b = o.appendChunkHead(b)
 	b = append(b, `"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"...)
 	b = append(b, "data: [DONE]\n\n"...)
-	_, _ = w.Write(b)
 	o.p.log.Info().Str("session", o.pl.key).Str("category", string(t.constraint.Category)).
 		Str("pattern_key", t.constraint.Pattern).Str("tool", t.constraint.Tool).
 		Msg("held tool call replaced by LOOP_DETECTED")
+	return b
 }

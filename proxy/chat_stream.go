@@ -1,16 +1,15 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
-	"github.com/loopguard/loopguard/internal/rawjson"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
@@ -55,7 +54,8 @@ type chatObserver struct {
 	chunkFinish  bool   // the current chunk finished choice 0
 	replaced     bool   // a held call was replaced by LOOP_DETECTED
 
-	encoded bool // the answer is compressed: forward it uninspected
+	encoded   bool // the answer is compressed: forward it uninspected
+	abandoned bool // a call panicked: not returned to the pool
 
 	// A non-streamed Responses answer's id and output items, for the record.
 	respID     string
@@ -97,8 +97,14 @@ func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObse
 	return o
 }
 
-// release returns o and its detectors to the pool.
+func (o *chatObserver) abandon() { o.abandoned = true }
+
+// release returns o and its detectors to the pool, unless a panic left them
+// in a state no other answer should inherit.
 func (o *chatObserver) release() {
+	if o.abandoned {
+		return
+	}
 	for i := range o.content {
 		if d := o.content[i]; d != nil {
 			d.Reset()
@@ -130,23 +136,21 @@ func (o *chatObserver) header(status int, h *fasthttp.ResponseHeader) {
 	}
 }
 
-func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
+func (o *chatObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.encoded {
-		_, _ = w.Write(ev.Raw)
-		return false
+		return append(out, ev.Raw...), false
 	}
 	if o.pl.api != inspect.ChatCompletions {
-		return o.apiEvent(ev, w)
+		return o.apiEvent(ev, out)
 	}
 	if len(o.terminal) > 0 && o.cut == nil {
-		return o.holdEvent(ev, w)
+		return o.holdEvent(ev, out)
 	}
 	if o.trim && o.cut == nil {
-		return o.trimEvent(ev, w)
+		return o.trimEvent(ev, out)
 	}
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
-		_, _ = w.Write(ev.Raw)
-		return false
+		return append(out, ev.Raw...), false
 	}
 	if bytes.Contains(ev.Data, toolCallsKey) {
 		// A chunk that may open a tool call or finish the calls is read
@@ -155,22 +159,29 @@ func (o *chatObserver) event(ev *sse.Event, w *bufio.Writer) (stop bool) {
 		// start of a further call (an empty, unrunnable one).
 		_ = o.acc.Add(ev.Data, o.delta)
 		if o.cut != nil {
-			o.writeCut(w)
-			return true
+			return o.appendCut(out), true
 		}
-		_, _ = w.Write(ev.Raw)
-		return false
+		return append(out, ev.Raw...), false
 	}
 	// Forward first: inspection never holds back content.
-	_, _ = w.Write(ev.Raw)
+	out = append(out, ev.Raw...)
 	if err := o.acc.Add(ev.Data, o.delta); err != nil {
-		return false // an upstream error event or a chunk we cannot read: forward only
+		return out, false // an upstream error event or a chunk we cannot read: forward only
 	}
 	if o.cut == nil {
-		return false
+		return out, false
 	}
-	o.writeCut(w)
-	return true
+	return o.appendCut(out), true
+}
+
+// end releases what the observer still holds when the stream is over
+// without a cut (the upstream finished, failed or went idle): the events
+// tail = "trim" keeps back and the held tool-call events. Held events wait
+// for what follows them; at the end nothing follows, and the client must
+// get every byte the upstream sent (issue 10).
+func (o *chatObserver) end(out []byte) []byte {
+	out = o.releaseTrimmed(out, 1<<62)
+	return o.releaseHeld(out)
 }
 
 // toolCallsKey marks chunks that carry tool calls or finish them.
@@ -293,11 +304,10 @@ func (o *chatObserver) noteCall(name, args []byte) {
 	o.calls = append(o.calls, key)
 }
 
-// writeCut ends the client's stream well-formed after a cut: a comment
-// naming the rule, a final chunk carrying the stream's id, model and
-// created, a usage chunk if the request asked for one, and [DONE].
-func (o *chatObserver) writeCut(w *bufio.Writer) {
-	b := make([]byte, 0, 512)
+// appendCut appends the end of the client's stream after a cut, well-formed:
+// a comment naming the rule, a final chunk carrying the stream's id, model
+// and created, a usage chunk if the request asked for one, and [DONE].
+func (o *chatObserver) appendCut(b []byte) []byte {
 	b = append(b, ": loopguard cut category="...)
 	b = append(b, o.cut.Category...)
 	b = append(b, " offset="...)
@@ -318,7 +328,7 @@ func (o *chatObserver) writeCut(w *bufio.Writer) {
 		b = append(b, `"choices":[{"index":`...)
 		b = strconv.AppendInt(b, int64(i), 10)
 		b = append(b, `,"delta":{},"finish_reason":`...)
-		b = strconv.AppendQuote(b, finish)
+		b = rawjson.AppendQuote(b, finish)
 		b = append(b, "}]}\n\n"...)
 	}
 	if o.pl.usage {
@@ -338,15 +348,14 @@ func (o *chatObserver) writeCut(w *bufio.Writer) {
 		// completion_tokens is counted by loopguard, not by the model.
 		b = append(b, `,"estimated":true}}`+"\n\n"...)
 	}
-	b = append(b, "data: [DONE]\n\n"...)
-	_, _ = w.Write(b)
+	return append(b, "data: [DONE]\n\n"...)
 }
 
 // appendChunkHead writes the id, object, created and model members of a
 // chunk of this stream, opening the object.
 func (o *chatObserver) appendChunkHead(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = strconv.AppendQuote(b, o.acc.ID())
+	b = rawjson.AppendQuote(b, o.acc.ID())
 	b = append(b, `,"object":"chat.completion.chunk","created":`...)
 	b = strconv.AppendInt(b, o.acc.Created(), 10)
 	b = append(b, `,"model":`...)
@@ -354,7 +363,7 @@ func (o *chatObserver) appendChunkHead(b []byte) []byte {
 	if model == "" {
 		model = o.pl.model
 	}
-	b = strconv.AppendQuote(b, model)
+	b = rawjson.AppendQuote(b, model)
 	return append(b, ',')
 }
 

@@ -29,7 +29,14 @@ const chatAnswer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"m
 
 func postChat(t *testing.T, base, session, body string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	return post(t, base+"/v1/chat/completions", session, body)
+}
+
+// post posts a JSON body, in session when not "", and returns the response
+// and its whole body.
+func post(t *testing.T, url, session, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if session != "" {
 		req.Header.Set("X-Session-ID", session)

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bufio"
-
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -18,8 +16,9 @@ type trimmed struct {
 // trimEvent handles one event with tail = "trim": events wait until
 // TrimWindow bytes of content have followed them, so that when the stream
 // degenerates the client's text can end where the repetition began instead of
-// after the copies the detector needed to be sure.
-func (o *chatObserver) trimEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
+// after the copies the detector needed to be sure. What is still held when
+// the stream ends goes out through end.
+func (o *chatObserver) trimEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 	before := o.text0
 	if len(ev.Data) > 0 && ev.Data[0] == '{' {
 		_ = o.acc.Add(ev.Data, o.delta) // an unreadable chunk is held and forwarded as it is
@@ -34,55 +33,54 @@ func (o *chatObserver) trimEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
 	o.trimQ = append(o.trimQ, t)
 
 	if o.cut == nil {
-		o.releaseTrimmed(w, o.text0-int64(o.p.cfg.Stream.TrimWindow))
-		return false
+		return o.releaseTrimmed(out, o.text0-int64(o.p.cfg.Stream.TrimWindow)), false
 	}
 	if !o.cutInText0 {
-		o.releaseTrimmed(w, 1<<62)
-		o.writeCut(w)
-		return true
+		out = o.releaseTrimmed(out, 1<<62)
+		return o.appendCut(out), true
 	}
 	// Release what lies before the repetition, cut the event it starts in,
 	// drop the rest.
 	x := o.cutOffset
-	o.releaseTrimmed(w, x)
+	out = o.releaseTrimmed(out, x)
 	if len(o.trimQ) > 0 && o.trimQ[0].start < x {
-		o.writeTruncated(w, &o.trimQ[0], int(x-o.trimQ[0].start))
+		out = o.appendTruncated(out, &o.trimQ[0], int(x-o.trimQ[0].start))
 	}
 	o.trimQ = o.trimQ[:0]
-	o.writeCut(w)
-	return true
+	return o.appendCut(out), true
 }
 
-// releaseTrimmed forwards the held events whose content ends at or before upTo.
-func (o *chatObserver) releaseTrimmed(w *bufio.Writer, upTo int64) {
+// releaseTrimmed appends the held events whose content ends at or before
+// upTo and lets go of them.
+func (o *chatObserver) releaseTrimmed(out []byte, upTo int64) []byte {
 	n := 0
 	for n < len(o.trimQ) && o.trimQ[n].end <= upTo {
 		t := o.trimQ[n]
-		_, _ = w.Write(o.trimBuf[t.raw[0]:t.raw[1]])
+		out = append(out, o.trimBuf[t.raw[0]:t.raw[1]]...)
 		n++
 	}
 	if n == 0 {
-		return
+		return out
 	}
 	o.trimQ = append(o.trimQ[:0], o.trimQ[n:]...)
 	if len(o.trimQ) == 0 {
 		o.trimBuf = o.trimBuf[:0]
 	}
+	return out
 }
 
-// writeTruncated forwards a held chunk with its content cut to keep bytes.
-func (o *chatObserver) writeTruncated(w *bufio.Writer, t *trimmed, keep int) {
+// appendTruncated appends a held chunk with its content cut to keep bytes.
+func (o *chatObserver) appendTruncated(out []byte, t *trimmed, keep int) []byte {
 	data := o.trimBuf[t.data[0]:t.data[1]]
 	content := gjson.GetBytes(data, "choices.0.delta.content").String()
 	if keep <= 0 || keep > len(content) {
-		return
+		return out
 	}
-	out, err := sjson.SetBytes(append([]byte(nil), data...), "choices.0.delta.content", content[:keep])
+	chunk, err := sjson.SetBytes(append([]byte(nil), data...), "choices.0.delta.content", content[:keep])
 	if err != nil {
-		return
+		return out
 	}
-	_, _ = w.Write([]byte("data: "))
-	_, _ = w.Write(out)
-	_, _ = w.Write([]byte("\n\n"))
+	out = append(out, "data: "...)
+	out = append(out, chunk...)
+	return append(out, "\n\n"...)
 }

@@ -73,7 +73,8 @@ type StreamConfig struct {
 	// Tail says what the client keeps of a degenerate stream: "keep"
 	// (default: everything forwarded until the cut; nothing is held back) or
 	// "trim" (content events wait until TrimWindow bytes follow them, so the
-	// text can end where the repetition began).
+	// text can end where the repetition began; what waits is released when
+	// the stream ends, fails or goes idle). Chat completions only.
 	Tail string `toml:"tail"`
 	// TrimWindow is the content bytes held back with tail = "trim". Default
 	// 2048: about the text the detector needs to be sure of a loop.
@@ -84,7 +85,9 @@ type StreamConfig struct {
 	// call is complete, while a call the ladder would end is in play (its
 	// pattern's constraints sit one rung below terminate); such a call is
 	// replaced by the LOOP_DETECTED answer instead of reaching the agent.
-	// Default false: tool calls stream through as they come.
+	// Held events are released when the stream ends, fails or goes idle.
+	// Chat completions only. Default false: tool calls stream through as
+	// they come.
 	HoldToolCalls bool `toml:"hold_tool_calls"`
 	// MaxEventBytes caps one SSE event; a longer one switches the stream to
 	// raw pass-through without inspection. Default 16 MiB.
@@ -109,8 +112,9 @@ type LogConfig struct {
 
 // AdminConfig protects loopguard's own endpoints under /loopguard/.
 type AdminConfig struct {
-	// Token, when set, is required as "Authorization: Bearer <token>". Without
-	// it the admin API answers only on loopback listeners.
+	// Token, when set, is required as "Authorization: Bearer <token>" by the
+	// admin API and /metrics. Without it they answer only on loopback
+	// listeners.
 	Token string `toml:"token"`
 }
 

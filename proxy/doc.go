@@ -6,7 +6,9 @@
 //
 // Files follow the request: server.go routes and serves loopguard's own
 // endpoints; chat.go decides (session, verdict, ladder, rewrite or
-// LOOP_DETECTED); forward.go and upstream.go relay the request and answer;
+// LOOP_DETECTED); forward.go relays the request and answer over
+// transport.go's exchange with the upstream (upstream.go: its address and
+// connection pool); failsafe.go keeps the stream path failing open;
 // chat_stream.go, chat_hold.go, chat_trim.go and stream_apis.go inspect
 // answers on the way back; responses_record.go keeps server-side Responses
 // histories in view.

@@ -16,17 +16,26 @@ import (
 )
 
 // responseObserver sees an upstream response as it passes. The chat pipeline
-// implements it; plain pass-through uses none.
+// implements it; plain pass-through uses none. The proxy calls it through
+// the recovers of failsafe.go: a panic in it costs the client no byte.
 type responseObserver interface {
 	// header is called once with the upstream's status before anything is
 	// written, so the observer can add response headers.
 	header(status int, h *fasthttp.ResponseHeader)
 	// event handles one SSE event after the previous ones were flushed: it
-	// writes what the client should see (normally ev.Raw) to w. stop ends the
-	// stream and closes the upstream connection.
-	event(ev *sse.Event, w *bufio.Writer) (stop bool)
+	// appends to out what the client should see now (normally ev.Raw) and
+	// returns it. stop ends the stream and closes the upstream connection.
+	event(ev *sse.Event, out []byte) (_ []byte, stop bool)
+	// end is called once when a stream that event did not stop is over
+	// (the upstream finished, failed or went idle, or the rest is passed
+	// through unparsed), before anything loopguard adds: it appends what the
+	// observer still holds back.
+	end(out []byte) []byte
 	// body sees a complete non-streamed body and returns what the client gets.
 	body(status int, b []byte) []byte
+	// abandon is called when one of the observer's calls panicked: its
+	// state cannot be trusted, so it must not be reused. finish still follows.
+	abandon()
 	// finish is called once when the response is over, with why it ended
 	// (nil: the upstream finished); it completes info with what it knows
 	// (session, cut) before the response is logged and counted.
@@ -133,9 +142,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		s.relayStream(ctx, ub, obs, start, headerLatency)
 		return
 	}
-	if obs != nil {
-		obs.header(status, &ctx.Response.Header)
-	}
+	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
 
 	limit := int64(bufferLimit)
 	if obs != nil {
@@ -166,8 +173,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		ctx.Response.ResetBody()
 		status, code := upstreamErrorStatus(err)
 		writeError(ctx, status, "loopguard: reading the upstream response failed: "+errorReason(err), "upstream_error", code)
-	} else if obs != nil {
-		if b := obs.body(status, ctx.Response.Body()); b != nil {
+	} else if observed {
+		if b := s.observeBody(obs, status, ctx.Response.Body()); b != nil {
 			ctx.Response.SetBodyRaw(b)
 		}
 	}
@@ -184,10 +191,23 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, ub *upstreamBody, head []
 	if len(head) > 0 {
 		r = io.MultiReader(bytes.NewReader(head), ub)
 	}
-	ctx.Response.SetBodyStream(&passBody{r: r, body: ub, done: func(n int64, err error) {
+	pb := &passBody{r: r, body: ub, done: func(n int64, err error) {
 		s.respond(obs, method, path, err, observe.ResponseInfo{Status: status, UpstreamLatency: headerLatency,
 			Duration: time.Since(start), Bytes: n})
-	}}, int(n))
+	}}
+	if n < 0 && !ctx.Request.Header.IsHTTP11() {
+		// No length to send, and HTTP/1.0 has no chunked coding: the body
+		// ends with the connection.
+		s.setStreamWriter(ctx, func(w *bufio.Writer) {
+			_, err := io.Copy(w, pb) // bufio's ReadFrom
+			if err == nil {
+				err = w.Flush()
+			}
+			_ = pb.CloseWithError(err)
+		})
+		return
+	}
+	ctx.Response.SetBodyStream(pb, int(n))
 }
 
 // buildUpstreamRequest copies the client's request into req: method, path
@@ -209,19 +229,19 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 	req.Header.SetHost(s.up.host)
 
 	conn := in.Header.Peek("Connection")
-	in.Header.VisitAll(func(k, v []byte) {
+	for k, v := range in.Header.All() {
 		switch {
 		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):
-			return
+			continue
 		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
-			return
+			continue
 		case inspected && asciiEqualFold(k, "Accept-Encoding"):
 			// We parse what comes back; compressed SSE cannot be inspected
 			// (proxy-notes P2).
-			return
+			continue
 		}
 		req.Header.AddBytesKV(k, v)
-	})
+	}
 	if s.cfg.Upstream.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+s.cfg.Upstream.APIKey)
 	}
@@ -235,12 +255,27 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 
 func copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
 	conn := src.Peek("Connection")
-	src.VisitAll(func(k, v []byte) {
-		if isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length") {
-			return
+	for k, v := range src.All() {
+		switch {
+		case isHopByHop(k, conn) || asciiEqualFold(k, "Content-Length"):
+			// Not forwarded: they describe the upstream connection and its framing.
+		case asciiEqualFold(k, "Date"):
+			addDate(dst, k, v)
+		default:
+			dst.AddBytesKV(k, v)
 		}
-		dst.AddBytesKV(k, v)
-	})
+	}
+}
+
+// addDate adds the upstream's Date header line to dst. fasthttp's header
+// setters drop Date, which its server writes from its own clock; loopguard's
+// server writes none (NoDefaultDate) so that the upstream's goes on. Only
+// parsing stores a Date, and reading a trailer appends its lines to the
+// headers as they are, so the line is read in as one.
+func addDate(dst *fasthttp.ResponseHeader, k, v []byte) {
+	line := make([]byte, 0, len(k)+len(v)+6)
+	line = append(append(append(append(line, k...), ": "...), v...), "\r\n\r\n"...)
+	_ = dst.ReadTrailer(bufio.NewReaderSize(bytes.NewReader(line), len(line)))
 }
 
 func isEventStream(ct []byte) bool {
@@ -255,9 +290,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// nginx and similar proxies in front of us must not buffer the stream
 	// (proxy-notes P1).
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	if obs != nil {
-		obs.header(status, &ctx.Response.Header)
-	}
+	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
 	// What the stream writer needs is copied out now: RequestCtx must not be
 	// touched once the handler has returned.
 	conn := ctx.Conn()
@@ -278,7 +311,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	}
 
 	s.obs.StreamOpened()
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+	s.setStreamWriter(ctx, func(w *bufio.Writer) {
 		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
 		var (
 			events  int
@@ -286,23 +319,20 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 			ttfb    time.Duration
 			readErr error
 		)
-		rd := sse.NewReader(ub, maxEvent)
+		// An observer whose header panicked sees nothing of the stream.
+		dropped := obs != nil && !observed
+		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, maxEvent), raw: dropped, ended: dropped}
 		// One Event for the whole stream: &ev goes to the observer, and a
 		// fresh variable per iteration would escape to the heap each time.
 		var ev sse.Event
 		for {
 			var err error
-			ev, err = rd.Next()
+			ev, err = rl.next()
 			if len(ev.Raw) > 0 {
 				events++
-				n := w.Buffered()
-				stop := false
-				if obs != nil {
-					stop = obs.event(&ev, w)
-				} else {
-					_, _ = w.Write(ev.Raw)
-				}
-				written += int64(w.Buffered() - n)
+				out, stop := rl.event(&ev)
+				n, _ := w.Write(out)
+				written += int64(n)
 				if ferr := w.Flush(); ferr != nil {
 					abort(errClientGone)
 					break
@@ -315,11 +345,17 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 					break
 				}
 			}
-			if err == sse.ErrEventTooLarge {
-				// One event beyond stream.max_event_bytes: stop parsing and
-				// pass the rest through as it comes (proxy-notes P8).
-				n, err := w.Write(rd.Buffered())
+			if err == sse.ErrEventTooLarge || rl.raw {
+				// One event beyond stream.max_event_bytes (proxy-notes P8),
+				// or a panic while parsing or observing (fail open): stop
+				// parsing and pass the rest through as it comes, after what
+				// the observer held back.
+				n, err := w.Write(rl.end())
 				written += int64(n)
+				if err == nil {
+					n, err = w.Write(rl.buffered())
+					written += int64(n)
+				}
 				if err == nil {
 					var m int64
 					m, err = io.Copy(flushWriter{w}, ub)
@@ -336,6 +372,13 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 				}
 				break
 			}
+		}
+		// The stream is over: what the observer held back (tail = "trim",
+		// held tool calls) goes out before anything of loopguard's own.
+		if tail := rl.end(); len(tail) > 0 {
+			n, _ := w.Write(tail)
+			written += int64(n)
+			_ = w.Flush()
 		}
 		c := cause.Load()
 		if readErr != nil && (c == nil || *c == errDeadline) {
@@ -414,10 +457,18 @@ func errorReason(err error) string {
 		return "the request exceeded upstream.request_timeout"
 	case isTimeout(err):
 		return "the upstream did not answer within upstream.header_timeout"
-	case errors.As(err, &oe):
+	case errors.As(err, &oe), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "connection to the upstream failed"
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return "no free connection to the upstream (upstream.max_conns)"
 	}
-	return err.Error()
+	var he *responseHeaderError
+	if errors.As(err, &he) {
+		return he.Error()
+	}
+	// Anything else (fasthttp's parse errors quote the upstream's bytes) is
+	// named by its class only.
+	return "the upstream's response could not be read"
 }
 
 // respond accounts for a finished response: the chat observer adds what it
@@ -425,7 +476,7 @@ func errorReason(err error) string {
 func (s *Server) respond(obs responseObserver, method, path []byte, cause error, info observe.ResponseInfo) {
 	info.Path = string(path)
 	if obs != nil {
-		obs.finish(cause, &info)
+		s.observeFinish(obs, cause, &info)
 	}
 	s.obs.Response(info)
 	e := s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", info.Status).

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -200,19 +199,20 @@ func BenchmarkResponsesRecord(b *testing.B) {
 // feeding the degeneration detector, forwarding its bytes to a buffer.
 func BenchmarkObserveEvent(b *testing.B) {
 	o, events := observerAndEvents(b)
-	w := bufio.NewWriter(io.Discard)
+	out := make([]byte, 0, 4096)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if o.event(&events[i%len(events)], w) {
+		var stop bool
+		if out, stop = o.event(&events[i%len(events)], out[:0]); stop {
 			b.Fatal("a healthy stream was cut")
 		}
 	}
 }
 
-// observerAndEvents returns a chat observer past its first events and a
-// stream of varied healthy prose chunks.
-func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
+// testPipeline is a chat pipeline with the default configuration, closed
+// when the test ends.
+func testPipeline(tb testing.TB) *chatPipeline {
 	cfg := DefaultConfig()
 	cfg.Upstream.URL = "http://127.0.0.1:1"
 	p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
@@ -220,6 +220,13 @@ func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// observerAndEvents returns a chat observer past its first events and a
+// stream of varied healthy prose chunks.
+func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
+	p := testPipeline(tb)
 	words := strings.Fields(`The proxy reads each event as it passes and forwards its bytes before it looks at
 		them, so a healthy answer reaches the agent as fast as the model writes it while loopguard keeps count of what
 		the model said and how often it said it, and only a long run of the same phrase ends the answer early.`)
@@ -229,9 +236,8 @@ func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
 		events[i] = sse.Event{Raw: []byte("data: " + data + "\n\n"), Data: []byte(data)}
 	}
 	o := newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true}, nil)
-	w := bufio.NewWriter(io.Discard)
 	for i := range 64 {
-		o.event(&events[i], w)
+		o.event(&events[i], nil)
 	}
 	return o, events
 }

@@ -33,12 +33,15 @@ type Server struct {
 	resume resumeStopper
 
 	obs     *observe.Observer
-	metrics fasthttp.RequestHandler // GET /metrics
+	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
 	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
 
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
 	closed    bool           // Shutdown was called
+	// handedOver counts the streams to HTTP/1.0 clients, whose connections
+	// fasthttp handed over (setStreamWriter) and no longer waits for.
+	handedOver sync.WaitGroup
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -58,7 +61,6 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s.chat, err = newChatPipeline(cfg, log, s.obs)
 	if err != nil {
 		return nil, err
@@ -72,13 +74,8 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	adminHandler := fasthttpadaptor.NewFastHTTPHandler(admin)
-	s.admin = func(ctx *fasthttp.RequestCtx) {
-		// The admin API answers without a token only on loopback listeners;
-		// it reads the listener's address from the request context.
-		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
-		adminHandler(ctx)
-	}
+	s.admin = withLocalAddr(admin)
+	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleServerError,
@@ -96,9 +93,21 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		ReduceMemoryUsage:     true,
 		Logger:                fasthttpLogger{log},
 	}
 	return s, nil
+}
+
+// withLocalAddr adapts h, an admin handler, to fasthttp. Admin handlers
+// answer without a token only on loopback listeners; they read the
+// listener's address from the request context, where net/http puts it.
+func withLocalAddr(h http.Handler) fasthttp.RequestHandler {
+	adapted := fasthttpadaptor.NewFastHTTPHandler(h)
+	return func(ctx *fasthttp.RequestCtx) {
+		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
+		adapted(ctx)
+	}
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
@@ -135,12 +144,31 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if errors.Is(err, net.ErrClosed) {
 		err = nil // the listeners closed above
 	}
+	if werr := waitCtx(ctx, &s.handedOver); err == nil {
+		err = werr
+	}
 	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
 	s.up.client.CloseIdleConnections()
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// waitCtx waits for wg until ctx ends; the goroutine that waits ends with
+// wg.
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // handle routes one request: loopguard's own endpoints, chat completions

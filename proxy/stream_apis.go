@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bufio"
-
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/sse"
@@ -13,7 +11,7 @@ import (
 // after forwarding it: output and reasoning text feed the degeneration
 // detectors, each completed function call is compared with the earlier
 // calls of the answer, and a cut ends the stream in that API's own shape.
-func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
+func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.pl.record != nil && o.cut == nil && string(ev.Name) == "response.completed" {
 		// Record the answer before the agent sees its end: the agent's next
 		// request may name this response at once.
@@ -21,23 +19,21 @@ func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
 			o.p.saveRecord(o.pl, o.racc.ID(), gjson.ParseBytes(o.racc.AppendOutput(nil)))
 			o.recorded = true
 		}
-		_, _ = w.Write(ev.Raw)
-		return false
+		return append(out, ev.Raw...), false
 	}
 	if o.cutPending {
 		// The duplicate call's arguments are complete; its item closes with
 		// output_item.done, which the agent gets before the end, so that
 		// the stream shows whole calls only, as the Anthropic ending does.
 		if eventType(ev) == "response.output_item.done" {
-			_, _ = w.Write(ev.Raw)
+			out = append(out, ev.Raw...)
 			_ = o.racc.Add(ev.Data, o.update)
 		}
-		_, _ = w.Write(o.apiCutTail())
-		return true
+		return o.appendAPICut(out), true
 	}
-	_, _ = w.Write(ev.Raw)
+	out = append(out, ev.Raw...)
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut && o.pl.record == nil {
-		return false
+		return out, false
 	}
 	var err error
 	if o.pl.api == inspect.Responses {
@@ -46,14 +42,13 @@ func (o *chatObserver) apiEvent(ev *sse.Event, w *bufio.Writer) (stop bool) {
 		err = o.aacc.Add(ev.Data, o.update)
 	}
 	if err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
-		return false
+		return out, false
 	}
 	if o.pl.api == inspect.Responses && o.cut.Category == inspect.ToolRepetition {
 		o.cutPending = true
-		return false
+		return out, false
 	}
-	_, _ = w.Write(o.apiCutTail())
-	return true
+	return o.appendAPICut(out), true
 }
 
 // eventType is a Responses event's type: its event: field, or the type
@@ -97,9 +92,9 @@ func (o *chatObserver) update(u sse.Update) {
 	}
 }
 
-// apiCutTail renders the events that end a cut Responses or Anthropic
+// appendAPICut appends the events that end a cut Responses or Anthropic
 // stream well-formed.
-func (o *chatObserver) apiCutTail() []byte {
+func (o *chatObserver) appendAPICut(b []byte) []byte {
 	category := string(o.cut.Category)
 	if o.pl.api == inspect.Responses {
 		c := inject.ResponsesCut{
@@ -113,7 +108,7 @@ func (o *chatObserver) apiCutTail() []byte {
 		if idx, id, text, ok := o.racc.OpenMessage(); ok {
 			c.Open = &inject.OpenMessage{Index: idx, ID: string(id), Text: string(text)}
 		}
-		return inject.AppendResponsesCut(nil, c)
+		return inject.AppendResponsesCut(b, c)
 	}
 	c := inject.AnthropicCut{Category: category, OutputTokens: estimateTokens(o.bytes)}
 	c.OpenBlock, c.HasOpen = o.aacc.OpenBlock()
@@ -122,5 +117,5 @@ func (o *chatObserver) apiCutTail() []byte {
 		// complete: let the agent run them.
 		c.StopReason = "tool_use"
 	}
-	return inject.AppendAnthropicCut(nil, c)
+	return inject.AppendAnthropicCut(b, c)
 }

@@ -337,3 +337,49 @@ func TestUpstreamResponseHeaders(t *testing.T) {
 		})
 	}
 }
+
+// A non-streamed answer larger than what loopguard inspects (inspectLimit)
+// streams through uninspected and unchanged, with and without a declared
+// length, instead of being held whole in memory: the client gets its first
+// bytes while the upstream still holds back the last ones.
+func TestLargeInspectedAnswerPassesThrough(t *testing.T) {
+	answer := `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("0123456789abcdef", (inspectLimit+1<<20)/16) + `"},"finish_reason":"stop"}]}`
+	for _, sized := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sized=%v", sized), func(t *testing.T) {
+			released := make(chan struct{})
+			var heldTooLong atomic.Bool
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				if sized {
+					w.Header().Set("Content-Length", fmt.Sprint(len(answer)))
+				}
+				_, _ = io.WriteString(w, answer[:len(answer)-100])
+				w.(http.Flusher).Flush()
+				select {
+				case <-released:
+				case <-time.After(5 * time.Second):
+					heldTooLong.Store(true)
+				}
+				_, _ = io.WriteString(w, answer[len(answer)-100:])
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			resp, err := newClient().Post(base+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			head := make([]byte, 1024)
+			_, err = io.ReadFull(resp.Body, head)
+			close(released)
+			rest, _ := io.ReadAll(resp.Body)
+			if err != nil || string(head)+string(rest) != answer {
+				t.Errorf("status %d, %d bytes (%v); want the upstream's %d bytes unchanged", resp.StatusCode, len(head)+len(rest), err, len(answer))
+			}
+			if heldTooLong.Load() {
+				t.Error("loopguard held the answer until the upstream finished it")
+			}
+		})
+	}
+}

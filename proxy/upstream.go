@@ -71,7 +71,7 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 		// because one deadline would cap the whole stream.
 		ReadTimeout:    cfg.HeaderTimeout,
 		WriteTimeout:   cfg.HeaderTimeout,
-		ReadBufferSize: 8 << 10, // response headers; held per open stream
+		ReadBufferSize: 4 << 10, // response headers; held per open stream
 	}
 	return up, nil
 }

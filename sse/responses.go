@@ -49,7 +49,6 @@ type ResponsesAccumulator struct {
 	done              bool
 	errRaw            []byte
 	items             []respItem
-	tmp               []byte
 }
 
 // Reset empties a, keeping its buffers for reuse.

@@ -38,7 +38,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/loopguard/loopguard/e2e/fakellm"
+	"github.com/loopguard/loopguard/fakellm"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/PID/stat; it is

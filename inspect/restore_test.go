@@ -1,0 +1,110 @@
+package inspect
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestAppendRestores(t *testing.T) {
+	tests := []struct {
+		give string
+		want []restore
+	}{
+		{"git checkout src/a.py", []restore{{"src/a.py", "HEAD"}}},
+		{"cd /testbed && git checkout src/a.py 2>/dev/null || true", []restore{{"src/a.py", "HEAD"}}},
+		{"git checkout -- src/a.py src/b.py", []restore{{"src/a.py", "HEAD"}, {"src/b.py", "HEAD"}}},
+		{"git checkout HEAD~1 -- a.py", []restore{{"a.py", "HEAD~1"}}},
+		{"git checkout v1.2 lib/x.go", []restore{{"lib/x.go", "v1.2"}}},
+		{"git restore ./a.py", []restore{{"a.py", "HEAD"}}},
+		{"git restore --source=main a.py", []restore{{"a.py", "main"}}},
+		{"git stash", []restore{{".", "HEAD"}}},
+		{"git stash push -m wip", []restore{{".", "HEAD"}}},
+		{"git reset --hard", []restore{{".", "HEAD"}}},
+		{"git checkout .", []restore{{".", "HEAD"}}},
+		{"cp util.py.backup util.py", []restore{{"util.py", "util.py.backup"}}},
+		{"cp -f /tmp/orig/util.py pkg/util.py && python t.py", []restore{{"pkg/util.py", "/tmp/orig/util.py"}}},
+		{"git checkout -- /testbed/astropy/io/fits/card.py", []restore{{"fits/card.py", "HEAD"}}},
+		{"mv settings.orig.py settings.py", []restore{{"settings.py", "settings.orig.py"}}},
+		{"cp original_module.py module.py", []restore{{"module.py", "original_module.py"}}},
+		{"cp /tmp/module.py src/module.py", []restore{{"src/module.py", "/tmp/module.py"}}},
+		{"cp module.py.bak2 module.py", []restore{{"module.py", "module.py.bak2"}}},
+		{"undo_edit /repo/a.py", []restore{{"repo/a.py", "undo"}}},
+		// Not restores.
+		{"git checkout main", nil},
+		{"git checkout feature/fast-parse", nil},
+		{"git checkout -b fix", nil},
+		{"git restore --staged a.py", nil},
+		{"git stash pop", nil},
+		{"git reset HEAD a.py", nil},
+		{"cp util.py util.py.backup", nil},
+		{"cp a.py b.py", nil},
+		{"cp template.py old_parser.py", nil},
+		{"cp ../other/module.py module.py", nil},
+		{"git diff > patch.txt", nil},
+	}
+	for _, tt := range tests {
+		if got, _ := appendRestores(nil, tt.give); !slices.Equal(got, tt.want) {
+			t.Errorf("appendRestores(%q) = %v; want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestTargetHash(t *testing.T) {
+	tests := []struct {
+		a, b string
+		same bool
+	}{
+		{"pytest tests/test_a.py", "pytest tests/test_b.py", false},
+		{"grep -rn MAX_CONN src/", "grep -rn 'MAX_CONN =' src/", true},
+		{"read settings.ini", "read settings.ini", true},
+		{"sed -i 's/a/b/' pkg/x.py", "sed -i 's/a/c/' pkg/x.py", true},
+		{"sed -i 's/a/b/' pkg/x.py", "sed -i 's/a/b/' pkg/y.py", false},
+	}
+	for _, tt := range tests {
+		if got := targetHash(tt.a) == targetHash(tt.b); got != tt.same {
+			t.Errorf("targetHash(%q) == targetHash(%q) is %v; want %v", tt.a, tt.b, got, tt.same)
+		}
+	}
+	if h := targetHash("git status"); h != 0 {
+		t.Errorf("targetHash(git status) = %x; want 0", h)
+	}
+}
+
+func TestAppendRestoresAttemptAfter(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"cp f.py.bak f.py", false},
+		{"cp f.py.bak f.py && python t.py", true},
+		{"cp f.py.bak f.py && sed -i 's/a/b/' f.py", true},
+		{"cp f.py.bak f.py && cat f.py | head -5", false},
+		{"cd /testbed && git checkout f.py 2>/dev/null || true", false},
+		{"sed -i 's/a/b/' f.py && git checkout f.py", false},
+	}
+	for _, tt := range tests {
+		if _, got := appendRestores(nil, tt.give); got != tt.want {
+			t.Errorf("appendRestores(%q) attempts after = %v; want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestReadOnlyCommand(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"cd /testbed && grep -n foo src/a.py | head -20", true},
+		{"cat a.py 2>/dev/null", true},
+		{"git diff > patch.txt", false},
+		{"cd /testbed && python reproduce.py", false},
+		{"find . -name '*.pyc' -delete", false},
+		{"sed -n '10,20p' a.py", true},
+		{"sed -i 's/a/b/' a.py", false},
+	}
+	for _, tt := range tests {
+		if got := readOnlyCommand(tt.give); got != tt.want {
+			t.Errorf("readOnlyCommand(%q) = %v; want %v", tt.give, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/loopguard/loopguard/observe"
+	"github.com/loopguard/loopguard/sse"
+	"github.com/valyala/fasthttp"
+)
+
+// The response path fails open (DESIGN.md section 1): sse/, the detectors
+// and the chat observer read bytes the upstream chose, and a bug there that
+// panics must neither kill the process nor cost the client a byte (issue
+// 10). Each stage that runs them recovers here: the stage is left out of
+// the rest of the response, which passes through as the upstream sent it,
+// and the failure is counted in loopguard_fail_open_total{stage="stream"}
+// and logged, without content.
+
+// stageStream is the fail-open stage of a panic on the response path.
+const stageStream = "stream"
+
+// recovered counts and logs a panic that the response path recovered from
+// in the stage named where, and abandons obs (nil when the panic was not in
+// it). Only a runtime error's message is logged (an
+// index, a nil dereference): any other panic value may quote upstream
+// content, so it is named by its type.
+func (s *Server) recovered(obs responseObserver, where string, r any) {
+	if obs != nil {
+		obs.abandon()
+	}
+	s.obs.FailOpen(stageStream)
+	e := s.log.Error().Str("stage", stageStream).Str("in", where)
+	if re, ok := r.(runtime.Error); ok {
+		e = e.Str("panic", re.Error())
+	} else {
+		e = e.Str("panic", fmt.Sprintf("%T", r))
+	}
+	e.Bytes("stack", debug.Stack()).Msg("fail open: the rest of the response passes through unchanged")
+}
+
+// observeHeader runs obs.header; false when it panicked, and obs must see
+// nothing more of the response but its finish.
+func (s *Server) observeHeader(obs responseObserver, status int, h *fasthttp.ResponseHeader) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(obs, "header", r)
+			ok = false
+		}
+	}()
+	obs.header(status, h)
+	return true
+}
+
+// observeBody runs obs.body; nil, which keeps the upstream's body, when it
+// panicked.
+func (s *Server) observeBody(obs responseObserver, status int, b []byte) (out []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(obs, "body", r)
+			out = nil
+		}
+	}()
+	return obs.body(status, b)
+}
+
+// observeFinish runs obs.finish; a panic leaves info as far as it got.
+func (s *Server) observeFinish(obs responseObserver, cause error, info *observe.ResponseInfo) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(obs, "finish", r)
+		}
+	}()
+	obs.finish(cause, info)
+}
+
+// streamRelay is what relayStream's event loop calls to parse and observe
+// a stream, with a recover around each call. After a panic, raw is set:
+// the loop stops parsing and copies the rest of the stream as it comes.
+type streamRelay struct {
+	s     *Server
+	obs   responseObserver // nil: events are forwarded as they are
+	rd    *sse.Reader
+	out   []byte // what the client gets for the current event; reused
+	raw   bool   // parsing or observing failed: pass the rest through
+	ended bool   // obs.end was called, or event stopped the stream
+}
+
+// fail counts and logs the first panic of the stream and sets raw; obs is
+// the observer the panic was in, nil for the reader.
+func (r *streamRelay) fail(obs responseObserver, where string, p any) {
+	if obs != nil {
+		obs.abandon()
+	}
+	if !r.raw {
+		r.s.recovered(nil, where, p)
+	}
+	r.raw = true
+}
+
+// next reads the next event. A panic in the reader leaves the event's
+// bytes in rd.Buffered and sets raw.
+func (r *streamRelay) next() (ev sse.Event, err error) {
+	if r.raw {
+		return sse.Event{}, nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(nil, "sse", p)
+			ev, err = sse.Event{}, nil
+		}
+	}()
+	return r.rd.Next()
+}
+
+// event returns what the client gets for ev and whether the stream stops
+// after it. When the observer panics, the client gets what it held, then
+// ev as the upstream sent it, and raw is set. That is every byte when the
+// panic came, as it does in sse/ and the detectors, before the observer
+// took ev in; the observer is not trusted to say more.
+func (r *streamRelay) event(ev *sse.Event) (out []byte, stop bool) {
+	if r.obs == nil {
+		return ev.Raw, false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(r.obs, "event", p)
+			r.out = append(r.end(), ev.Raw...)
+			out, stop = r.out, false
+		}
+	}()
+	r.out, stop = r.obs.event(ev, r.out[:0])
+	r.ended = stop
+	return r.out, stop
+}
+
+// end returns what the observer still holds back, once: nil after a stop,
+// or when the observer panics again.
+func (r *streamRelay) end() (out []byte) {
+	if r.obs == nil || r.ended {
+		return nil
+	}
+	r.ended = true
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(r.obs, "end", p)
+			out = nil
+		}
+	}()
+	r.out = r.obs.end(r.out[:0])
+	return r.out
+}
+
+// buffered is what the reader read past the last event it returned; nil if
+// even that panics.
+func (r *streamRelay) buffered() (b []byte) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(nil, "sse", p)
+			b = nil
+		}
+	}()
+	return r.rd.Buffered()
+}

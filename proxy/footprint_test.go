@@ -1,0 +1,121 @@
+//go:build !race
+
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestOpenStreamFootprint holds many inspected streams open through the
+// proxy and measures what each costs in goroutines, heap and stacks: the
+// figure that decides how many agents one replica serves. The upstream and
+// the clients share the process; their own share, measured by the same
+// streams going to the upstream directly, is subtracted.
+func TestOpenStreamFootprint(t *testing.T) {
+	const n = 300
+	direct := openStreamsFootprint(t, n, false)
+	via := openStreamsFootprint(t, n, true)
+	goroutines := via.goroutines - direct.goroutines
+	heap, stack := via.heap-direct.heap, via.stack-direct.stack
+	t.Logf("per open stream: %.1f goroutines, %.1f KiB heap, %.1f KiB stacks", goroutines, heap/1024, stack/1024)
+	// fasthttp's connection goroutine writes the stream (streambody.go) and
+	// one goroutine watches for the client leaving: two, not three.
+	if goroutines > 2.2 {
+		t.Errorf("%.1f goroutines per open stream; want 2", goroutines)
+	}
+	// 16 KiB request buffer released while streaming (ReduceMemoryUsage),
+	// no pipe or 4 KiB copy buffers (streambody.go), 4 KiB upstream reader.
+	if heap > 48<<10 {
+		t.Errorf("%.1f KiB heap per open stream; want under 48 KiB", heap/1024)
+	}
+}
+
+type footprint struct{ goroutines, heap, stack float64 }
+
+func openStreamsFootprint(t *testing.T, n int, viaProxy bool) footprint {
+	hold := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				ev := `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Reading the file now. "},"finish_reason":null}]}` + "\n\n"
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(ev), ev)
+				<-hold
+			}()
+		}
+	}()
+	target := ln.Addr().String()
+	if viaProxy {
+		_, base := startProxy(t, func(c *Config) {
+			c.Upstream.URL = "http://" + target
+			c.Log.Level = "error"
+		})
+		target = strings.TrimPrefix(base, "http://")
+	}
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	g0 := runtime.NumGoroutine()
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		close(hold)
+		for _, c := range conns {
+			c.Close()
+		}
+		ln.Close()
+		<-done
+	}()
+	for range n {
+		c, err := net.Dial("tcp", target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var got []byte
+		one := make([]byte, 1)
+		for !strings.Contains(string(got), "Reading the file now") {
+			if _, err := io.ReadFull(c, one); err != nil {
+				t.Fatalf("stream: %v after %q", err, got)
+			}
+			got = append(got, one[0])
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // every watcher parked
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return footprint{
+		goroutines: float64(runtime.NumGoroutine()-g0) / float64(n),
+		heap:       float64(int64(after.HeapInuse)-int64(before.HeapInuse)) / float64(n),
+		stack:      float64(int64(after.StackInuse)-int64(before.StackInuse)) / float64(n),
+	}
+}

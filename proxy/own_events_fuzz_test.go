@@ -1,0 +1,122 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/policy"
+	"github.com/loopguard/loopguard/sse"
+)
+
+// FuzzOwnEventsAreJSON: every data line loopguard writes into a stream
+// itself (the ending of a cut chat, Responses or Anthropic stream, a held
+// tool call replaced by LOOP_DETECTED, the LOOP_DETECTED answer of each
+// API, the in-band error event) is one line of UTF-8 JSON, whatever ids,
+// models, tool names, arguments and text the upstream or the history held.
+// Go's strconv quoting writes \x1b and \xff, which JSON parsers reject.
+func FuzzOwnEventsAreJSON(f *testing.F) {
+	for _, s := range [][4]string{
+		{"chatcmpl-1", "m", "bash", `{"command":"make build"}`},
+		{"id\x1b[31m", "model\x00", "tool\x1b", "args \x1b[0m \xff\xfe"},
+		{"\u2028", "\"quoted\" \\ model", "na\nme", "line\r\nbreak\ttab"},
+		{"", "", "", ""},
+		{"é漢字🙂", "\x7f", "\xc3", "\xed\xa0\x80"},
+	} {
+		f.Add(s[0], s[1], s[2], s[3])
+	}
+	p := testPipeline(f)
+	f.Fuzz(func(t *testing.T, id, model, name, text string) {
+		q := func(s string) string { return string(rawjson.AppendQuote(nil, s)) }
+		cut := &inspect.Detection{Category: inspect.TokenDegeneration, Score: 1}
+		written := map[string][]byte{}
+
+		// The upstream's strings reach loopguard's own events through the
+		// accumulators: its stream is valid JSON, quoted correctly.
+		o := newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true, usage: true, model: model}, nil)
+		chunk := `{"id":` + q(id) + `,"object":"chat.completion.chunk","created":1,"model":` + q(model) +
+			`,"choices":[{"index":0,"delta":{"content":` + q(text) + `,"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":` + q(name) + `,"arguments":` + q(text) + `}}]}}]}`
+		_ = o.acc.Add([]byte(chunk), o.delta)
+		o.cut = cut
+		written["chat cut"] = o.appendCut(nil)
+		o.cut = nil
+		written["held call replaced"] = o.replaceHeld(nil, &terminalCall{constraint: policy.Constraint{
+			Category: inspect.ToolRepetition, Brief: text, Tool: name, Args: text, Pattern: "p"}})
+		o.release()
+
+		// With tail = "trim" the event the repetition begins in is cut
+		// short, anywhere in its text.
+		o = newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true}, nil)
+		o.trim = true
+		raw := "data: " + chunk + "\n\n"
+		out, _ := o.trimEvent(&sse.Event{Raw: []byte(raw), Data: []byte(chunk)}, nil)
+		if len(out) > 0 || len(o.trimQ) != 1 {
+			t.Fatalf("trim released %q with %d events held; want the event held", out, len(o.trimQ))
+		}
+		for keep := 1; keep < len(text); keep++ {
+			written["trimmed event"] = o.appendTruncated(written["trimmed event"], &o.trimQ[0], keep)
+		}
+		o.release()
+
+		o = newChatObserver(p, &plan{api: inspect.Responses, stream: true}, nil)
+		for _, ev := range []string{
+			`{"type":"response.created","sequence_number":0,"response":{"id":` + q(id) + `,"object":"response","created_at":1,"status":"in_progress","model":` + q(model) + `,"output":[]}}`,
+			`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":` + q(id) + `,"type":"message","status":"in_progress","role":"assistant","content":[]}}`,
+			`{"type":"response.output_text.delta","sequence_number":2,"item_id":` + q(id) + `,"output_index":0,"content_index":0,"delta":` + q(text) + `}`,
+			`{"type":"response.output_item.done","sequence_number":3,"output_index":1,"item":{"id":"fc","type":"function_call","status":"completed","call_id":"c","name":` + q(name) + `,"arguments":` + q(text) + `}}`,
+		} {
+			_ = o.racc.Add([]byte(ev), o.update)
+		}
+		o.cut = cut
+		written["responses cut"] = o.appendAPICut(nil)
+		o.release()
+
+		o = newChatObserver(p, &plan{api: inspect.AnthropicMessages, stream: true}, nil)
+		for _, ev := range []string{
+			`{"type":"message_start","message":{"id":` + q(id) + `,"type":"message","role":"assistant","content":[],"model":` + q(model) + `,"usage":{"input_tokens":1,"output_tokens":1}}}`,
+			`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":` + q(name) + `,"input":{}}}`,
+			`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":` + q(text) + `}}`,
+		} {
+			_ = o.aacc.Add([]byte(ev), o.update)
+		}
+		o.cut = cut
+		written["anthropic cut"] = o.appendAPICut(nil)
+		o.release()
+
+		loop := inject.Loop{Verdict: inspect.Verdict{Loop: true, Category: inspect.ToolRepetition, PatternKey: "p",
+			Detections: []inspect.Detection{{Category: inspect.ToolRepetition, Score: 1,
+				Evidence: inspect.Evidence{Element: text, Tool: name, Args: text, Count: 5, Threshold: 3}}}}}
+		for api, body := range map[inspect.API]string{
+			inspect.ChatCompletions:   `{"model":` + q(model) + `,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`,
+			inspect.Responses:         `{"model":` + q(model) + `,"stream":true,"input":"hi"}`,
+			inspect.AnthropicMessages: `{"model":` + q(model) + `,"max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		} {
+			ans, err := p.terminate(api, []byte(body), loop)
+			if err != nil {
+				t.Fatalf("terminate %s: %v", api, err)
+			}
+			written["LOOP_DETECTED "+string(api)] = ans.Body
+		}
+		written["error event"] = sseErrorEvent(errors.New(text))
+
+		for what, b := range written {
+			if len(b) == 0 && what != "trimmed event" {
+				t.Errorf("%s: nothing written", what)
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				data, ok := strings.CutPrefix(line, "data: ")
+				if !ok || data == "[DONE]" {
+					continue
+				}
+				if !json.Valid([]byte(data)) || !utf8.ValidString(data) {
+					t.Errorf("%s: data line is not one line of UTF-8 JSON: %q", what, data)
+				}
+			}
+		}
+	})
+}

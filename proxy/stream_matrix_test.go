@@ -1,0 +1,244 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// streamAPI is one guarded wire API as the stream matrix drives it.
+type streamAPI struct {
+	name, path string
+	history    func(calls int, stream bool) string // a looping agent's request
+	healthy    string                              // testdata/streams/<name>.sse
+	// beforeEnd marks the event a stream cut short by the upstream stops
+	// before: the chat one leaves a tool call open (held by
+	// hold_tool_calls), all leave text that tail = "trim" holds.
+	beforeEnd string
+	// degenerate is a stream whose text repeats one sentence.
+	degenerate func(copies int) string
+}
+
+const repeatedSentence = "I will now read the file to see the error. "
+
+func streamAPIs(t *testing.T) []streamAPI {
+	read := func(name string) string {
+		b, err := os.ReadFile("testdata/streams/" + name + ".sse")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	chatChunk := func(s string) string {
+		return `data: {"id":"chatcmpl-d","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"` + s + `"},"finish_reason":null}]}` + "\n\n"
+	}
+	responsesDelta := func(seq int, s string) string {
+		return fmt.Sprintf("event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":%d,\"item_id\":\"msg_d\",\"output_index\":0,\"content_index\":0,\"delta\":%q}\n\n", seq, s)
+	}
+	anthropicDelta := func(s string) string {
+		return `event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"` + s + `"}}` + "\n\n"
+	}
+	return []streamAPI{
+		{"chat", "/v1/chat/completions", loopingHistory, read("chat"), `"finish_reason":"tool_calls"`,
+			func(copies int) string {
+				var b strings.Builder
+				b.WriteString(chatChunk("Let me check the configuration file again. "))
+				for range copies {
+					b.WriteString(chatChunk(repeatedSentence))
+				}
+				return b.String() + "data: [DONE]\n\n"
+			}},
+		{"responses", "/v1/responses", responsesHistory, read("responses"), "event: response.completed",
+			func(copies int) string {
+				var b strings.Builder
+				b.WriteString("event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_d\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"gpt-4.1\",\"output\":[]}}\n\n")
+				b.WriteString("event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_d\",\"type\":\"message\",\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n")
+				b.WriteString("event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"sequence_number\":2,\"item_id\":\"msg_d\",\"output_index\":0,\"content_index\":0,\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n")
+				b.WriteString(responsesDelta(3, "Let me check the configuration file again. "))
+				for i := range copies {
+					b.WriteString(responsesDelta(4+i, repeatedSentence))
+				}
+				return b.String()
+			}},
+		{"anthropic", "/v1/messages", anthropicHistory, read("anthropic"), "event: message_delta",
+			func(copies int) string {
+				var b strings.Builder
+				b.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_d\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n")
+				b.WriteString("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+				b.WriteString(anthropicDelta("Let me check the configuration file again. "))
+				for range copies {
+					b.WriteString(anthropicDelta(repeatedSentence))
+				}
+				return b.String()
+			}},
+	}
+}
+
+// streamEnding is how the fake upstream ends its stream.
+type streamEnding int
+
+const (
+	endEOF   streamEnding = iota // the whole stream, then a clean end
+	endReset                     // part of the stream, then a connection reset
+	endIdle                      // part of the stream, then silence past upstream.idle_timeout
+)
+
+// serveStream writes body as an SSE answer and ends it as ending says.
+func serveStream(w http.ResponseWriter, r *http.Request, body string, ending streamEnding) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	io.WriteString(w, body)
+	w.(http.Flusher).Flush()
+	switch ending {
+	case endReset:
+		// Give the proxy time to read what was sent, then reset the
+		// connection as a crashed server's kernel does (a plain close
+		// reads as a clean end of a chunked body).
+		time.Sleep(100 * time.Millisecond)
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	case endIdle:
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// TestStreamOptionsMatrix runs every stream option over every guarded API
+// with healthy and degenerate streams and compares, byte for byte, what the
+// client gets with what the upstream sent: a healthy stream arrives whole,
+// however it ends (a clean end, a reset, an idle upstream: then followed by
+// loopguard's error event); a degenerate one arrives up to the cut, then
+// the cut's own ending. hold_tool_calls runs with a terminal call in play
+// (the session is at constrain for `bash make build`), so a healthy call of
+// another command is held until it completes; tail = "trim" and
+// hold_tool_calls act on chat only (other APIs: keep), and trim yields to
+// holding when both are set.
+func TestStreamOptionsMatrix(t *testing.T) {
+	options := []struct {
+		name       string
+		trim, hold bool
+	}{
+		{"default", false, false},
+		{"trim", true, false},
+		{"hold_tool_calls", false, true},
+		{"trim+hold_tool_calls", true, true},
+	}
+	for _, api := range streamAPIs(t) {
+		for _, opt := range options {
+			trims := opt.trim && !opt.hold && api.name == "chat"
+			cutAt := strings.Index(api.healthy, api.beforeEnd)
+			if cutAt < 0 {
+				t.Fatalf("%s: the healthy stream lacks %q", api.name, api.beforeEnd)
+			}
+			cutAt = strings.LastIndex(api.healthy[:cutAt], "\n\n") + 2 // the start of that event
+			cases := []struct {
+				name      string
+				body      string
+				ending    streamEnding
+				wantError string // the code of loopguard's error event after the stream, "" for none
+				degen     bool
+			}{
+				{"healthy", api.healthy, endEOF, "", false},
+				{"healthy_upstream_reset", api.healthy[:cutAt], endReset, "upstream_error", false},
+				{"healthy_upstream_idle", api.healthy[:cutAt], endIdle, "upstream_timeout", false},
+				{"degenerate", api.degenerate(1500), endEOF, "", true},
+			}
+			for _, tc := range cases {
+				t.Run(api.name+"/"+opt.name+"/"+tc.name, func(t *testing.T) {
+					up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+						if r.URL.Query().Get("warmup") != "" {
+							serveStream(w, r, api.healthy, endEOF)
+							return
+						}
+						serveStream(w, r, tc.body, tc.ending)
+					})
+					_, base := startProxy(t, func(c *Config) {
+						c.Upstream.URL = up.URL
+						c.Upstream.IdleTimeout = 300 * time.Millisecond
+						c.Stream.HoldToolCalls = opt.hold
+						if opt.trim {
+							c.Stream.Tail = TailTrim
+						}
+					})
+					session := "matrix-" + api.name + "-" + opt.name + "-" + tc.name
+					post(t, base+api.path+"?warmup=1", session, api.history(3, true))
+					resp, got := post(t, base+api.path, session, api.history(4, true))
+					if a := resp.Header.Get(HeaderAction); a != "constrain" {
+						t.Fatalf("action %q; want constrain (a terminal call in play)", a)
+					}
+					switch {
+					case tc.degen:
+						checkCutStream(t, tc.body, got, trims)
+					case tc.wantError != "":
+						if !strings.HasPrefix(got, tc.body) {
+							t.Fatalf("client got %d bytes, differing from the upstream's %d from byte %d on: %q",
+								len(got), len(tc.body), diffAt(got, tc.body), got[diffAt(got, tc.body):])
+						}
+						rest := got[len(tc.body):]
+						if !strings.HasPrefix(rest, `data: {"error":`) || !strings.Contains(rest, `"code":"`+tc.wantError+`"`) {
+							t.Errorf("after the upstream's bytes: %q; want loopguard's %s error event", rest, tc.wantError)
+						}
+					default:
+						if got != tc.body {
+							t.Errorf("client got %d bytes, differing from the upstream's %d from byte %d on: %q",
+								len(got), len(tc.body), diffAt(got, tc.body), got[diffAt(got, tc.body):])
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// diffAt is the offset of the first byte where a and b differ.
+func diffAt(a, b string) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// checkCutStream checks a cut degenerate stream: the upstream's events up to
+// the cut (with trim, up to where the repetition began, the last of them
+// possibly shortened), then the cut comment and loopguard's ending, whose
+// data lines are JSON.
+func checkCutStream(t *testing.T, sent, got string, trimmed bool) {
+	t.Helper()
+	i := strings.Index(got, ": loopguard cut category=token_degeneration")
+	if i < 0 {
+		t.Fatalf("client got %d bytes without a cut comment:\n%s", len(got), got[max(0, len(got)-1000):])
+	}
+	head, tail := got[:i], got[i:]
+	if !strings.HasPrefix(sent, head) {
+		// With trim the event the repetition starts in is shortened; every
+		// event before it is the upstream's.
+		j := strings.LastIndex(strings.TrimSuffix(head, "\n\n"), "\n\n") + 2
+		if !trimmed || !strings.HasPrefix(sent, head[:j]) {
+			t.Fatalf("client's stream before the cut is not the upstream's:\n%s", head)
+		}
+	} else if head != "" && !strings.HasSuffix(head, "\n\n") {
+		t.Fatalf("client's stream before the cut ends mid-event: %q", head[max(0, len(head)-200):])
+	}
+	copies := strings.Count(head, repeatedSentence)
+	if trimmed && copies > 1 || !trimmed && copies < 8 {
+		t.Errorf("trim=%v: %d copies of the repeated sentence before the cut", trimmed, copies)
+	}
+	for _, line := range strings.Split(tail, "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if ok && data != "[DONE]" && !json.Valid([]byte(data)) {
+			t.Errorf("cut ending has a data line that is not JSON: %s", line)
+		}
+	}
+}
