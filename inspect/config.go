@@ -110,6 +110,11 @@ type StreamConfig struct {
 	// Window bounds the bytes of recent text kept per stream, rounded up to
 	// a power of two (default 4096; at least 2*(MaxPhrase+16)).
 	Window int `toml:"window"`
+	// LooseWindow is how many words in a row must repeat spans of 8 words
+	// already seen twice, with at most 2 new words among them, to cut a loose
+	// cycle: what a repetition penalty leaves of a degenerate answer, the same
+	// hundred words cycling with small variations (default 192, 32..256).
+	LooseWindow int `toml:"loose_window"`
 }
 
 // DefaultConfig returns the thresholds of DESIGN.md section 3.

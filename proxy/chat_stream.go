@@ -383,6 +383,9 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 	if !o.p.cfg.Stream.Cut {
 		return nil
 	}
+	if o.pl.api != inspect.ChatCompletions {
+		return o.apiBody(b)
+	}
 	out := b
 	changed := false
 	gjson.GetBytes(b, "choices").ForEach(func(i, ch gjson.Result) bool {

@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"strconv"
+	"time"
+
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // apiEvent inspects one event of a Responses or Anthropic Messages stream
@@ -118,4 +122,91 @@ func (o *chatObserver) appendAPICut(b []byte) []byte {
 		c.StopReason = "tool_use"
 	}
 	return inject.AppendAnthropicCut(b, c)
+}
+
+// apiBody inspects a non-streamed Responses or Anthropic answer. Its output
+// text, in order, feeds one detector as the streamed text does; a degenerate
+// text is cut where the repetition began and what followed it is dropped,
+// as a streamed cut ends the answer there: a Responses message is marked
+// "incomplete", an Anthropic answer ends with stop_reason "end_turn".
+func (o *chatObserver) apiBody(b []byte) []byte {
+	if o.content[0] == nil {
+		o.content[0] = inspect.NewDegeneration(o.p.cfg.Detect.Stream)
+	}
+	d := o.content[0]
+	var fed int64
+	item, part := -1, -1 // where the cut falls: output item, content part
+	var text string
+	var off int64
+	feed := func(i, j int, t gjson.Result) bool {
+		s := t.String()
+		o.bytes += int64(len(s))
+		if !d.Write([]byte(s)) {
+			fed += int64(len(s))
+			return true
+		}
+		item, part, text = i, j, s
+		off = min(max(d.Offset()-fed, 0), int64(len(s)))
+		return false
+	}
+	items := "content"
+	if o.pl.api == inspect.Responses {
+		items = "output"
+	}
+	gjson.GetBytes(b, items).ForEach(func(i, it gjson.Result) bool {
+		if o.pl.api != inspect.Responses {
+			return it.Get("type").String() != "text" || feed(int(i.Int()), -1, it.Get("text"))
+		}
+		if it.Get("type").String() != "message" {
+			return true
+		}
+		more := true
+		it.Get("content").ForEach(func(j, p gjson.Result) bool {
+			more = p.Get("type").String() != "output_text" || feed(int(i.Int()), int(j.Int()), p.Get("text"))
+			return more
+		})
+		return more
+	})
+	if item < 0 {
+		return nil
+	}
+	det := d.Detection()
+	o.cut, o.cutOffset, o.cutAt = &det, off, time.Now()
+	at := items + "." + strconv.Itoa(item)
+	var edits []jsonEdit
+	// Later entries go first so that deleting them keeps the indexes valid.
+	for k := len(gjson.GetBytes(b, items).Array()) - 1; k > item; k-- {
+		edits = append(edits, jsonEdit{items + "." + strconv.Itoa(k), nil})
+	}
+	textAt := at + ".text"
+	if part >= 0 {
+		for k := len(gjson.GetBytes(b, at+".content").Array()) - 1; k > part; k-- {
+			edits = append(edits, jsonEdit{at + ".content." + strconv.Itoa(k), nil})
+		}
+		textAt = at + ".content." + strconv.Itoa(part) + ".text"
+		edits = append(edits, jsonEdit{at + ".status", "incomplete"})
+	} else {
+		edits = append(edits, jsonEdit{"stop_reason", "end_turn"})
+	}
+	edits = append(edits, jsonEdit{textAt, text[:off]})
+	out := b
+	for _, e := range edits {
+		var err error
+		if e.value == nil {
+			out, err = sjson.DeleteBytes(out, e.path)
+		} else {
+			out, err = sjson.SetBytes(out, e.path, e.value)
+		}
+		if err != nil {
+			return nil // fail open: the answer passes unchanged
+		}
+	}
+	return out
+}
+
+// jsonEdit is one change to a JSON body: set path to value, or delete it
+// when value is nil.
+type jsonEdit struct {
+	path  string
+	value any
 }
