@@ -82,6 +82,7 @@ type plan struct {
 	layout   inspect.Layout // where the messages lie in body (chat completions)
 	buf      *[]byte        // pooled buffer body was built in, nil if none
 	failOpen string         // the stage that failed open, "" if none
+	resume   *resumable     // how to stop a resumable stream on a cut, nil if none
 	start    time.Time
 }
 
@@ -101,6 +102,9 @@ func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server, api inspect.AP
 			s.chatDone(&ev)
 		}
 		return
+	}
+	if pl.stream {
+		pl.resume = s.resumableOf(ctx)
 	}
 	s.forward(ctx, pl.body, newChatObserver(p, &pl, s.chatDone))
 	// forward has sent the request (a stream is relayed from here on
