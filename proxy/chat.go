@@ -83,8 +83,9 @@ type plan struct {
 	// ownHistory: the judged history is body's own (not a Responses record
 	// prepended to it), so the evidence's indices point into body.
 	ownHistory bool
-	buf        *[]byte // pooled buffer body was built in, nil if none
-	failOpen   string  // the stage that failed open, "" if none
+	buf        *[]byte    // pooled buffer body was built in, nil if none
+	failOpen   string     // the stage that failed open, "" if none
+	resume     *resumable // how to stop a resumable stream on a cut, nil if none
 	start      time.Time
 }
 
@@ -104,6 +105,9 @@ func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server, api inspect.AP
 			s.chatDone(&ev)
 		}
 		return
+	}
+	if pl.stream {
+		pl.resume = s.resumableOf(ctx)
 	}
 	s.forward(ctx, pl.body, newChatObserver(p, &pl, s.chatDone))
 	// forward has sent the request (a stream is relayed from here on

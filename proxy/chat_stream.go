@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -496,6 +497,10 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 			cancel()
 			info.CutStoreDuration = time.Since(t)
 		}
+	}
+	if errors.Is(cause, errCut) {
+		// Closing the connection does not stop a resumable stream.
+		o.pl.resume.stop()
 	}
 	if o.done != nil {
 		ev := o.pl.event()

@@ -32,6 +32,8 @@ type Server struct {
 	chat      *chatPipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
+	// resume stops cut resumable streams upstream (resumable.go).
+	resume resumeStopper
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
@@ -159,6 +161,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if werr := waitCtx(ctx, &s.handedOver); err == nil {
 		err = werr
 	}
+	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
 	s.up.client.CloseIdleConnections()
 	if s.anthropic != nil {
 		s.anthropic.client.CloseIdleConnections()
@@ -214,6 +217,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.admin(ctx)
 	case ctx.IsPost() && guardedAPI(path) != "":
 		s.chat.serve(ctx, s, guardedAPI(path))
+	case isResume(ctx):
+		// A resumed stream is a chat answer like the first delivery.
+		s.chat.serveResume(ctx, s)
 	default:
 		s.forward(ctx, ctx.Request.Body(), nil)
 	}

@@ -8,6 +8,15 @@
 //
 //	go run ./e2e/load [-n 2000] [-c 16] [-streams 1000] [-bin PATH]
 //
+// With -upstream URL it measures against a running server instead, such as
+// llama.cpp's llama-server: plain completions pass through, chat answers
+// of -max-tokens tokens are inspected, streamed or not (sampled at
+// temperature 1 with ignore_eos, so that every answer has its full length
+// and none degenerates into a cut). The idle-stream measurement needs the
+// scripted upstream and is left out.
+//
+//	go run ./e2e/load -upstream http://127.0.0.1:8080 -n 200 -c 4 -max-tokens 16
+//
 // Linux only (/proc). Everything runs on 127.0.0.1.
 package main
 
@@ -46,6 +55,8 @@ func main() {
 type options struct {
 	n, c, streams, events int
 	bin                   string
+	upstream              string
+	maxTokens, bodySize   int
 }
 
 func run() error {
@@ -55,18 +66,24 @@ func run() error {
 	flag.IntVar(&o.streams, "streams", 1000, "concurrent idle streams for the RSS measurement")
 	flag.IntVar(&o.events, "events", 500, "SSE events per stream")
 	flag.StringVar(&o.bin, "bin", "", "loopguard binary (default: go build from the repo root)")
+	flag.StringVar(&o.upstream, "upstream", "", "a running upstream to measure against (e.g. llama-server's base URL) instead of the scripted one")
+	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")
+	flag.IntVar(&o.bodySize, "body", 20<<10, "request body size in bytes")
 	flag.Parse()
 
-	fake := fakellm.New(script(o.events))
-	fake.SetRecording(false)
-	fln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	upstreamURL := o.upstream
+	if upstreamURL == "" {
+		fake := fakellm.New(script(o.events))
+		fake.SetRecording(false)
+		fln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		go func() { _ = fake.Serve(fln) }()
+		defer fake.Close()
+		// Serve records the URL asynchronously; the listener knows it now.
+		upstreamURL = "http://" + fln.Addr().String()
 	}
-	go func() { _ = fake.Serve(fln) }()
-	defer fake.Close()
-	// Serve records the URL asynchronously; the listener knows it now.
-	fakeURL := "http://" + fln.Addr().String()
 
 	bin := o.bin
 	if bin == "" {
@@ -86,33 +103,34 @@ func run() error {
 			return fmt.Errorf("go build: %w", err)
 		}
 	}
-	lg, err := startLoopguard(bin, fakeURL)
+	lg, err := startLoopguard(bin, upstreamURL)
 	if err != nil {
 		return err
 	}
 	defer lg.stop()
 
-	direct, proxied := fakeURL, lg.url
+	direct, proxied := upstreamURL, lg.url
 	client := &http.Client{Transport: &http.Transport{
 		DisableCompression: true, MaxIdleConns: 4 * o.c, MaxIdleConnsPerHost: 4 * o.c,
+		// A real upstream may close a kept-alive connection without saying
+		// so (llama-server after every stream), and Go's client does not
+		// resend a POST that met a dead one: the direct baseline would
+		// count failures that are not loopguard's. One connection per
+		// request, to both targets alike.
+		DisableKeepAlives: o.upstream != "",
 	}}
-	body20k := chatBody(20 << 10)
-	streamBody := strings.Replace(body20k, `"stream":false`, `"stream":true`, 1)
 	nStreams := max(o.n/10, 50)
-
-	fmt.Printf("loopguard load: %d requests x %d clients (non-streamed, 20 KB request body); %d streams of %d events; %d idle streams\n\n",
-		o.n, o.c, nStreams, o.events, o.streams)
+	if o.upstream != "" {
+		fmt.Printf("loopguard load against %s: %d requests x %d clients (non-streamed, %d B request body, %d tokens); %d streams of %d tokens\n\n",
+			o.upstream, o.n, o.c, o.bodySize, o.maxTokens, nStreams, o.events)
+	} else {
+		fmt.Printf("loopguard load: %d requests x %d clients (non-streamed, %d B request body); %d streams of %d events; %d idle streams\n\n",
+			o.n, o.c, o.bodySize, nStreams, o.events, o.streams)
+	}
 	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
 
-	for _, w := range []struct {
-		name, path, body string
-		n                int
-		events           int
-	}{
-		{"pass-through, 20 KB body", "/v1/embeddings", body20k, o.n, 0},
-		{"chat json, 20 KB body", "/v1/chat/completions", body20k, o.n, 0},
-		{"chat stream, 500 events", "/v1/chat/completions", streamBody, nStreams, o.events},
-	} {
+	failed := 0
+	for _, w := range workloads(o, nStreams) {
 		if err := warm(client, direct+w.path, w.body); err != nil {
 			return err
 		}
@@ -121,6 +139,7 @@ func run() error {
 			return fmt.Errorf("%s direct: %w", w.name, err)
 		}
 		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", w.name, "direct", d.rps, d.p50, d.p99, "")
+		failed += reportFailures(d, w.n)
 		if err := warm(client, proxied+w.path, w.body); err != nil {
 			return err
 		}
@@ -139,6 +158,7 @@ func run() error {
 		perReq := float64((after - before).Microseconds()) / float64(w.n)
 		cpu := fmt.Sprintf("%.0f µs/req", perReq)
 		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", w.name, "loopguard", p.rps, p.p50, p.p99, cpu)
+		failed += reportFailures(p, w.n)
 		if w.events > 0 {
 			fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "", "", "", "", "", fmt.Sprintf("%.2f µs/event", perReq/float64(w.events+3)))
 		}
@@ -146,6 +166,12 @@ func run() error {
 			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
 	}
 	client.CloseIdleConnections()
+	if failed > 0 {
+		return fmt.Errorf("%d requests failed", failed)
+	}
+	if o.upstream != "" {
+		return nil
+	}
 
 	rss, err := idleStreams(lg, o.streams)
 	if err != nil {
@@ -154,6 +180,42 @@ func run() error {
 	fmt.Printf("\nidle open streams: %d through loopguard; RSS %.1f MiB -> %.1f MiB = %.1f KiB per stream\n",
 		o.streams, float64(rss[0])/(1<<20), float64(rss[1])/(1<<20), float64(rss[1]-rss[0])/1024/float64(o.streams))
 	return nil
+}
+
+// workload is one measured run: n requests of body to path; events is the
+// SSE events of a streamed answer, 0 for a non-streamed one.
+type workload struct {
+	name, path, body string
+	n                int
+	events           int
+}
+
+// workloads are the runs for the scripted upstream, or for a real one
+// (-upstream), whose answers cost tokens: the pass-through run uses plain
+// completions, and every request bounds its answer's length.
+func workloads(o options, nStreams int) []workload {
+	size := fmt.Sprintf("%d KB body", o.bodySize>>10)
+	body := chatBody(o.bodySize)
+	stream := strings.Replace(body, `"stream":false`, `"stream":true`, 1)
+	if o.upstream == "" {
+		return []workload{
+			{"pass-through, " + size, "/v1/embeddings", body, o.n, 0},
+			{"chat json, " + size, "/v1/chat/completions", body, o.n, 0},
+			{fmt.Sprintf("chat stream, %d events", o.events), "/v1/chat/completions", stream, nStreams, o.events},
+		}
+	}
+	// Sampled, full-length answers: a greedy answer of a small model can
+	// degenerate, and loopguard would cut it short of the direct one.
+	sampled := func(b string, tokens int) string {
+		return strings.Replace(b, `"messages":`, fmt.Sprintf(`"max_tokens":%d,"temperature":1,"ignore_eos":true,"messages":`, tokens), 1)
+	}
+	prompt := strings.Repeat("lorem ipsum dolor sit amet ", max(1, o.bodySize/27))
+	completion := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":1,"ignore_eos":true}`, prompt, o.maxTokens)
+	return []workload{
+		{"pass-through completions", "/v1/completions", completion, o.n, 0},
+		{fmt.Sprintf("chat json, %d tokens", o.maxTokens), "/v1/chat/completions", sampled(body, o.maxTokens), o.n, 0},
+		{fmt.Sprintf("chat stream, %d tokens", o.events), "/v1/chat/completions", sampled(stream, o.events), nStreams, o.events},
+	}
 }
 
 // script answers by the X-Load header so one fake serves every workload.
@@ -189,13 +251,35 @@ func chatBody(size int) string {
 type result struct {
 	rps      float64
 	p50, p99 time.Duration
+	// failed counts the requests that got an error or a status other
+	// than 200; firstErr is the first of them.
+	failed   int
+	firstErr error
 }
 
+// reportFailures prints the failures of a run of n requests and returns
+// their count.
+func reportFailures(r result, n int) int {
+	if r.failed > 0 {
+		fmt.Printf("%-26s %-10s %d of %d failed; first: %v\n", "", "failed", r.failed, n, r.firstErr)
+	}
+	return r.failed
+}
+
+// warm sends a few requests first; it fails only when all of them do (a
+// failure is counted where it is measured).
 func warm(c *http.Client, base, body string) error {
+	var firstErr error
+	ok := 0
 	for range 20 {
-		if _, err := do(c, base, body, ""); err != nil {
-			return err
+		if _, err := do(c, base, body, ""); err == nil {
+			ok++
+		} else if firstErr == nil {
+			firstErr = err
 		}
+	}
+	if ok == 0 {
+		return firstErr
 	}
 	return nil
 }
@@ -225,12 +309,13 @@ func do(c *http.Client, url, body, load string) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-// measure runs n requests over c workers and summarises their latencies.
+// measure runs n requests over c workers and summarises their latencies;
+// a failed request is counted and the run goes on.
 func measure(cl *http.Client, base, body string, n, c int) (result, error) {
-	lat := make([]time.Duration, n)
+	lat := make([]time.Duration, 0, n)
 	var next int
 	var mu sync.Mutex
-	var firstErr error
+	var res result
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range c {
@@ -246,29 +331,29 @@ func measure(cl *http.Client, base, body string, n, c int) (result, error) {
 					return
 				}
 				d, err := do(cl, base, body, "")
+				mu.Lock()
 				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
+					res.failed++
+					if res.firstErr == nil {
+						res.firstErr = err
 					}
-					mu.Unlock()
-					return
+				} else {
+					lat = append(lat, d)
 				}
-				lat[i] = d
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if firstErr != nil {
-		return result{}, firstErr
+	if len(lat) == 0 {
+		return res, res.firstErr
 	}
 	slices.Sort(lat)
-	return result{
-		rps: float64(n) / elapsed.Seconds(),
-		p50: lat[n/2].Round(time.Microsecond),
-		p99: lat[n*99/100].Round(time.Microsecond),
-	}, nil
+	res.rps = float64(len(lat)) / elapsed.Seconds()
+	res.p50 = lat[len(lat)/2].Round(time.Microsecond)
+	res.p99 = lat[len(lat)*99/100].Round(time.Microsecond)
+	return res, nil
 }
 
 // idleStreams opens n streams through loopguard that each receive one event

@@ -9,7 +9,6 @@ package redistest
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loopguard/loopguard/internal/testproc"
 )
 
 // EnvBinary names the redis-server binary to run instead of the one on PATH.
@@ -33,11 +34,7 @@ const EnvRequire = "LOOPGUARD_REQUIRE_REDIS"
 type Server struct {
 	// Addr is host:port on loopback.
 	Addr string
-	cmd  *exec.Cmd
-	log  string
-	// done is closed when the process has exited; its goroutine (the
-	// only one) waits on the process and ends with it.
-	done chan struct{}
+	proc *testproc.Process
 }
 
 // URL returns the server's redis:// URL for database db.
@@ -73,77 +70,40 @@ func Start(tb testing.TB) *Server {
 }
 
 func start(bin, dir string) (*Server, error) {
-	port, err := freePort()
+	port, err := testproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log")}
-	s.cmd = exec.Command(bin,
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	log := filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log")
+	// Without --logfile redis logs to stdout, which goes to log.
+	s.proc, err = testproc.Start(bin, []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", s.log,
-		"--protected-mode", "yes")
-	// No pipes: output goes to the log file, so exec starts no copying
-	// goroutines (goleak stays quiet).
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		"--dir", dir,
+		"--protected-mode", "yes"}, log)
+	if err != nil {
+		return nil, err
 	}
-	s.done = make(chan struct{})
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
-	if err := s.waitPing(10 * time.Second); err != nil {
+	if err := s.proc.WaitReady(10*time.Second, 20*time.Millisecond, func() error { return ping(s.Addr) }); err != nil {
 		s.Stop()
-		b, _ := os.ReadFile(s.log)
-		return nil, fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, s.proc.LogTail(4000))
 	}
 	return s, nil
 }
 
 // Stop kills the server and waits for it. It is safe to call twice.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
 	s.Resume() // let a paused server run its exit path
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
+	s.proc.Stop()
 }
 
 // Pause freezes the server (SIGSTOP): connections stay open and nothing
 // answers, as with a server stuck in a slow command.
-func (s *Server) Pause() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
-	}
-}
+func (s *Server) Pause() { s.proc.Signal(syscall.SIGSTOP) }
 
 // Resume undoes Pause.
-func (s *Server) Resume() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-}
-
-func (s *Server) waitPing(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := ping(s.Addr)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", limit, err)
-		}
-		select {
-		case <-s.done:
-			return errors.New("exited before answering PING (port taken?)")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
+func (s *Server) Resume() { s.proc.Signal(syscall.SIGCONT) }
 
 func ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -163,13 +123,4 @@ func ping(addr string) error {
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
