@@ -16,13 +16,14 @@ func (p *parser) anthropic(root string) error {
 	if rawKind(msgs) != '[' {
 		return fmt.Errorf("%w: no messages array", ErrMalformed)
 	}
+	at, idx, _ := p.resume(msgs)
 	p.t.Model = p.rawStr(model)
-	idx := 0
 	var err error
-	eachElement(msgs, func(m string) bool {
+	elementsFrom(msgs, at, func(m string) bool {
 		if err = p.anthropicMessage(idx, m); err != nil {
 			return false
 		}
+		p.note(m)
 		idx++
 		return true
 	})

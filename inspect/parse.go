@@ -51,12 +51,17 @@ type parser struct {
 	// lastAssistant is true while the previous non-system message was an
 	// assistant turn: a user message right after it may be tool output.
 	lastAssistant bool
+	// open is true while the last step still takes assistant-side items
+	// (Responses).
+	open bool
 	// src is the whole body, for the offsets of Trajectory.Layout.
 	src string
+	// sess is the session cache's part in this parse, nil when uncached.
+	sess *sessionParse
 }
 
 func parse(body []byte, meta []string) (*Trajectory, error) {
-	return parseBody(body, meta, (*parser).chat)
+	return parseBody(body, meta, (*parser).chat, nil)
 }
 
 // parseBody is the frame every wire format is parsed in: validation, the
@@ -68,7 +73,10 @@ func parse(body []byte, meta []string) (*Trajectory, error) {
 // root is the caller's body, read in place: walk must keep nothing that
 // views it. rawStr, text and setArgs copy what they keep into the arena;
 // peek and textView are for looks that end before parseBody returns.
-func parseBody(body []byte, meta []string, walk func(p *parser, root string) error) (t *Trajectory, err error) {
+//
+// sp, when not nil, lets walk resume from a session's cached state
+// (parser.resume, which then sizes the arena) and records this parse's.
+func parseBody(body []byte, meta []string, walk func(p *parser, root string) error, sp *sessionParse) (t *Trajectory, err error) {
 	defer func() {
 		// Parse must never take the proxy down: a bug here fails open.
 		if r := recover(); r != nil {
@@ -87,7 +95,12 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	// Only the strings the trajectory keeps are copied (or unescaped) into
 	// the arena: not the body, then its strings again. It is sized for the
 	// usual case, tool results making up most of the body.
-	p := &parser{scratch: s, ar: newArena(len(body) + 1024), meta: meta, t: &Trajectory{}}
+	p := &parser{scratch: s, meta: meta, t: &Trajectory{}, sess: sp}
+	if sp == nil {
+		p.ar = newArena(len(body) + 1024)
+	} else {
+		p.ar = &arena{} // sized by resume
+	}
 	src := rawjson.View(body)
 	i := rawjson.SkipSpace(src, 0)
 	if i >= len(src) || src[i] != '{' {
@@ -98,6 +111,9 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	p.t.Steps = make([]Step, 0, 16)
 	if err := walk(p, src[i:]); err != nil {
 		return nil, err
+	}
+	if p.sess != nil {
+		p.sess.finish(p)
 	}
 	return p.t, nil
 }
@@ -127,12 +143,11 @@ func (p *parser) chat(root string) (err error) {
 	if rawKind(msgs) != '[' {
 		return fmt.Errorf("%w: messages is not an array", ErrMalformed)
 	}
+	at, idx, last := p.resume(msgs)
 	p.t.Model = p.rawStr(model)
-	idx := 0
-	last := [2]int{}
 	// Messages are walked member by member in one pass (membersAt), not
 	// bounded first and walked again: tool results make them large.
-	for i := rawjson.SkipSpace(msgs, 1); i < len(msgs) && msgs[i] != ']'; i = rawjson.SkipSpace(msgs, i) {
+	for i := at; i < len(msgs) && msgs[i] != ']'; i = rawjson.SkipSpace(msgs, i) {
 		if msgs[i] == ',' {
 			i++
 			continue
@@ -141,6 +156,7 @@ func (p *parser) chat(root string) (err error) {
 		if i, err = p.message(idx, msgs, i); err != nil {
 			return err
 		}
+		p.note(msgs[start:i])
 		last = [2]int{start, i}
 		idx++
 	}

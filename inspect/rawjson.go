@@ -55,7 +55,12 @@ func eachElement(arr string, fn func(val string) bool) {
 	if i >= len(arr) || arr[i] != '[' {
 		return
 	}
-	i++
+	elementsFrom(arr, i+1, fn)
+}
+
+// elementsFrom is eachElement from arr[i] on, a position between elements
+// of the array arr.
+func elementsFrom(arr string, i int, fn func(val string) bool) {
 	for {
 		i = rawjson.SkipSpace(arr, i)
 		if i >= len(arr) || arr[i] == ']' {
