@@ -12,7 +12,7 @@ import "fmt"
 // loopguard's own notices) are not a new human message; a user message
 // without tool results is judged as chat's user messages are.
 func (p *parser) anthropic(root string) error {
-	msgs, model := historyAndModel(root, "messages")
+	msgs, model := p.history(root, "messages")
 	if rawKind(msgs) != '[' {
 		return fmt.Errorf("%w: no messages array", ErrMalformed)
 	}

@@ -134,7 +134,7 @@ func detectShape(body []byte) API {
 // conversation) shows only its new items: the steps before live on the
 // server.
 func (p *parser) responses(root string) error {
-	input, model := historyAndModel(root, "input")
+	input, model := p.history(root, "input")
 	switch rawKind(input) {
 	case '"':
 		// One user message: a new task, nothing to judge yet.

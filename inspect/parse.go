@@ -83,7 +83,13 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 			t, err = nil, fmt.Errorf("%w: internal error: %v", ErrMalformed, r)
 		}
 	}()
-	if !rawjson.Valid(body) {
+	valid := false
+	if sp != nil && sp.prev != nil {
+		valid = sp.validSkipping(body)
+	} else {
+		valid = rawjson.Valid(body)
+	}
+	if !valid {
 		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
 	}
 	s := scratchPool.Get().(*scratch)
@@ -136,7 +142,7 @@ func historyAndModel(root, key string) (history, model string) {
 
 // chat walks a chat-completions body: {"model", "messages": [...]}.
 func (p *parser) chat(root string) (err error) {
-	msgs, model := historyAndModel(root, "messages")
+	msgs, model := p.history(root, "messages")
 	if msgs == "" {
 		return fmt.Errorf("%w: no messages", ErrMalformed)
 	}

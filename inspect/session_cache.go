@@ -13,13 +13,14 @@ import (
 
 // SessionCache keeps, per session, what parsing the session's last request
 // built: its steps and the parser's state after its last message, with a
-// hash of each message's raw bytes. An agent sends its whole history on
-// every turn; a request whose history begins with exactly the messages
-// cached (every hash matches) is parsed from the first new message on.
-// Any other request (history edited, compacted or cut, another replica
-// answered the last turn, loopguard rewrote it) is parsed in full, so a
-// Trajectory never depends on the cache: ParseSession returns what
-// ParseAPI returns for the same body.
+// hash of the raw bytes of its history array up to the end of that
+// message. An agent sends its whole history on every turn; a request whose
+// history array begins with exactly those bytes (the hash matches) is
+// parsed from the first new message on, and only what is not those bytes
+// is validated (they were as JSON last time). Any other request (history
+// edited, compacted or cut, another replica answered the last turn,
+// loopguard rewrote it) is parsed in full, so a Trajectory never depends on
+// the cache: ParseSession returns what ParseAPI returns for the same body.
 //
 // The cache is a local LRU bounded by a memory budget. It is safe for
 // concurrent use.
@@ -35,7 +36,6 @@ type SessionCache struct {
 	lru     list.List                // most recently used first
 }
 
-// CacheStats is a snapshot of a SessionCache's counters.
 type CacheStats struct {
 	Hits     uint64 // requests parsed from a cached prefix
 	Misses   uint64 // requests of a session parsed in full
@@ -64,15 +64,21 @@ func (c *SessionCache) Stats() CacheStats {
 
 // cacheEntry is one session's parse state after its last request's
 // messages. Its steps are never written again: a request resuming from it
-// copies the steps that parsing on may change (see parser.resume).
+// copies the steps that parsing on may change (see parser.restore).
 type cacheEntry struct {
-	key    string
-	api    API
-	meta   []string
-	hashes []uint64 // of each message's raw bytes, in order
-	steps  []Step
-	start  int
-	calls  int // calls in steps, for the size
+	key  string
+	api  API
+	meta []string
+	// The history array's first prefix bytes, from its '[' to the end of
+	// its last message (message n-1), hash to sum; hash is the hasher's
+	// state after them, to go on with the next messages.
+	n, prefix int
+	sum       uint64
+	hash      maphash.Hash
+	last      [2]int // the last message's offsets in the array
+	steps     []Step
+	start     int
+	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
 	// held is the arena memory the steps' strings keep alive.
@@ -86,10 +92,10 @@ var (
 )
 
 // entryOverhead approximates the key, list element and map slot of an entry.
-const entryOverhead = 256
+const entryOverhead = 512
 
 func (en *cacheEntry) size() int64 {
-	return int64(en.held) + int64(cap(en.steps))*stepSize + int64(en.calls)*callSize + int64(cap(en.hashes))*8 + int64(len(en.key)) + entryOverhead
+	return int64(en.held) + int64(cap(en.steps))*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
 }
 
 // ParseSession is ParseAPI for a request of the given session, resuming
@@ -108,15 +114,16 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	if !ok {
 		api, walk = ChatCompletions, (*parser).chat
 	}
-	sp := &sessionParse{seed: c.seed}
+	sp := &sessionParse{}
+	sp.hash.SetSeed(c.seed)
 	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) {
-		sp.prev = prev
+		sp.locate(body, api, prev)
 	}
 	t, err := parseBody(body, meta, walk, sp)
 	if err != nil || sp.done == nil {
 		return t, err
 	}
-	if sp.resumed {
+	if sp.prev != nil {
 		c.hits.Add(1)
 	} else {
 		c.misses.Add(1)
@@ -163,69 +170,129 @@ func (c *SessionCache) put(en *cacheEntry) {
 	}
 }
 
-// sessionParse is one cached parse: the entry it may resume from, and the
-// entry it leaves.
-type sessionParse struct {
-	seed    maphash.Seed
-	prev    *cacheEntry // nil: parse in full
-	resumed bool        // the history began with prev's messages
-	hashes  []uint64
-	base    int // steps taken over from prev
-	held    int // arena memory of those steps' strings
-	calls   int // calls in those steps
-	done    *cacheEntry
-}
-
 // lookBack is how many steps before the last a message can still change:
 // a result is paired with a call of the latest 64 steps (findCall), and
 // the last step takes user-role tool output and further items.
 const lookBack = 64
 
+// sessionParse is one cached parse: the entry it resumes from, if any,
+// and the entry it leaves.
+type sessionParse struct {
+	prev *cacheEntry // the history extends it; nil: parse in full
+	// hist and model are the body's history array and model, found by
+	// locate when prev is set.
+	hist, model string
+	// hash has read the history array up to region, which ends after
+	// message n-1 (last).
+	hash      maphash.Hash
+	region, n int
+	last      [2]int
+	arr       int // the history array's offset in the body
+	base      int // steps taken over from prev
+	held      int // arena memory of those steps' strings
+	calls     int // calls in those steps
+	done      *cacheEntry
+}
+
+// historyKey is the member of a body of api that holds its history.
+func historyKey(api API) string {
+	if api == Responses {
+		return "input"
+	}
+	return "messages"
+}
+
+// locate sets sp.prev to prev when the body's history array begins with
+// prev's bytes. It reads the top-level members as historyAndModel does,
+// without scanning those bytes for where values end: it hashes them
+// instead, then walks the rest of the array. The body is not validated
+// yet: an invalid one is found out by validSkipping, and the parse that
+// follows recovers from anything.
+func (sp *sessionParse) locate(body []byte, api API, prev *cacheEntry) {
+	src := rawjson.View(body)
+	i := rawjson.SkipSpace(src, 0)
+	if i >= len(src) || src[i] != '{' {
+		return
+	}
+	key := historyKey(api)
+	var hist, model string
+	h := sp.hash
+	membersWith(src, i, func(k string, at int) int {
+		if !rawKeyIs(k, key) {
+			e := rawjson.ValueEnd(src, at)
+			if rawKeyIs(k, "model") {
+				model = src[at:e]
+			}
+			return e
+		}
+		if src[at] != '[' || len(src)-at < prev.prefix {
+			hist = "-" // not the cached history: ends the walk below
+			return len(src)
+		}
+		h = sp.hash
+		h.WriteString(src[at : at+prev.prefix])
+		if h.Sum64() != prev.sum {
+			hist = "-"
+			return len(src)
+		}
+		e := rawjson.CloseEnd(src, at+prev.prefix, 1)
+		hist = src[at:e]
+		return e
+	})
+	// A second history member wins (as in historyAndModel) if it has the
+	// cached bytes too; any other ends the walk unresumed.
+	if hist == "" || hist == "-" {
+		return
+	}
+	sp.prev, sp.hist, sp.model, sp.hash = prev, hist, model, h
+}
+
+// validSkipping reports whether body is valid JSON, given that the cached
+// prefix of its history array (sp.prev) is: that prefix was an array's
+// opening and whole values then, so the body is valid exactly when it is
+// with the prefix replaced by "[0". Only the rest is read.
+func (sp *sessionParse) validSkipping(body []byte) bool {
+	off := int(uintptr(unsafe.Pointer(unsafe.StringData(sp.hist))) - uintptr(unsafe.Pointer(unsafe.SliceData(body))))
+	bp := validBufs.Get().(*[]byte)
+	b := append(append(append((*bp)[:0], body[:off]...), "[0"...), body[off+sp.prev.prefix:]...)
+	ok := rawjson.Valid(b)
+	if cap(b) <= maxPooledScratch {
+		*bp = b
+		validBufs.Put(bp)
+	}
+	return ok
+}
+
+var validBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// history returns the body's history array and model: the ones locate
+// found, else as historyAndModel finds them.
+func (p *parser) history(root, key string) (hist, model string) {
+	if p.sess != nil && p.sess.prev != nil {
+		return p.sess.hist, p.sess.model
+	}
+	return historyAndModel(root, key)
+}
+
 // resume returns where the walk of the history array arr begins and the
-// index of the message there. When the session's cached messages are the
-// first ones of arr, byte for byte, it restores the parser's state after
-// them and returns the position of the next one (last is where the last
-// of them starts and ends); otherwise the first message. It also sizes the
-// arena for what is left to read. Adapters call it before anything is
-// written to the arena or the steps.
+// index of the message there: past the cached messages, with the parser's
+// state restored, when the request extends its session's last one (last
+// is where the last of them starts and ends in arr); else the first
+// message. It also sizes the arena for what is left to read. Adapters call
+// it before anything is written to the arena or the steps.
 func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 	sp := p.sess
 	if sp == nil {
 		return rawjson.SkipSpace(arr, 1), 0, last
 	}
-	if sp.prev != nil {
-		if at, last, ok := sp.matchPrefix(arr); ok {
-			p.restore(sp.prev)
-			p.ar = newArena(len(arr) - at + 1024)
-			return at, len(sp.prev.hashes), last
-		}
-		sp.prev = nil
+	sp.arr = p.offset(arr)
+	if sp.prev == nil {
+		p.ar = newArena(len(p.src) + 1024)
+		return rawjson.SkipSpace(arr, 1), 0, last
 	}
-	p.ar = newArena(len(p.src) + 1024)
-	return rawjson.SkipSpace(arr, 1), 0, last
-}
-
-// matchPrefix reports whether arr begins with the messages whose hashes
-// prev holds, where the next element begins and where the last of them
-// starts and ends.
-func (sp *sessionParse) matchPrefix(arr string) (at int, last [2]int, ok bool) {
-	hs := sp.prev.hashes
-	i := rawjson.SkipSpace(arr, 1)
-	for n := 0; n < len(hs); n++ {
-		if i < len(arr) && arr[i] == ',' {
-			i = rawjson.SkipSpace(arr, i+1)
-		}
-		if i >= len(arr) || arr[i] == ']' {
-			return 0, last, false
-		}
-		e := rawjson.ValueEnd(arr, i)
-		if maphash.String(sp.seed, arr[i:e]) != hs[n] {
-			return 0, last, false
-		}
-		last = [2]int{i, e}
-		i = rawjson.SkipSpace(arr, e)
-	}
-	return i, last, true
+	p.restore(sp.prev)
+	p.ar = newArena(len(arr) - sp.region + 1024)
+	return rawjson.SkipSpace(arr, sp.region), sp.n, sp.last
 }
 
 // restore takes over prev's steps and state. The steps are copied, and the
@@ -234,10 +301,8 @@ func (sp *sessionParse) matchPrefix(arr string) (at int, last [2]int, ok bool) {
 // shared with other requests of the session.
 func (p *parser) restore(prev *cacheEntry) {
 	sp := p.sess
-	sp.resumed = true
 	sp.base, sp.held, sp.calls = len(prev.steps), prev.held, prev.calls
-	sp.hashes = make([]uint64, len(prev.hashes), len(prev.hashes)+16)
-	copy(sp.hashes, prev.hashes)
+	sp.region, sp.n, sp.last = prev.prefix, prev.n, prev.last
 	steps := make([]Step, len(prev.steps), len(prev.steps)+16)
 	copy(steps, prev.steps)
 	from := max(0, len(steps)-lookBack)
@@ -265,23 +330,37 @@ func (p *parser) restore(prev *cacheEntry) {
 	p.lastAssistant, p.open = prev.lastAssistant, prev.open
 }
 
-// note records the raw bytes of the next message for the next request's
-// prefix check.
+// note adds message raw, a view of the history array, to the hash of
+// the array's bytes so far, for the next request's prefix check.
 func (p *parser) note(raw string) {
-	if p.sess != nil {
-		p.sess.hashes = append(p.sess.hashes, maphash.String(p.sess.seed, raw))
+	sp := p.sess
+	if sp == nil {
+		return
 	}
+	start := p.offset(raw) - sp.arr
+	end := start + len(raw)
+	sp.hash.WriteString(p.src[sp.arr+sp.region : sp.arr+end])
+	sp.region, sp.last = end, [2]int{start, end}
+	sp.n++
 }
 
-// finish builds the entry a successful walk leaves in the cache.
+// finish builds the entry a successful walk leaves in the cache; none for
+// a history with no message.
 func (sp *sessionParse) finish(p *parser) {
+	if sp.n == 0 {
+		return
+	}
 	t := p.t
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
 		calls += len(t.Steps[s].Calls)
 	}
 	sp.done = &cacheEntry{
-		hashes:        sp.hashes,
+		n:             sp.n,
+		prefix:        sp.region,
+		sum:           sp.hash.Sum64(),
+		hash:          sp.hash,
+		last:          sp.last,
 		steps:         slices.Clip(t.Steps),
 		start:         t.Start,
 		calls:         calls,

@@ -169,6 +169,10 @@ func TestSessionCacheSameVerdicts(t *testing.T) {
 				i := rng.IntN(len(cur))
 				cur = append(cur[:i:i], cur[i+1:]...)
 				what = "drop"
+			case op == 6: // a broken body that extends the history
+				body := h.body(append(cur[:len(cur):len(cur)], h.msgs[rng.IntN(n)]))
+				checkSame(t, e, c, "s", h.api, corrupt(body, rng), fmt.Sprintf("%s step %d (corrupt)", cc.name, step))
+				continue
 			default: // the same history again (a retry)
 				what = "resend"
 			}
@@ -267,4 +271,20 @@ func TestSessionCacheBudget(t *testing.T) {
 		t.Fatal("a zero budget must turn the cache off")
 	}
 	turn(nil, "a", 31)
+}
+
+// corrupt breaks the end of a body (where a cached prefix does not reach)
+// or repeats its history member.
+func corrupt(body []byte, rng *rand.Rand) []byte {
+	end := bytes.LastIndexByte(body, ']')
+	switch rng.IntN(4) {
+	case 0: // cut short
+		return body[:len(body)-1-rng.IntN(min(len(body)-1, 40))]
+	case 1: // a trailing comma
+		return append(append(body[:end:end], ",]"...), body[end+1:]...)
+	case 2: // an element that is not JSON
+		return append(append(body[:end:end], `,{"role":}]`...), body[end+1:]...)
+	}
+	// A second history member after the first: the last one wins.
+	return append(body[:len(body)-1:len(body)-1], `,"messages":[],"input":[]}`...)
 }
