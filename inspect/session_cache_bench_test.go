@@ -46,4 +46,3 @@ func BenchmarkSessionTurn200(b *testing.B)  { benchSession(b, 200, true) }
 func BenchmarkSessionTurn1000(b *testing.B) { benchSession(b, 1000, true) }
 func BenchmarkSessionMiss200(b *testing.B)  { benchSession(b, 200, false) }
 func BenchmarkSessionMiss1000(b *testing.B) { benchSession(b, 1000, false) }
-
