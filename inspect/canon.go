@@ -59,12 +59,15 @@ func newArena(size int) *arena {
 	return &arena{buf: make([]byte, 0, size), held: size}
 }
 
+// arenaChunk is the size of the chunks an arena grows by.
+const arenaChunk = 64 << 10
+
 // reserve makes room for n more bytes without moving what was handed out.
 func (a *arena) reserve(n int) {
 	if cap(a.buf)-len(a.buf) >= n {
 		return
 	}
-	size := 64 << 10
+	size := arenaChunk
 	if n > size {
 		size = n
 	}

@@ -287,7 +287,10 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 	}
 	sp.arr = p.offset(arr)
 	if sp.prev == nil {
-		p.ar = newArena(len(p.src) + 1024)
+		// The cache keeps the arena as long as the session: it grows in
+		// chunks, not sized for the body, most of which (a system prompt,
+		// JSON syntax) it may never hold.
+		p.ar = newArena(min(len(p.src)+1024, arenaChunk))
 		return rawjson.SkipSpace(arr, 1), 0, last
 	}
 	p.restore(sp.prev)
