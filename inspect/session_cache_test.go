@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -287,4 +288,52 @@ func corrupt(body []byte, rng *rand.Rand) []byte {
 	}
 	// A second history member after the first: the last one wins.
 	return append(body[:len(body)-1:len(body)-1], `,"messages":[],"input":[]}`...)
+}
+
+// TestSessionCacheConcurrentTurns sends the turns of one session from
+// several goroutines at once, inspecting each trajectory while others
+// resume from it: under -race, a write into a shared step shows, and every
+// verdict must still be the full parse's.
+func TestSessionCacheConcurrentTurns(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(40))
+	c := NewSessionCache(64 << 20)
+	want := make([]Verdict, len(h.msgs)+1)
+	for k := 1; k <= len(h.msgs); k++ {
+		tr, err := e.ParseAPI(ChatCompletions, h.body(h.msgs[:k]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k] = e.Inspect(tr)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 1 + g%3; k <= len(h.msgs); k++ {
+				tr, err := e.ParseSession(c, "s", ChatCompletions, h.body(h.msgs[:k]))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if v := e.Inspect(tr); !reflect.DeepEqual(v, want[k]) {
+					errs <- fmt.Sprintf("turn %d: %v; want %v", k, v.Detections, want[k].Detections)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
+	}
+	if c.Stats().Hits == 0 {
+		t.Error("no turn was served from the cache")
+	}
 }

@@ -46,6 +46,7 @@ func main() {
 type options struct {
 	n, c, streams, events int
 	bin                   string
+	growing               string // "SESSIONSxTURNS"
 }
 
 func run() error {
@@ -55,6 +56,7 @@ func run() error {
 	flag.IntVar(&o.streams, "streams", 1000, "concurrent idle streams for the RSS measurement")
 	flag.IntVar(&o.events, "events", 500, "SSE events per stream")
 	flag.StringVar(&o.bin, "bin", "", "loopguard binary (default: go build from the repo root)")
+	flag.StringVar(&o.growing, "growing", "16x200", "growing-sessions workload, SESSIONSxTURNS (empty: skip)")
 	flag.Parse()
 
 	fake := fakellm.New(script(o.events))
@@ -144,6 +146,15 @@ func run() error {
 		}
 		fmt.Printf("%-26s %-10s %10s %+10s %+10s\n", "", "added", "",
 			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
+	}
+	if o.growing != "" {
+		var sessions, turns int
+		if _, err := fmt.Sscanf(o.growing, "%dx%d", &sessions, &turns); err != nil || sessions < 1 || turns < 1 {
+			return fmt.Errorf("-growing %q: want SESSIONSxTURNS", o.growing)
+		}
+		if err := growingSessions(client, direct, lg, sessions, turns); err != nil {
+			return err
+		}
 	}
 	client.CloseIdleConnections()
 

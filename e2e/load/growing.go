@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// growingSessions is the agent workload: sessions concurrent sessions, each
+// sending its turns 1..turns in order with its own X-Session-ID, every turn
+// the whole history so far plus one tool call and its ~1.3 KB result. It
+// prints loopguard's CPU per request with detection on and with
+// X-Loopguard-Mode: off (the pass-through the cost is compared with), and
+// the direct latency for reference.
+func growingSessions(cl *http.Client, direct string, lg *loopguard, sessions, turns int) error {
+	bodies := growingBodies(turns)
+	mean := 0
+	for _, b := range bodies {
+		mean += len(b)
+	}
+	mean /= len(bodies)
+	n := sessions * turns
+	fmt.Printf("\ngrowing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID\n", sessions, turns, mean>>10)
+	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
+	d, err := runSessions(cl, direct, "", "direct", bodies, sessions)
+	if err != nil {
+		return fmt.Errorf("growing sessions direct: %w", err)
+	}
+	fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", "direct", d.rps, d.p50, d.p99, "")
+	for _, mode := range []string{"off", ""} {
+		target := "loopguard"
+		if mode != "" {
+			target = "mode " + mode
+		}
+		before, err := cpuTime(lg.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		p, err := runSessions(cl, lg.url, mode, target, bodies, sessions)
+		if err != nil {
+			return fmt.Errorf("growing sessions via loopguard (%s): %w", target, err)
+		}
+		after, err := cpuTime(lg.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		cpu := fmt.Sprintf("%.0f µs/req", float64((after-before).Microseconds())/float64(n))
+		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", target, p.rps, p.p50, p.p99, cpu)
+	}
+	return nil
+}
+
+// growingBodies returns the chat request of each turn 1..turns of one
+// healthy tool-using session: every call reads another file.
+func growingBodies(turns int) []string {
+	out := strings.Repeat("line of output with some words 0123\n", 36)
+	msgs := []string{`{"role":"system","content":"You are a coding agent."}`, `{"role":"user","content":"Port the service."}`}
+	bodies := make([]string, turns)
+	for i := range turns {
+		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("sed -n '%d,%dp' src/module_%d.py", i, i+40, i)})
+		call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Looking at the next module.", "tool_calls": []any{
+			map[string]any{"id": fmt.Sprintf("call_%d", i), "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", i), "content": fmt.Sprintf("module %d\n%s", i, out)})
+		msgs = append(msgs, string(call), string(res))
+		bodies[i] = `{"model":"fake-model","stream":false,"messages":[` + strings.Join(msgs, ",") + `]}`
+	}
+	return bodies
+}
+
+// runSessions sends every session's turns in order, the sessions
+// concurrently, under session ids unique to this run.
+func runSessions(cl *http.Client, base, mode, run string, bodies []string, sessions int) (result, error) {
+	lat := make([]time.Duration, 0, sessions*len(bodies))
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("load-%s-%d-%d", run, s, start.UnixNano())
+			for _, body := range bodies {
+				d, err := sessionTurn(cl, base+"/v1/chat/completions", body, id, mode)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				lat = append(lat, d)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return result{}, firstErr
+	}
+	return summarize(lat, time.Since(start)), nil
+}
+
+// sessionTurn sends one turn of a session and reads the whole answer.
+func sessionTurn(c *http.Client, url, body, session, mode string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", session)
+	if mode != "" {
+		req.Header.Set("X-Loopguard-Mode", mode)
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	if err == nil && resp.Header.Get("X-Loopguard-Action") != "" {
+		err = fmt.Errorf("loopguard acted (%s) on a healthy session", resp.Header.Get("X-Loopguard-Action"))
+	}
+	return time.Since(start), err
+}
+
+// summarize is the result of requests that took lat over elapsed.
+func summarize(lat []time.Duration, elapsed time.Duration) result {
+	slices.Sort(lat)
+	n := len(lat)
+	return result{rps: float64(n) / elapsed.Seconds(), p50: lat[n/2].Round(time.Microsecond), p99: lat[n*99/100].Round(time.Microsecond)}
+}
