@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,45 +16,63 @@ import (
 // growingSessions is the agent workload: sessions concurrent sessions, each
 // sending its turns 1..turns in order with its own X-Session-ID, every turn
 // the whole history so far plus one tool call and its ~1.3 KB result. It
-// prints loopguard's CPU per request with detection on and with
-// X-Loopguard-Mode: off (the pass-through the cost is compared with), and
-// the direct latency for reference.
-func growingSessions(cl *http.Client, direct string, lg *loopguard, sessions, turns int) error {
+// prints loopguard's CPU per request (lg), and that of a second loopguard
+// started from bin with policy mode off (the pass-through the cost is
+// compared with), and the direct latency for reference.
+func growingSessions(cl *http.Client, direct, bin string, lg *loopguard, sessions, turns int) error {
 	bodies := growingBodies(turns)
 	mean := 0
 	for _, b := range bodies {
 		mean += len(b)
 	}
 	mean /= len(bodies)
-	n := sessions * turns
 	fmt.Printf("\ngrowing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID\n", sessions, turns, mean>>10)
 	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
-	d, err := runSessions(cl, direct, "", "direct", bodies, sessions)
+	d, err := runSessions(cl, direct, "direct", bodies, sessions)
 	if err != nil {
 		return fmt.Errorf("growing sessions direct: %w", err)
 	}
 	fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", "direct", d.rps, d.p50, d.p99, "")
-	for _, mode := range []string{"off", ""} {
-		target := "loopguard"
-		if mode != "" {
-			target = "mode " + mode
-		}
-		before, err := cpuTime(lg.cmd.Process.Pid)
+	off, err := startLoopguardMode(bin, direct, "off")
+	if err != nil {
+		return err
+	}
+	defer off.stop()
+	for _, p := range []struct {
+		name string
+		lg   *loopguard
+	}{{"mode off", off}, {"loopguard", lg}} {
+		before, err := cpuTime(p.lg.cmd.Process.Pid)
 		if err != nil {
 			return err
 		}
-		p, err := runSessions(cl, lg.url, mode, target, bodies, sessions)
+		r, err := runSessions(cl, p.lg.url, p.name, bodies, sessions)
 		if err != nil {
-			return fmt.Errorf("growing sessions via loopguard (%s): %w", target, err)
+			return fmt.Errorf("growing sessions via %s: %w", p.name, err)
 		}
-		after, err := cpuTime(lg.cmd.Process.Pid)
+		after, err := cpuTime(p.lg.cmd.Process.Pid)
 		if err != nil {
 			return err
 		}
-		cpu := fmt.Sprintf("%.0f µs/req", float64((after-before).Microseconds())/float64(n))
-		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", target, p.rps, p.p50, p.p99, cpu)
+		cpu := fmt.Sprintf("%.0f µs/req", float64((after-before).Microseconds())/float64(sessions*turns))
+		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", p.name, r.rps, r.p50, r.p99, cpu)
 	}
 	return nil
+}
+
+// startLoopguardMode starts loopguard with its policy mode set through the
+// environment (LOOPGUARD_POLICY_MODE), which it reads at start.
+func startLoopguardMode(bin, upstream, mode string) (*loopguard, error) {
+	old, had := os.LookupEnv("LOOPGUARD_POLICY_MODE")
+	os.Setenv("LOOPGUARD_POLICY_MODE", mode)
+	defer func() {
+		if had {
+			os.Setenv("LOOPGUARD_POLICY_MODE", old)
+		} else {
+			os.Unsetenv("LOOPGUARD_POLICY_MODE")
+		}
+	}()
+	return startLoopguard(bin, upstream)
 }
 
 // growingBodies returns the chat request of each turn 1..turns of one
@@ -75,7 +94,7 @@ func growingBodies(turns int) []string {
 
 // runSessions sends every session's turns in order, the sessions
 // concurrently, under session ids unique to this run.
-func runSessions(cl *http.Client, base, mode, run string, bodies []string, sessions int) (result, error) {
+func runSessions(cl *http.Client, base, run string, bodies []string, sessions int) (result, error) {
 	lat := make([]time.Duration, 0, sessions*len(bodies))
 	var mu sync.Mutex
 	var firstErr error
@@ -87,7 +106,7 @@ func runSessions(cl *http.Client, base, mode, run string, bodies []string, sessi
 			defer wg.Done()
 			id := fmt.Sprintf("load-%s-%d-%d", run, s, start.UnixNano())
 			for _, body := range bodies {
-				d, err := sessionTurn(cl, base+"/v1/chat/completions", body, id, mode)
+				d, err := sessionTurn(cl, base+"/v1/chat/completions", body, id)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -108,7 +127,7 @@ func runSessions(cl *http.Client, base, mode, run string, bodies []string, sessi
 }
 
 // sessionTurn sends one turn of a session and reads the whole answer.
-func sessionTurn(c *http.Client, url, body, session, mode string) (time.Duration, error) {
+func sessionTurn(c *http.Client, url, body, session string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
@@ -117,9 +136,6 @@ func sessionTurn(c *http.Client, url, body, session, mode string) (time.Duration
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Session-ID", session)
-	if mode != "" {
-		req.Header.Set("X-Loopguard-Mode", mode)
-	}
 	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
@@ -130,7 +146,7 @@ func sessionTurn(c *http.Client, url, body, session, mode string) (time.Duration
 	if err == nil && resp.StatusCode != http.StatusOK {
 		err = fmt.Errorf("status %d", resp.StatusCode)
 	}
-	if err == nil && resp.Header.Get("X-Loopguard-Action") != "" {
+	if a := resp.Header.Get("X-Loopguard-Action"); err == nil && a != "" && a != "none" {
 		err = fmt.Errorf("loopguard acted (%s) on a healthy session", resp.Header.Get("X-Loopguard-Action"))
 	}
 	return time.Since(start), err

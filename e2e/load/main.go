@@ -152,7 +152,7 @@ func run() error {
 		if _, err := fmt.Sscanf(o.growing, "%dx%d", &sessions, &turns); err != nil || sessions < 1 || turns < 1 {
 			return fmt.Errorf("-growing %q: want SESSIONSxTURNS", o.growing)
 		}
-		if err := growingSessions(client, direct, lg, sessions, turns); err != nil {
+		if err := growingSessions(client, direct, bin, lg, sessions, turns); err != nil {
 			return err
 		}
 	}
