@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -105,8 +103,9 @@ func runSessions(cl *http.Client, base, run string, bodies []string, sessions in
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("load-%s-%d-%d", run, s, start.UnixNano())
+			sc := &http.Client{Transport: sessionTransport{cl.Transport, id}}
 			for _, body := range bodies {
-				d, err := sessionTurn(cl, base+"/v1/chat/completions", body, id)
+				d, err := do(sc, base+"/v1/chat/completions", body, "")
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -126,30 +125,26 @@ func runSessions(cl *http.Client, base, run string, bodies []string, sessions in
 	return summarize(lat, time.Since(start)), nil
 }
 
-// sessionTurn sends one turn of a session and reads the whole answer.
-func sessionTurn(c *http.Client, url, body, session string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+// sessionTransport sends every request with a session's header and fails
+// one that loopguard acted on: the sessions are healthy, and an injection
+// would change what is measured.
+type sessionTransport struct {
+	http.RoundTripper
+	session string
+}
+
+func (t sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("X-Session-ID", t.session)
+	resp, err := t.RoundTripper.RoundTrip(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Session-ID", session)
-	start := time.Now()
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err
+	if a := resp.Header.Get("X-Loopguard-Action"); a != "" && a != "none" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("loopguard acted (%s) on a healthy session", a)
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("status %d", resp.StatusCode)
-	}
-	if a := resp.Header.Get("X-Loopguard-Action"); err == nil && a != "" && a != "none" {
-		err = fmt.Errorf("loopguard acted (%s) on a healthy session", resp.Header.Get("X-Loopguard-Action"))
-	}
-	return time.Since(start), err
+	return resp, nil
 }
 
 // summarize is the result of requests that took lat over elapsed.
