@@ -50,6 +50,8 @@ type arena struct {
 	// held is the capacity of every chunk started, what the strings handed
 	// out may keep alive (a SessionCache's memory accounting).
 	held int
+	// chunk is the least size of a new chunk; 0 means arenaChunk.
+	chunk int
 }
 
 func newArena(size int) *arena {
@@ -67,7 +69,10 @@ func (a *arena) reserve(n int) {
 	if cap(a.buf)-len(a.buf) >= n {
 		return
 	}
-	size := arenaChunk
+	size := a.chunk
+	if size == 0 {
+		size = arenaChunk
+	}
 	if n > size {
 		size = n
 	}

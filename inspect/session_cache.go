@@ -294,7 +294,11 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 		return rawjson.SkipSpace(arr, 1), 0, last
 	}
 	p.restore(sp.prev)
-	p.ar = newArena(len(arr) - sp.region + 1024)
+	// The new messages' strings fit in their own bytes, and the cache
+	// keeps this arena for the session: no 4 KiB minimum per turn, and
+	// small chunks should a turn need more (primary arguments are copies).
+	n := len(arr) - sp.region + len(sp.model) + 64
+	p.ar = &arena{buf: make([]byte, 0, n), held: n, chunk: 1024}
 	return rawjson.SkipSpace(arr, sp.region), sp.n, sp.last
 }
 

@@ -337,3 +337,28 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 		t.Error("no turn was served from the cache")
 	}
 }
+
+// TestSessionCacheBytesPerSession: a session cached turn by turn holds
+// about what one parse of its whole history holds, not an arena's
+// minimum per turn.
+func TestSessionCacheBytesPerSession(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(200))
+	grown, once := NewSessionCache(1<<30), NewSessionCache(1<<30)
+	for k := 1; k <= len(h.msgs); k++ {
+		if _, err := e.ParseSession(grown, "s", ChatCompletions, h.body(h.msgs[:k])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.ParseSession(once, "s", ChatCompletions, h.body(h.msgs)); err != nil {
+		t.Fatal(err)
+	}
+	g, o := grown.Stats().Bytes, once.Stats().Bytes
+	t.Logf("%d-byte history: %d bytes cached turn by turn, %d parsed at once", len(h.body(h.msgs)), g, o)
+	if g > o*3/2 {
+		t.Errorf("a session grown turn by turn holds %d bytes, %.1fx what one parse of its history holds (%d)", g, float64(g)/float64(o), o)
+	}
+}
