@@ -209,6 +209,13 @@ func historyKey(api API) string {
 // yet: an invalid one is found out by validSkipping, and the parse that
 // follows recovers from anything.
 func (sp *sessionParse) locate(body []byte, api API, prev *cacheEntry) {
+	// The body is not validated yet: should a malformed one trip the walk,
+	// it is parsed in full, which reports it.
+	defer func() {
+		if recover() != nil {
+			sp.prev = nil
+		}
+	}()
 	src := rawjson.View(body)
 	i := rawjson.SkipSpace(src, 0)
 	if i >= len(src) || src[i] != '{' {
@@ -225,7 +232,7 @@ func (sp *sessionParse) locate(body []byte, api API, prev *cacheEntry) {
 			}
 			return e
 		}
-		if src[at] != '[' || len(src)-at < prev.prefix {
+		if at >= len(src) || src[at] != '[' || len(src)-at < prev.prefix {
 			hist = "-" // not the cached history: ends the walk below
 			return len(src)
 		}

@@ -279,8 +279,8 @@ func TestSessionCacheBudget(t *testing.T) {
 func corrupt(body []byte, rng *rand.Rand) []byte {
 	end := bytes.LastIndexByte(body, ']')
 	switch rng.IntN(4) {
-	case 0: // cut short
-		return body[:len(body)-1-rng.IntN(min(len(body)-1, 40))]
+	case 0: // cut short, anywhere
+		return body[:rng.IntN(len(body))]
 	case 1: // a trailing comma
 		return append(append(body[:end:end], ",]"...), body[end+1:]...)
 	case 2: // an element that is not JSON
@@ -360,5 +360,33 @@ func TestSessionCacheBytesPerSession(t *testing.T) {
 	t.Logf("%d-byte history: %d bytes cached turn by turn, %d parsed at once", len(h.body(h.msgs)), g, o)
 	if g > o*3/2 {
 		t.Errorf("a session grown turn by turn holds %d bytes, %.1fx what one parse of its history holds (%d)", g, float64(g)/float64(o), o)
+	}
+}
+
+// TestSessionCacheCutBodies sends every prefix of a turn's body to a
+// session whose previous turn is cached: a body cut anywhere (right after
+// the history key, inside the cached bytes, in the new message) must fail
+// or parse as it does uncached, never panic.
+func TestSessionCacheCutBodies(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, api := range []API{ChatCompletions, AnthropicMessages, Responses} {
+		body, err := os.ReadFile("testdata/adapters/repetition." + string(api) + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _ := splitHistory(t, api, body)
+		c := NewSessionCache(64 << 20)
+		if _, err := e.ParseSession(c, "s", api, h.body(h.msgs[:len(h.msgs)-1])); err != nil {
+			t.Fatal(err)
+		}
+		prev := c.get("s")
+		full := h.body(h.msgs)
+		for i := range full {
+			c.put(prev)
+			checkSame(t, e, c, "s", api, full[:i], fmt.Sprintf("%s cut at %d", api, i))
+		}
 	}
 }
