@@ -502,7 +502,7 @@ func (p *parser) toolResult(i int, id, fnName, content string) {
 
 func (p *parser) findCall(rawID, fnName string) *Call {
 	steps := p.t.Steps
-	lo := max(0, len(steps)-64) // results follow their calls closely
+	lo := max(0, len(steps)-lookBack) // results follow their calls closely
 	if rawKind(rawID) == '"' {
 		id := p.peek(rawID)
 		for s := len(steps) - 1; s >= lo; s-- {
