@@ -56,6 +56,10 @@ type Config struct {
 	Models map[string]Override `toml:"models"`
 
 	Stream StreamConfig `toml:"stream"`
+
+	// SessionCacheMB is the memory budget, in MiB, of the per-session cache
+	// of parsed histories (see SessionCache); 0 turns it off (default 256).
+	SessionCacheMB int `toml:"session_cache_mb"`
 }
 
 // DefaultWeight is the weight of a category missing from Config.Weights.
@@ -124,6 +128,7 @@ func DefaultConfig() Config {
 		Pair:              0.7,
 		Combined:          0.6,
 		Window:            20,
+		SessionCacheMB:    256,
 		RepeatConsecutive: 3,
 		RepeatInWindow:    5,
 		CycleRepeats:      2,
@@ -199,6 +204,7 @@ func (c Config) Validate() error {
 	prob("output_similar_last", c.OutputSimilarLast)
 	prob("output_similar_two", c.OutputSimilar2)
 	pos("summary_count", c.SummaryCount, 2)
+	pos("session_cache_mb", c.SessionCacheMB, 0)
 	for i, p := range c.ErrorPatterns {
 		if _, err := regexp.Compile(p); err != nil {
 			bad(fmt.Sprintf("error_patterns[%d]", i), err.Error())

@@ -3,6 +3,7 @@ package observe
 import (
 	"time"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -66,6 +67,14 @@ func New(reg prometheus.Registerer, log zerolog.Logger, opts Options) (*Observer
 		return nil, err
 	}
 	return &Observer{metrics: m, rec: NewRecorder(opts, m), log: log, logContent: opts.LogContent, now: opts.Now}, nil
+}
+
+// WatchSessionCache makes the inspect cache metrics report stats, read at
+// each scrape (a SessionCache's Stats).
+func (o *Observer) WatchSessionCache(stats func() inspect.CacheStats) {
+	if o != nil {
+		o.metrics.inspectCache.Store(&stats)
+	}
 }
 
 // Recorder returns the session record, for the admin API.

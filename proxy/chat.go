@@ -31,6 +31,9 @@ type chatPipeline struct {
 	cfg    Config
 	log    zerolog.Logger
 	engine *inspect.Engine
+	// cache keeps each session's parsed history, so that a turn parses
+	// only its new messages (nil: detect.session_cache_mb = 0).
+	cache  *inspect.SessionCache
 	policy *policy.Policy
 	inject *inject.Injector
 	obs    *observe.Observer
@@ -52,10 +55,15 @@ func newChatPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*ch
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	pol := policy.New(cfg.Policy, store, log)
+	cache := inspect.NewSessionCache(int64(cfg.Detect.SessionCacheMB) << 20)
+	if cache != nil {
+		obs.WatchSessionCache(cache.Stats)
+	}
 	return &chatPipeline{
 		cfg:          cfg,
 		log:          log,
 		engine:       engine,
+		cache:        cache,
 		policy:       pol,
 		inject:       in,
 		obs:          obs,
@@ -177,7 +185,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}
 
 	t0 := time.Now()
-	traj, err := p.engine.ParseAPI(api, judged)
+	traj, err := p.engine.ParseSession(p.cache, pl.key, api, judged)
 	if err != nil {
 		p.failOpen(&pl, "unreadable_history", err)
 		return pl

@@ -57,6 +57,7 @@ type options struct {
 	bin                   string
 	upstream              string
 	maxTokens, bodySize   int
+	growing               string // "SESSIONSxTURNS"
 }
 
 func run() error {
@@ -69,6 +70,7 @@ func run() error {
 	flag.StringVar(&o.upstream, "upstream", "", "a running upstream to measure against (e.g. llama-server's base URL) instead of the scripted one")
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")
 	flag.IntVar(&o.bodySize, "body", 20<<10, "request body size in bytes")
+	flag.StringVar(&o.growing, "growing", "16x200", "growing-sessions workload, SESSIONSxTURNS (empty: skip)")
 	flag.Parse()
 
 	upstreamURL := o.upstream
@@ -164,6 +166,15 @@ func run() error {
 		}
 		fmt.Printf("%-26s %-10s %10s %+10s %+10s\n", "", "added", "",
 			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
+	}
+	if o.growing != "" && o.upstream == "" { // a real model would take hours
+		var sessions, turns int
+		if _, err := fmt.Sscanf(o.growing, "%dx%d", &sessions, &turns); err != nil || sessions < 1 || turns < 1 {
+			return fmt.Errorf("-growing %q: want SESSIONSxTURNS", o.growing)
+		}
+		if err := growingSessions(client, direct, bin, lg, sessions, turns); err != nil {
+			return err
+		}
 	}
 	client.CloseIdleConnections()
 	if failed > 0 {
