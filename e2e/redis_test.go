@@ -33,7 +33,7 @@ func startReplicas(t *testing.T, upstream, url string) [2]*lgServer {
 // loadState reads a session's state straight from redis.
 func loadState(t *testing.T, url, key string) policy.State {
 	t.Helper()
-	st, err := policy.NewRedisStore(url, 0, 5*time.Second)
+	st, err := policy.NewRedisStore(policy.Config{RedisURL: url, StoreTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,8 @@ type Server struct {
 	// Addr is host:port on loopback.
 	Addr string
 	cmd  *exec.Cmd
+	bin  string
+	args []string // extra server arguments, kept for Restart
 	log  string
 	// done is closed when the process has exited; its goroutine (the
 	// only one) waits on the process and ends with it.
@@ -44,8 +46,9 @@ type Server struct {
 func (s *Server) URL(db int) string { return "redis://" + s.Addr + "/" + strconv.Itoa(db) }
 
 // Start launches a redis-server for tb and registers its shutdown with
-// tb.Cleanup.
-func Start(tb testing.TB) *Server {
+// tb.Cleanup. args are passed to the server after loopguard's own, e.g.
+// "--requirepass", "secret".
+func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
 	bin := os.Getenv(EnvBinary)
 	if bin == "" {
@@ -61,7 +64,13 @@ func Start(tb testing.TB) *Server {
 	var lastErr error
 	// A free port can be taken between probing and binding; try a few.
 	for range 5 {
-		s, err := start(bin, dir)
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: args,
+			log: filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log")}
+		err = s.start(dir)
 		if err == nil {
 			tb.Cleanup(s.Stop)
 			return s
@@ -72,33 +81,43 @@ func Start(tb testing.TB) *Server {
 	return nil
 }
 
-func start(bin, dir string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log")}
-	s.cmd = exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+func (s *Server) start(dir string) error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	s.cmd = exec.Command(s.bin, append([]string{
+		"--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", s.log,
-		"--protected-mode", "yes")
+		"--protected-mode", "yes"}, s.args...)...)
 	// No pipes: output goes to the log file, so exec starts no copying
 	// goroutines (goleak stays quiet).
 	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
 	s.done = make(chan struct{})
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(s.cmd, s.done)
 	if err := s.waitPing(10 * time.Second); err != nil {
 		s.Stop()
 		b, _ := os.ReadFile(s.log)
-		return nil, fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, strings.TrimSpace(string(b)))
+		return fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, strings.TrimSpace(string(b)))
 	}
-	return s, nil
+	return nil
+}
+
+// Restart starts a server stopped with Stop again on the same port and
+// directory, with the same arguments, as after an outage of the redis
+// host. It comes back empty unless Start's args turned persistence on
+// ("--appendonly", "yes"). It fails tb when the port was taken since.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	if s.cmd != nil {
+		tb.Fatal("redistest: Restart of a running server")
+	}
+	if err := s.start(filepath.Dir(s.log)); err != nil {
+		tb.Fatalf("redistest: restart: %v", err)
+	}
 }
 
 // Stop kills the server and waits for it. It is safe to call twice.
@@ -159,7 +178,8 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(line) != "+PONG" {
+	// A server with --requirepass answers NOAUTH: it is up all the same.
+	if l := strings.TrimSpace(line); l != "+PONG" && !strings.HasPrefix(l, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 	}
 	return nil
