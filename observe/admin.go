@@ -313,7 +313,7 @@ func (a *Admin) session(w http.ResponseWriter, r *http.Request, rest string) {
 			writeError(w, http.StatusServiceUnavailable, "the session store could not be updated", "store_error")
 			return
 		}
-		a.rec.admin(key, "reset", "", false, a.now())
+		a.rec.admin(key, noteReset, "", a.now())
 		writeJSON(w, http.StatusOK, map[string]any{"session": key, "reset": true})
 	case "mode":
 		if !a.method(w, r, http.MethodPost) || !a.control(w) {
@@ -344,7 +344,7 @@ func (a *Admin) session(w http.ResponseWriter, r *http.Request, rest string) {
 		if m == "" {
 			note = "mode override cleared"
 		}
-		a.rec.admin(key, note, m, true, a.now())
+		a.rec.admin(key, note, m, a.now())
 		writeJSON(w, http.StatusOK, map[string]any{"session": key, "mode": m})
 	default:
 		writeError(w, http.StatusNotFound, "no such admin endpoint", "not_found")

@@ -336,3 +336,35 @@ func TestNewRedisStoreClientKind(t *testing.T) {
 		})
 	}
 }
+
+// The shared admin feed stays bounded in redis: capped near RedisFeedLen
+// entries and expiring with the store's TTL; Read resumes after an id.
+func TestRedisFeedBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv.URL(0), 5*time.Second)
+	ctx := context.Background()
+	batch := make([][]byte, 1000)
+	for i := range batch {
+		batch[i] = []byte(`{"kind":"request","session":"s` + strconv.Itoa(i) + `"}`)
+	}
+	for range RedisFeedLen/len(batch) + 3 {
+		if err := s.Publish(ctx, "origin-1", batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// MAXLEN ~ trims whole stream nodes (100 entries each by default).
+	if n := s.client.XLen(ctx, redisFeedKey).Val(); n < RedisFeedLen || n > RedisFeedLen+200 {
+		t.Errorf("feed holds %d entries after %d published; want about %d", n, (RedisFeedLen/len(batch)+3)*len(batch), RedisFeedLen)
+	}
+	if ttl := s.client.PTTL(ctx, redisFeedKey).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Errorf("feed PTTL = %v; want the store's TTL (1h)", ttl)
+	}
+	first, err := s.Read(ctx, "", 2)
+	if err != nil || len(first) != 2 || first[0].Origin != "origin-1" {
+		t.Fatalf("Read(oldest) = %+v, %v; want 2 entries of origin-1", first, err)
+	}
+	next, err := s.Read(ctx, first[0].ID, 1)
+	if err != nil || len(next) != 1 || next[0].ID != first[1].ID || string(next[0].Data) != string(first[1].Data) {
+		t.Fatalf("Read after %s = %+v, %v; want the entry after it", first[0].ID, next, err)
+	}
+}
