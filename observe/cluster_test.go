@@ -128,3 +128,31 @@ func TestClusterBackfill(t *testing.T) {
 	late := startReplica(t, srv.URL(0), "late").Recorder()
 	waitFor(t, "the late replica did not read back the feed", func() bool { return late.Sessions(Filter{}).Total == 3 })
 }
+
+// Another replica's entry that arrives after a newer one of this replica
+// takes its place in the timeline by time and does not set the session's
+// state: the newest entry does.
+func TestIngestLateEntry(t *testing.T) {
+	o, _, _, c := newTestObserver(t, Options{Replica: "here", Timeline: 2})
+	r := o.Recorder()
+	t0 := c.t
+	c.t = t0.Add(time.Second)
+	o.Request(RequestInfo{Session: "s", Decision: loopDecision(inspect.ToolRepetition, policy.Constrain, 1, "p")})
+	r.ingest(Entry{At: t0, Session: "s", Kind: KindRequest, Replica: "there", Category: inspect.ToolRepetition,
+		Action: policy.Warn, Would: policy.Warn, Pattern: "p", Level: 0})
+	sum, tl, _ := r.Session("s")
+	if len(tl) != 2 || tl[0].Replica != "there" || tl[1].Replica != "here" {
+		t.Fatalf("timeline %+v; want there's older warning, then here's constrain", tl)
+	}
+	if sum.State != StateConstrained || sum.Action != policy.Constrain || sum.Requests != 2 || !sum.FirstSeen.Equal(t0) {
+		t.Errorf("summary %+v; want constrained (the newest), 2 requests, first seen at the late entry", sum)
+	}
+	// A ring that is full drops the oldest, even when it is the late one.
+	r.ingest(Entry{At: t0.Add(-time.Second), Session: "s", Kind: KindCut, Replica: "there", Category: inspect.TokenDegeneration, Level: -1})
+	if _, tl, _ := r.Session("s"); len(tl) != 2 || tl[0].Kind != KindRequest || tl[0].Replica != "there" {
+		t.Errorf("timeline %+v; want the two requests (the older cut dropped from the full ring)", tl)
+	}
+	if sum, _, _ := r.Session("s"); sum.State != StateConstrained || sum.Cuts != 1 {
+		t.Errorf("summary %+v; want the cut counted and the state kept", sum)
+	}
+}

@@ -3,6 +3,7 @@ package observe
 import (
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -177,11 +178,14 @@ type pending struct {
 
 type session struct {
 	SessionSummary
-	cats       uint32 // bit i: categories[i] seen
-	looping    bool   // the last request's history showed a loop
-	pending    map[string]pending
-	ring       []Entry
-	next       int // ring slot of the next entry once the ring is full
+	cats    uint32 // bit i: categories[i] seen
+	looping bool   // the last request's history showed a loop
+	pending map[string]pending
+	ring    []Entry
+	next    int // ring slot of the next entry once the ring is full
+	// newest is the time of the newest entry; another replica's entries
+	// may arrive after newer ones of this replica (Cluster).
+	newest     time.Time
 	prev, newr *session
 }
 
@@ -294,7 +298,13 @@ func (r *Recorder) touch(key string, now time.Time) *session {
 	} else {
 		r.unlink(s)
 	}
-	s.LastSeen = now
+	// Another replica's entries can be older than those seen here.
+	if now.Before(s.FirstSeen) {
+		s.FirstSeen = now
+	}
+	if now.After(s.LastSeen) {
+		s.LastSeen = now
+	}
 	s.prev, s.newr = r.newest, nil
 	if r.newest != nil {
 		r.newest.newr = s
@@ -334,13 +344,37 @@ func (r *Recorder) add(s *session, e *Entry) {
 	}
 	r.seq++
 	e.Seq = r.seq
+	r.feed[e.Seq%uint64(len(r.feed))] = *e
+	if e.remote && len(s.ring) > 0 && e.At.Before(s.newest) {
+		r.insertLate(s, e)
+		return
+	}
+	s.newest = e.At
 	if len(s.ring) < r.timeline {
 		s.ring = append(s.ring, *e)
 	} else {
 		s.ring[s.next] = *e
 		s.next = (s.next + 1) % r.timeline
 	}
-	r.feed[e.Seq%uint64(len(r.feed))] = *e
+}
+
+// insertLate puts e, older than s's newest entry, in its place in s's
+// timeline, dropping the oldest entry when the ring is full. r.mu is held.
+func (r *Recorder) insertLate(s *session, e *Entry) {
+	tl := make([]Entry, 0, len(s.ring)+1)
+	tl = append(append(tl, s.ring[s.next:]...), s.ring[:s.next]...)
+	i := sort.Search(len(tl), func(i int) bool { return tl[i].At.After(e.At) })
+	tl = slices.Insert(tl, i, *e)
+	if len(tl) > r.timeline {
+		tl = tl[1:]
+	}
+	s.ring, s.next = tl, 0
+}
+
+// latest reports whether e, about to be added to s, is its newest entry,
+// whose state the session shows. This replica's own entries always are.
+func latest(s *session, e *Entry) bool {
+	return !e.remote || !e.At.Before(s.newest)
 }
 
 // count adds c to the stats bucket of now for (model, category). r.mu is held.
@@ -427,11 +461,14 @@ func (r *Recorder) tally(s *session, e *Entry, decided, recovered bool) {
 		s.Model = e.Model
 	}
 	loop := e.Category != ""
+	last := latest(s, e)
 	if loop {
 		cat = categoryIndex(e.Category)
 		s.Detections++
 		s.cats |= 1 << cat
-		s.Category, s.Brief, s.Action, s.Level = e.Category, e.Brief, e.Would, e.Level
+		if last {
+			s.Category, s.Brief, s.Action, s.Level = e.Category, e.Brief, e.Would, e.Level
+		}
 		c.Detections = 1
 	}
 	if isIntervention(e.Action) {
@@ -441,7 +478,7 @@ func (r *Recorder) tally(s *session, e *Entry, decided, recovered bool) {
 			c.Terminations = 1
 		}
 	}
-	if decided {
+	if decided && last {
 		s.State = stateAfter(s.State, e.Action, loop, recovered)
 	}
 	r.count(e.At, e.Model, cat, c)
@@ -489,7 +526,7 @@ func (r *Recorder) outcome(s *session, e *Entry) {
 	recovered := e.Outcome == outcomeRecovered
 	if recovered {
 		s.Recovered++
-		if e.remote {
+		if e.remote && latest(s, e) {
 			// This replica's requests tell it by the decision (stateAfter).
 			s.State = StateRecovered
 		}
@@ -543,7 +580,9 @@ func (r *Recorder) tallyCut(s *session, e *Entry) {
 	s.Cuts++
 	s.TokensSaved += e.TokensSaved
 	s.cats |= 1 << cat
-	s.State = StateCut
+	if latest(s, e) {
+		s.State = StateCut
+	}
 	r.count(e.At, e.Model, cat, Counts{Cuts: 1, TokensSaved: e.TokensSaved})
 }
 
