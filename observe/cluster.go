@@ -34,6 +34,10 @@ const (
 	// clusterTimeout bounds one Publish or Read; the sync runs beside the
 	// requests, never on their path.
 	clusterTimeout = 2 * time.Second
+	// clusterRetry spaces the tries while the feed is down, so that an
+	// outage costs a dial (and a go-redis log line) every few seconds, not
+	// four a second.
+	clusterRetry = 5 * time.Second
 )
 
 // Cluster keeps a Recorder in step with the other replicas' through a
@@ -53,6 +57,7 @@ type Cluster struct {
 	seq   uint64 // the last of rec's entries published
 	after string // the last feed id read
 	down  bool   // the last sync failed
+	tried time.Time
 
 	stop chan struct{}
 	done chan struct{}
@@ -88,7 +93,11 @@ func (c *Cluster) run(interval time.Duration) {
 		case <-c.stop:
 			c.publish() // the last entries, so that none is lost to a clean shutdown
 			return
-		case <-t.C:
+		case now := <-t.C:
+			if c.down && now.Sub(c.tried) < clusterRetry {
+				continue
+			}
+			c.tried = now
 		}
 		c.publish()
 		c.read()
@@ -108,13 +117,16 @@ func (c *Cluster) publish() {
 				batch = append(batch, b)
 			}
 		}
+		c.seq = seq
+		if len(batch) == 0 {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 		err := c.feed.Publish(ctx, c.origin, batch)
 		cancel()
 		c.health(err)
 		// On failure the batch is dropped: retrying would hold the view
 		// back behind an outage, and the feed ring overwrites it anyway.
-		c.seq = seq
 		if err != nil || len(entries) < clusterBatch {
 			return
 		}
