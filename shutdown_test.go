@@ -1,39 +1,18 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
-
-// slowStream is an upstream that streams n SSE events every gap.
-func slowStream(t *testing.T, n int, gap time.Duration) *httptest.Server {
-	t.Helper()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range n {
-			fmt.Fprintf(w, "data: {\"n\":%d}\n\n", i)
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(gap):
-			}
-		}
-		io.WriteString(w, "data: [DONE]\n\n")
-	}))
-	t.Cleanup(up.Close)
-	return up
-}
 
 // SIGTERM lets a running stream finish within [server] shutdown_grace, and
 // cuts it when the grace runs out: loopguard never waits longer.
@@ -48,10 +27,11 @@ func TestSIGTERMGrace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			const events, gap = 10, 100 * time.Millisecond // a 1s stream
-			up := slowStream(t, events, gap)
+			// A streamed answer of ten deltas 100ms apart: about a second.
+			up := fakellm.Start(t, fakellm.Script{Responses: []fakellm.Response{
+				{Content: "0123456789", ChunkSize: 1, Delay: 100 * time.Millisecond}}})
 			cfg := proxy.DefaultConfig()
-			cfg.Upstream.URL = up.URL
+			cfg.Upstream.URL = up.URL()
 			srv, err := proxy.New(cfg, zerolog.Nop())
 			if err != nil {
 				t.Fatal(err)
@@ -62,7 +42,8 @@ func TestSIGTERMGrace(t *testing.T) {
 			}
 			code := make(chan int, 1)
 			go func() { code <- serveUntilSignal(srv, ln, tt.grace, zerolog.Nop()) }()
-			resp, err := http.Get("http://" + ln.Addr().String() + "/v1/stream")
+			resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"count"}]}`))
 			if err != nil {
 				t.Fatal(err)
 			}

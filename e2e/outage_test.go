@@ -16,9 +16,8 @@ import (
 	"github.com/loopguard/loopguard/proxy"
 )
 
-// metricValue reads one series (name with labels, as exposed) from base's
-// /metrics; 0 when it is absent.
-func metricValue(t *testing.T, base, series string) float64 {
+// scrape reads base's /metrics and calls fn with each line.
+func scrape(t *testing.T, base string, fn func(line string)) {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
@@ -28,15 +27,24 @@ func metricValue(t *testing.T, base, series string) float64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
+		fn(sc.Text())
 	}
-	return 0
+}
+
+// metricValue reads one series (name with labels, as exposed) from base's
+// /metrics; 0 when it is absent.
+func metricValue(t *testing.T, base, series string) float64 {
+	t.Helper()
+	var f float64
+	scrape(t, base, func(line string) {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var err error
+			if f, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+				t.Errorf("%s: %v", series, err)
+			}
+		}
+	})
+	return f
 }
 
 const storeFailOpen = `loopguard_fail_open_total{stage="store"}`

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -27,17 +26,10 @@ const storeDecideBucket = `loopguard_store_latency_seconds_bucket{op="decide",le
 
 func (h storeLatency) add(t *testing.T, base string) {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), storeDecideBucket)
+	scrape(t, base, func(line string) {
+		rest, ok := strings.CutPrefix(line, storeDecideBucket)
 		if !ok {
-			continue
+			return
 		}
 		le, val, _ := strings.Cut(rest, `"} `)
 		bound, err1 := strconv.ParseFloat(le, 64)
@@ -45,7 +37,7 @@ func (h storeLatency) add(t *testing.T, base string) {
 		if err1 == nil && err2 == nil {
 			h[bound] += n
 		}
-	}
+	})
 }
 
 // quantile is the upper bound of the bucket holding quantile q.
