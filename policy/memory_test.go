@@ -19,7 +19,10 @@ func TestStoredTextIsCopied(t *testing.T) {
 	v := inspect.Verdict{Loop: true, Category: inspect.ToolRepetition, Confidence: 0.95, PatternKey: at("k1"),
 		Detections: []inspect.Detection{{Category: inspect.ToolRepetition, Score: 0.95, Evidence: inspect.Evidence{
 			Element: at("bash(git status)"), Tool: at("bash"), Args: at(`{"command":"git status"}`), Count: 3, Threshold: 3, Last: 2, NoProgress: true}}}}
-	store := NewMemoryStore(16, 0)
+	// Room for both keys in any shard: 16 sessions over 16 shards is one
+	// per shard, and the session and the record share one 1 time in 16
+	// (random hash seed), when the record evicted the session.
+	store := NewMemoryStore(16*memShards, 0)
 	p := New(Config{}, store, zerolog.Nop())
 	ctx := context.Background()
 	d, err := p.Decide(ctx, at("session-1"), v, req{steps: 3}.trajectory(), ModeEnforce)
