@@ -25,6 +25,9 @@ type Options struct {
 	// arguments or text) to log events. Default false: arguments can hold
 	// secrets, so events carry the tool name, count and fingerprints only.
 	LogContent bool
+	// Replica names this replica in the timeline entries it records, so
+	// that a view shared by several (Cluster) tells who saw what.
+	Replica string
 	// Now returns the current time; nil means time.Now. For tests.
 	Now func() time.Time
 }

@@ -3,6 +3,7 @@ package observe
 import (
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,9 +112,21 @@ type Entry struct {
 	TokensSaved int   `json:"tokens_saved,omitempty"`
 	// Outcome is recovered or looped_again (KindRecovery).
 	Outcome string `json:"outcome,omitempty"`
-	// Note says what an operator did (KindAdmin).
-	Note string `json:"note,omitempty"`
+	// Note says what an operator did (KindAdmin): noteReset, or a mode
+	// override set (Mode) or cleared.
+	Note string      `json:"note,omitempty"`
+	Mode policy.Mode `json:"mode,omitempty"`
+	// Replica names the loopguard replica that saw the entry (Options.Replica;
+	// empty for a replica that shares nothing).
+	Replica string `json:"replica,omitempty"`
+
+	// remote marks an entry another replica recorded (Cluster), which this
+	// one must not publish again.
+	remote bool
 }
+
+// noteReset is the Note of an operator's session reset.
+const noteReset = "reset"
 
 // Session states shown by the admin API and the dashboard.
 const (
@@ -165,11 +178,14 @@ type pending struct {
 
 type session struct {
 	SessionSummary
-	cats       uint32 // bit i: categories[i] seen
-	looping    bool   // the last request's history showed a loop
-	pending    map[string]pending
-	ring       []Entry
-	next       int // ring slot of the next entry once the ring is full
+	cats    uint32 // bit i: categories[i] seen
+	looping bool   // the last request's history showed a loop
+	pending map[string]pending
+	ring    []Entry
+	next    int // ring slot of the next entry once the ring is full
+	// newest is the time of the newest entry; another replica's entries
+	// may arrive after newer ones of this replica (Cluster).
+	newest     time.Time
 	prev, newr *session
 }
 
@@ -221,6 +237,7 @@ type Recorder struct {
 	recovery       map[recKey]*[2]int // [recovered, looped_again]
 	metrics        *Metrics
 	now            func() time.Time
+	replica        string // tags this recorder's own entries
 	// names holds copies of the tool and model names entries keep: they
 	// arrive as substrings of a request, which an entry must not keep
 	// alive, and copying each anew would cost an allocation per request.
@@ -261,6 +278,7 @@ func NewRecorder(opts Options, metrics *Metrics) *Recorder {
 		names:    make(map[string]string),
 		metrics:  metrics,
 		now:      opts.Now,
+		replica:  opts.Replica,
 	}
 	return r
 }
@@ -280,7 +298,13 @@ func (r *Recorder) touch(key string, now time.Time) *session {
 	} else {
 		r.unlink(s)
 	}
-	s.LastSeen = now
+	// Another replica's entries can be older than those seen here.
+	if now.Before(s.FirstSeen) {
+		s.FirstSeen = now
+	}
+	if now.After(s.LastSeen) {
+		s.LastSeen = now
+	}
 	s.prev, s.newr = r.newest, nil
 	if r.newest != nil {
 		r.newest.newr = s
@@ -315,21 +339,51 @@ func (r *Recorder) evict() {
 
 // add appends e to s's timeline and to the feed. r.mu is held.
 func (r *Recorder) add(s *session, e *Entry) {
+	if !e.remote {
+		e.Replica = r.replica
+	}
 	r.seq++
 	e.Seq = r.seq
+	r.feed[e.Seq%uint64(len(r.feed))] = *e
+	if e.remote && len(s.ring) > 0 && e.At.Before(s.newest) {
+		r.insertLate(s, e)
+		return
+	}
+	s.newest = e.At
 	if len(s.ring) < r.timeline {
 		s.ring = append(s.ring, *e)
 	} else {
 		s.ring[s.next] = *e
 		s.next = (s.next + 1) % r.timeline
 	}
-	r.feed[e.Seq%uint64(len(r.feed))] = *e
+}
+
+// insertLate puts e, older than s's newest entry, in its place in s's
+// timeline, dropping the oldest entry when the ring is full. r.mu is held.
+func (r *Recorder) insertLate(s *session, e *Entry) {
+	tl := make([]Entry, 0, len(s.ring)+1)
+	tl = append(append(tl, s.ring[s.next:]...), s.ring[:s.next]...)
+	i := sort.Search(len(tl), func(i int) bool { return tl[i].At.After(e.At) })
+	tl = slices.Insert(tl, i, *e)
+	if len(tl) > r.timeline {
+		tl = tl[1:]
+	}
+	s.ring, s.next = tl, 0
+}
+
+// latest reports whether e, about to be added to s, is its newest entry,
+// whose state the session shows. This replica's own entries always are.
+func latest(s *session, e *Entry) bool {
+	return !e.remote || !e.At.Before(s.newest)
 }
 
 // count adds c to the stats bucket of now for (model, category). r.mu is held.
 func (r *Recorder) count(now time.Time, model string, cat int, c Counts) {
 	minute := now.Unix() / int64(BucketSize/time.Second)
 	b := &r.buckets[minute%int64(len(r.buckets))]
+	if b.minute > minute {
+		return // an entry older than the buckets kept (another replica's backlog)
+	}
 	if b.minute != minute || b.counts == nil {
 		if b.counts == nil {
 			b.counts = make(map[statKey]Counts)
@@ -347,7 +401,10 @@ func (r *Recorder) count(now time.Time, model string, cat int, c Counts) {
 	b.counts[k] = old
 }
 
-func (r *Recorder) recover(cat, level int, recovered bool) {
+// recover counts an intervention's outcome; metrics counts it in this
+// replica's metrics too (not for other replicas' outcomes, which their own
+// metrics count).
+func (r *Recorder) recover(cat, level int, recovered, metrics bool) {
 	k := recKey{cat, level}
 	c := r.recovery[k]
 	if c == nil {
@@ -359,7 +416,7 @@ func (r *Recorder) recover(cat, level int, recovered bool) {
 	} else {
 		c[1]++
 	}
-	if r.metrics != nil {
+	if metrics && r.metrics != nil {
 		r.metrics.recovery(cat, level, recovered)
 	}
 }
@@ -370,48 +427,61 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	if len(model) > maxModelLen {
 		model = model[:maxModelLen]
 	}
-	var c Counts
-	c.Requests = 1
-	cat := catNone
 	d := info.Decision
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
-	model = r.name(model)
-	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: model, Steps: info.Steps,
+	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: r.name(model), Steps: info.Steps,
 		Tool: r.name(info.Tool), Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
-	s.Requests++
-	if model != "" {
-		s.Model = model
-	}
 	s.looping = d != nil && d.Verdict.Loop
 	if d != nil {
 		r.recoveries(s, d, now)
 		if d.Verdict.Loop {
-			cat = categoryIndex(d.Verdict.Category)
 			e.Category, e.Confidence, e.Brief, e.Pattern = d.Verdict.Category, d.Verdict.Confidence, d.Brief, d.Pattern
 			e.Action, e.Would, e.Level, e.Reapplied = d.Action, d.Would, d.Level, d.Reapplied
-			s.Detections++
-			s.cats |= 1 << cat
-			s.Category, s.Brief, s.Action, s.Level = d.Verdict.Category, d.Brief, d.Would, d.Level
-			c.Detections = 1
 		} else if d.Action != policy.None && d.Action != "" {
 			// A warning about an earlier cut: an intervention without a loop
 			// in the history.
 			e.Action, e.Would, e.Level = d.Action, d.Would, d.Level
 		}
-		if isIntervention(d.Action) {
-			s.Interventions++
-			c.Interventions = 1
-			if d.Action == policy.Terminate {
-				c.Terminations = 1
-			}
-		}
-		s.State = stateAfter(s.State, d)
 	}
+	r.tally(s, &e, d != nil, d != nil && len(d.Recovered) > 0)
 	r.add(s, &e)
-	r.count(now, model, cat, c)
+}
+
+// tally counts request entry e in s's summary and in the stats. decided
+// says a decision was made on the request, recovered that it showed an
+// earlier pattern stopped. r.mu is held.
+func (r *Recorder) tally(s *session, e *Entry, decided, recovered bool) {
+	c := Counts{Requests: 1}
+	cat := catNone
+	s.Requests++
+	if e.Model != "" {
+		s.Model = e.Model
+	}
+	loop := e.Category != ""
+	last := latest(s, e)
+	if loop {
+		cat = categoryIndex(e.Category)
+		s.Detections++
+		s.cats |= 1 << cat
+		if last {
+			s.Category, s.Brief, s.Action, s.Level = e.Category, e.Brief, e.Would, e.Level
+		}
+		c.Detections = 1
+	}
+	if isIntervention(e.Action) {
+		s.Interventions++
+		c.Interventions = 1
+		if e.Action == policy.Terminate {
+			c.Terminations = 1
+		}
+	}
+	if decided && last {
+		s.State = stateAfter(s.State, e.Action, loop, recovered)
+	}
+	r.count(e.At, e.Model, cat, c)
 }
 
 // recoveries settles the outcomes of s's pending interventions that d
@@ -423,9 +493,7 @@ func (r *Recorder) recoveries(s *session, d *policy.Decision, now time.Time) {
 			continue // an intervention this recorder did not see (restart, eviction, another replica)
 		}
 		delete(s.pending, k)
-		s.Recovered++
-		r.recover(p.category, p.level, true)
-		r.add(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
+		r.outcome(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
 			Brief: p.brief, Pattern: k, Level: p.level, Outcome: outcomeRecovered})
 	}
 	if !isIntervention(d.Action) || d.Pattern == "" {
@@ -434,23 +502,46 @@ func (r *Recorder) recoveries(s *session, d *policy.Decision, now time.Time) {
 	lvl := levelIndex(d.Level)
 	if p, ok := s.pending[d.Pattern]; ok && !d.Reapplied {
 		// The pattern went on after the intervention: the ladder moved up.
-		s.LoopedAgain++
-		r.recover(p.category, p.level, false)
-		r.add(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
+		r.outcome(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
 			Brief: p.brief, Pattern: d.Pattern, Level: p.level, Outcome: outcomeLoopedAgain})
 	}
+	pend(s, d.Pattern, pending{category: categoryIndex(d.Verdict.Category), level: lvl, brief: d.Brief})
+}
+
+// pend makes an intervention on pattern pending until a later request
+// tells its outcome. r.mu is held.
+func pend(s *session, pattern string, p pending) {
 	if s.pending == nil {
 		s.pending = make(map[string]pending, 2)
 	}
-	if _, ok := s.pending[d.Pattern]; !ok && len(s.pending) >= policy.MaxPatterns {
+	if _, ok := s.pending[pattern]; !ok && len(s.pending) >= policy.MaxPatterns {
 		return
 	}
-	s.pending[d.Pattern] = pending{category: categoryIndex(d.Verdict.Category), level: lvl, brief: d.Brief}
+	s.pending[pattern] = p
 }
 
-// stateAfter is a session's state after decision d.
-func stateAfter(prev string, d *policy.Decision) string {
-	switch d.Action {
+// outcome records recovery entry e: an intervention at level index
+// e.Level whose pattern stopped or came back. r.mu is held.
+func (r *Recorder) outcome(s *session, e *Entry) {
+	recovered := e.Outcome == outcomeRecovered
+	if recovered {
+		s.Recovered++
+		if e.remote && latest(s, e) {
+			// This replica's requests tell it by the decision (stateAfter).
+			s.State = StateRecovered
+		}
+	} else {
+		s.LoopedAgain++
+	}
+	r.recover(categoryIndex(e.Category), levelIndex(e.Level), recovered, !e.remote)
+	r.add(s, e)
+}
+
+// stateAfter is a session's state after a request on which action was
+// taken; loop says its history showed a loop, recovered that an earlier
+// pattern stopped.
+func stateAfter(prev string, action policy.Action, loop, recovered bool) string {
+	switch action {
 	case policy.Warn:
 		return StateWarned
 	case policy.Constrain, policy.Reset:
@@ -459,9 +550,9 @@ func stateAfter(prev string, d *policy.Decision) string {
 		return StateTerminated
 	}
 	switch {
-	case d.Verdict.Loop:
+	case loop:
 		return StateLooping
-	case len(d.Recovered) > 0:
+	case recovered:
 		return StateRecovered
 	case prev == StateLooping || prev == StateCut || prev == "":
 		return StateActive
@@ -474,17 +565,25 @@ func (r *Recorder) response(info *ResponseInfo, now time.Time) {
 	if info.Session == "" || info.Cut.Category == "" {
 		return
 	}
-	cat := categoryIndex(info.Cut.Category)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
+	e := Entry{At: now, Session: s.Key, Kind: KindCut, Model: s.Model, Category: info.Cut.Category,
+		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1}
+	r.tallyCut(s, &e)
+	r.add(s, &e)
+}
+
+// tallyCut counts cut entry e in s's summary and in the stats. r.mu is held.
+func (r *Recorder) tallyCut(s *session, e *Entry) {
+	cat := categoryIndex(e.Category)
 	s.Cuts++
-	s.TokensSaved += info.Cut.TokensSaved
+	s.TokensSaved += e.TokensSaved
 	s.cats |= 1 << cat
-	s.State = StateCut
-	r.add(s, &Entry{At: now, Session: s.Key, Kind: KindCut, Model: s.Model, Category: info.Cut.Category,
-		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1})
-	r.count(now, s.Model, cat, Counts{Cuts: 1, TokensSaved: info.Cut.TokensSaved})
+	if latest(s, e) {
+		s.State = StateCut
+	}
+	r.count(e.At, e.Model, cat, Counts{Cuts: 1, TokensSaved: e.TokensSaved})
 }
 
 // usage adds an answer's reported tokens to its session; they count as
@@ -504,19 +603,61 @@ func (r *Recorder) usage(info *ResponseInfo) {
 	}
 }
 
-// admin records an operator's action on session key.
-func (r *Recorder) admin(key, note string, mode policy.Mode, setMode bool, now time.Time) {
+// admin records an operator's action on session key: a reset (note is
+// noteReset) or the mode override mode (note says which).
+func (r *Recorder) admin(key, note string, mode policy.Mode, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(key, now)
-	if setMode {
-		s.Mode = mode
-	} else {
-		// A reset forgets the ladder, so pending outcomes can no longer be told.
-		clear(s.pending)
-		s.State, s.Level, s.Action = StateActive, -1, ""
+	e := Entry{At: now, Session: s.Key, Kind: KindAdmin, Note: note, Mode: mode, Level: -1}
+	applyAdmin(s, &e)
+	r.add(s, &e)
+}
+
+// applyAdmin applies admin entry e to s. r.mu is held.
+func applyAdmin(s *session, e *Entry) {
+	if e.Note != noteReset {
+		s.Mode = e.Mode
+		return
 	}
-	r.add(s, &Entry{At: now, Session: key, Kind: KindAdmin, Note: note, Level: -1})
+	// A reset forgets the ladder, so pending outcomes can no longer be told.
+	clear(s.pending)
+	s.State, s.Level, s.Action = StateActive, -1, ""
+}
+
+// ingest records an entry another replica recorded (Cluster) as if this
+// one had: the session's summary, its timeline, the stats and the feed.
+// Tokens are not shared: they are no entry.
+func (r *Recorder) ingest(e Entry) {
+	if e.Session == "" || len(e.Session) > 4*policy.MaxKeyLen {
+		return
+	}
+	e.remote = true
+	if len(e.Model) > maxModelLen {
+		e.Model = e.Model[:maxModelLen]
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.touch(e.Session, e.At)
+	e.Session, e.Model, e.Tool = s.Key, r.name(e.Model), r.name(e.Tool)
+	switch e.Kind {
+	case KindRequest:
+		r.tally(s, &e, true, false)
+		// The agent's next turn may come here: this replica then tells
+		// whether the loop stopped.
+		if isIntervention(e.Action) && e.Pattern != "" {
+			pend(s, e.Pattern, pending{category: categoryIndex(e.Category), level: levelIndex(e.Level), brief: e.Brief})
+		}
+	case KindCut:
+		r.tallyCut(s, &e)
+	case KindRecovery:
+		delete(s.pending, e.Pattern) // told by the replica that saw it
+		r.outcome(s, &e)
+		return
+	case KindAdmin:
+		applyAdmin(s, &e)
+	}
+	r.add(s, &e)
 }
 
 // Filter selects sessions. Zero fields select everything.

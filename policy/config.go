@@ -109,6 +109,18 @@ type Config struct {
 	// RedisURL addresses the redis server when Store is redis, e.g.
 	// "redis://127.0.0.1:6379/0". Required with the redis store.
 	RedisURL string `toml:"redis_url"`
+	// RedisAddrs are further host:port addresses: with them RedisURL's host
+	// and these are the seed nodes of a Redis Cluster, or the Sentinels
+	// when RedisMaster is set. The URL's scheme (rediss: TLS), user,
+	// password and db apply to every node.
+	RedisAddrs []string `toml:"redis_addrs"`
+	// RedisMaster is the master name that the Sentinels at RedisURL and
+	// RedisAddrs know; set, loopguard follows failovers.
+	RedisMaster string `toml:"redis_master"`
+	// RedisPasswordEnv names the environment variable that holds the redis
+	// password, so that it stays out of the config file; it replaces a
+	// password in RedisURL. The variable must be set when this is.
+	RedisPasswordEnv string `toml:"redis_password_env"`
 	// MaxSessions bounds the memory store; the least recently used session
 	// is evicted beyond it. Default 10000.
 	MaxSessions int `toml:"max_sessions"`

@@ -123,7 +123,7 @@ func NewStore(cfg Config) (Store, error) {
 	case StoreMemory:
 		return NewMemoryStore(cfg.MaxSessions, cfg.TTL), nil
 	case StoreRedis:
-		return NewRedisStore(cfg.RedisURL, cfg.TTL, cfg.StoreTimeout)
+		return NewRedisStore(cfg)
 	}
 	return nil, fmt.Errorf("policy: store: %q is not memory or redis", cfg.Store)
 }

@@ -47,7 +47,7 @@ func BenchmarkDecideMemory(b *testing.B) {
 
 func BenchmarkDecideRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	s, err := NewRedisStore(srv.URL(0), time.Hour, time.Second)
+	s, err := NewRedisStore(Config{RedisURL: srv.URL(0), TTL: time.Hour, StoreTimeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

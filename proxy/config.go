@@ -124,6 +124,9 @@ type AdminConfig struct {
 	// admin API and /metrics. Without it they answer only on loopback
 	// listeners.
 	Token string `toml:"token"`
+	// Replica names this replica in the admin view that replicas sharing a
+	// redis store show together. Empty: the host name and the listen port.
+	Replica string `toml:"replica"`
 }
 
 // DefaultConfig returns the configuration loopguard runs with when nothing is set.

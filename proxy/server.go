@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ type Server struct {
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
 	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
+	// cluster shares the admin view with the other replicas; nil unless
+	// the store is shared.
+	cluster *observe.Cluster
 
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
@@ -67,7 +71,8 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.obs, err = observe.New(reg, log, observe.Options{MaxSessions: cfg.Policy.MaxSessions, LogContent: cfg.Log.Content})
+	s.obs, err = observe.New(reg, log, observe.Options{MaxSessions: cfg.Policy.MaxSessions, LogContent: cfg.Log.Content,
+		Replica: replicaName(cfg)})
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +111,21 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		ReduceMemoryUsage:     true,
 		Logger:                fasthttpLogger{log},
 	}
+	// A store that replicas share also carries their common admin view.
+	if feed, ok := s.chat.policy.Store().(observe.SharedFeed); ok {
+		s.cluster = observe.StartCluster(s.obs.Recorder(), feed, log, 0)
+	}
 	return s, nil
+}
+
+// replicaName is [admin] replica, else the host name and the listen port.
+func replicaName(cfg Config) string {
+	if cfg.Admin.Replica != "" {
+		return cfg.Admin.Replica
+	}
+	host, _ := os.Hostname()
+	_, port, _ := net.SplitHostPort(cfg.Server.Listen)
+	return net.JoinHostPort(host, port)
 }
 
 // withLocalAddr adapts h, an admin handler, to fasthttp. Admin handlers
@@ -165,6 +184,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.up.client.CloseIdleConnections()
 	if s.anthropic != nil {
 		s.anthropic.client.CloseIdleConnections()
+	}
+	if s.cluster != nil {
+		s.cluster.Close() // before the store it writes to
 	}
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
