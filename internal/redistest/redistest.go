@@ -9,7 +9,6 @@ package redistest
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loopguard/loopguard/internal/testproc"
 )
 
 // EnvBinary names the redis-server binary to run instead of the one on PATH.
@@ -33,13 +34,10 @@ const EnvRequire = "LOOPGUARD_REQUIRE_REDIS"
 type Server struct {
 	// Addr is host:port on loopback.
 	Addr string
-	cmd  *exec.Cmd
 	bin  string
+	dir  string
 	args []string // extra server arguments, kept for Restart
-	log  string
-	// done is closed when the process has exited; its goroutine (the
-	// only one) waits on the process and ends with it.
-	done chan struct{}
+	proc *testproc.Process
 }
 
 // URL returns the server's redis:// URL for database db.
@@ -64,44 +62,35 @@ func Start(tb testing.TB, args ...string) *Server {
 	var lastErr error
 	// A free port can be taken between probing and binding; try a few.
 	for range 5 {
-		port, err := freePort()
+		port, err := testproc.FreePort()
 		if err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: args,
-			log: filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log")}
-		err = s.start(dir)
-		if err == nil {
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, args: args}
+		if lastErr = s.start(); lastErr == nil {
 			tb.Cleanup(s.Stop)
 			return s
 		}
-		lastErr = err
 	}
 	tb.Fatalf("redistest: %v", lastErr)
 	return nil
 }
 
-func (s *Server) start(dir string) error {
+func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
-	s.cmd = exec.Command(s.bin, append([]string{
+	// Without --logfile redis logs to stdout, which goes to the log file.
+	proc, err := testproc.Start(s.bin, append([]string{
 		"--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", s.log,
-		"--protected-mode", "yes"}, s.args...)...)
-	// No pipes: output goes to the log file, so exec starts no copying
-	// goroutines (goleak stays quiet).
-	if err := s.cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
+		"--dir", s.dir,
+		"--protected-mode", "yes"}, s.args...), filepath.Join(s.dir, "redis-"+port+".log"))
+	if err != nil {
+		return err
 	}
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) {
-		_ = cmd.Wait()
-		close(done)
-	}(s.cmd, s.done)
-	if err := s.waitPing(10 * time.Second); err != nil {
+	s.proc = proc
+	if err := proc.WaitReady(10*time.Second, 20*time.Millisecond, func() error { return ping(s.Addr) }); err != nil {
 		s.Stop()
-		b, _ := os.ReadFile(s.log)
-		return fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, strings.TrimSpace(string(b)))
+		return fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, proc.LogTail(4000))
 	}
 	return nil
 }
@@ -112,55 +101,36 @@ func (s *Server) start(dir string) error {
 // ("--appendonly", "yes"). It fails tb when the port was taken since.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
-	if s.cmd != nil {
+	if s.proc != nil {
 		tb.Fatal("redistest: Restart of a running server")
 	}
-	if err := s.start(filepath.Dir(s.log)); err != nil {
+	if err := s.start(); err != nil {
 		tb.Fatalf("redistest: restart: %v", err)
 	}
 }
 
 // Stop kills the server and waits for it. It is safe to call twice.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.proc == nil {
 		return
 	}
 	s.Resume() // let a paused server run its exit path
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
+	s.proc.Stop()
+	s.proc = nil
 }
 
 // Pause freezes the server (SIGSTOP): connections stay open and nothing
 // answers, as with a server stuck in a slow command.
 func (s *Server) Pause() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	if s.proc != nil {
+		s.proc.Signal(syscall.SIGSTOP)
 	}
 }
 
 // Resume undoes Pause.
 func (s *Server) Resume() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-}
-
-func (s *Server) waitPing(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := ping(s.Addr)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", limit, err)
-		}
-		select {
-		case <-s.done:
-			return errors.New("exited before answering PING (port taken?)")
-		case <-time.After(20 * time.Millisecond):
-		}
+	if s.proc != nil {
+		s.proc.Signal(syscall.SIGCONT)
 	}
 }
 
@@ -183,13 +153,4 @@ func ping(addr string) error {
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
