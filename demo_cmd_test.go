@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -45,5 +49,36 @@ func TestRunDemoCommand(t *testing.T) {
 				t.Errorf("run(%q) wrote ANSI escapes to a buffer", tt.give)
 			}
 		})
+	}
+}
+
+// `loopguard demo -model ADDR` serves the scripted model alone: an
+// OpenAI-compatible upstream for loopguards run apart (deploy/compose.yaml).
+func TestServeModel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout bytes.Buffer
+	code := make(chan int, 1)
+	go func() { code <- serveModel(ctx, ln, &stdout) }()
+	base := "http://" + ln.Addr().String()
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"any-model","messages":[{"role":"user","content":"hello"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"choices"`) {
+		t.Errorf("chat completion: status %d: %s; want an OpenAI answer", resp.StatusCode, body)
+	}
+	cancel()
+	if c := <-code; c != 0 {
+		t.Errorf("serveModel = %d after its context ended; want 0", c)
+	}
+	if !strings.Contains(stdout.String(), base+"/v1") {
+		t.Errorf("stdout %q does not name %s/v1", stdout.String(), base)
 	}
 }

@@ -4,6 +4,7 @@
 //	loopguard [-config FILE] [-listen ADDR] [-upstream URL]   serve
 //	loopguard demo [-serve]                                    scripted demo, no LLM needed
 //	loopguard replay [-config FILE] FILE...                    offline evaluation
+//	loopguard run [-proxy URL] [-session ID] [-json FILE] -- COMMAND [ARGS]   guard one agent run
 //	loopguard version
 package main
 
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runReplay(args[1:], stdout, stderr)
 		case "demo":
 			return runDemo(args[1:], stdout, stderr)
+		case "run":
+			return runAgent(args[1:], os.Stdin, stdout, stderr)
 		case "serve":
 			args = args[1:]
 		}
@@ -80,13 +84,14 @@ func serve(args []string, stderr io.Writer) int {
 }
 
 // serveUntilSignal serves until SIGINT or SIGTERM, then shuts down letting
-// running streams finish within grace.
+// running streams finish within grace; those still open then are closed.
 func serveUntilSignal(srv *proxy.Server, ln net.Listener, grace time.Duration, log zerolog.Logger) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	conns := &connTracker{Listener: ln, open: map[net.Conn]struct{}{}}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(conns) }()
 	select {
 	case err := <-errc:
 		if err != nil {
@@ -100,10 +105,55 @@ func serveUntilSignal(srv *proxy.Server, ln net.Listener, grace time.Duration, l
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
-		log.Warn().Err(err).Msg("shutdown did not finish within the grace period")
+		// The proxy waits for its streams without end; the grace is the
+		// bound an orchestrator relies on (it kills the process soon after).
+		n := conns.closeAll()
+		log.Warn().Err(err).Int("connections", n).Msg("shutdown grace over: closing the connections still open")
 	}
 	<-errc
 	return 0
+}
+
+// connTracker is a listener that keeps its open connections, so that those
+// still open when the shutdown grace is over can be closed.
+type connTracker struct {
+	net.Listener
+	mu   sync.Mutex
+	open map[net.Conn]struct{}
+}
+
+func (l *connTracker) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.open[c] = struct{}{}
+	l.mu.Unlock()
+	return &trackedConn{Conn: c, l: l}, nil
+}
+
+// closeAll closes every open connection and returns how many there were.
+func (l *connTracker) closeAll() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.open {
+		_ = c.Close()
+	}
+	return len(l.open)
+}
+
+// trackedConn leaves its tracker's set when closed.
+type trackedConn struct {
+	net.Conn
+	l *connTracker
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.open, c.Conn)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }
 
 func newLogger(cfg proxy.LogConfig, w io.Writer) zerolog.Logger {

@@ -76,6 +76,20 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	return cfg, errors.Join(append(errs, cfg.Validate())...)
 }
 
+// LoadFileEnv reads the TOML file (path, else LOOPGUARD_CONFIG) over the
+// defaults, then the LOOPGUARD_* variables, without flags or validation: for
+// `loopguard run`, which sets the listen address and the upstreams itself.
+func LoadFileEnv(path string, getenv func(string) string) (proxy.Config, error) {
+	if path == "" {
+		path = getenv(EnvPrefix + "CONFIG")
+	}
+	cfg, err := LoadFile(path)
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, applyEnv(&cfg, getenv)
+}
+
 // LoadFile reads a TOML file over the defaults without env or flags, for
 // subcommands such as replay whose upstream is not a real server.
 func LoadFile(path string) (proxy.Config, error) {

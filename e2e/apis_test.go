@@ -42,6 +42,10 @@ type apiCase struct {
 	// last function_call_output (Responses), or a text block after the
 	// tool_result blocks of the last user turn (Anthropic).
 	placed func(body []byte, text string) bool
+	// history is the body's member holding the history; paired checks
+	// that each call in it has its result and each result its call.
+	history string
+	paired  func(body []byte) error
 	// finish is what a completed answer's status/stop_reason reads.
 	finish string
 	// auth checks the credentials the fake received.
@@ -56,8 +60,10 @@ func apiCases() []apiCase {
 			looping: func() fakellm.Rule {
 				return responsesModel(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses })
 			},
-			placed: placedResponses,
-			finish: "completed",
+			placed:  placedResponses,
+			history: "input",
+			paired:  pairedResponses,
+			finish:  "completed",
 			auth: func(h http.Header) error {
 				if got := h.Get("Authorization"); got != "Bearer "+openAIKey {
 					return fmt.Errorf("Authorization = %q", got)
@@ -71,8 +77,10 @@ func apiCases() []apiCase {
 			looping: func() fakellm.Rule {
 				return anthropicModel(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic })
 			},
-			placed: placedAnthropic,
-			finish: "end_turn",
+			placed:  placedAnthropic,
+			history: "messages",
+			paired:  pairedAnthropic,
+			finish:  "end_turn",
 			auth: func(h http.Header) error {
 				if h.Get("X-Api-Key") != anthropicKey || h.Get("Anthropic-Version") != anthropicVersion {
 					return fmt.Errorf("X-Api-Key = %q, Anthropic-Version = %q", h.Get("X-Api-Key"), h.Get("Anthropic-Version"))
@@ -113,7 +121,8 @@ func placedResponses(body []byte, text string) bool {
 }
 
 // placedAnthropic: the last message is the user turn of tool results and
-// its last block is a text block holding text, after the tool_result ones.
+// its last block is a text block holding text, after the tool_result ones
+// (and, in a collapsed history, the note on them).
 func placedAnthropic(body []byte, text string) bool {
 	last := gjson.GetBytes(body, "messages.@reverse.0")
 	blocks := last.Get("content").Array()
@@ -122,7 +131,59 @@ func placedAnthropic(body []byte, text string) bool {
 	}
 	b := blocks[len(blocks)-1]
 	return b.Get("type").String() == "text" && strings.Contains(b.Get("text").String(), text) &&
-		blocks[len(blocks)-2].Get("type").String() == "tool_result"
+		blocks[0].Get("type").String() == "tool_result"
+}
+
+// pairedResponses: every function_call has one function_call_output after
+// it, and every output answers a call before it.
+func pairedResponses(body []byte) error {
+	calls := map[string]int{} // call_id -> 1 called, 2 answered
+	for i, it := range gjson.GetBytes(body, "input").Array() {
+		id := it.Get("call_id").String()
+		switch it.Get("type").String() {
+		case "function_call":
+			calls[id]++
+		case "function_call_output":
+			if calls[id] != 1 {
+				return fmt.Errorf("item %d answers %q, called %d times before", i, id, calls[id])
+			}
+			calls[id] = 2
+		}
+	}
+	for id, n := range calls {
+		if n != 2 {
+			return fmt.Errorf("call %q without its output", id)
+		}
+	}
+	return nil
+}
+
+// pairedAnthropic: the tool_result blocks of each message answer exactly
+// the tool_use blocks of the message before it, and roles alternate.
+func pairedAnthropic(body []byte) error {
+	var prevRole, calls string
+	for i, m := range gjson.GetBytes(body, "messages").Array() {
+		role := m.Get("role").String()
+		if role == prevRole {
+			return fmt.Errorf("message %d: two %s turns in a row", i, role)
+		}
+		results := ""
+		for _, b := range m.Get("content.#(type==\"tool_result\")#.tool_use_id").Array() {
+			results += b.String() + ","
+		}
+		if results != calls {
+			return fmt.Errorf("message %d answers %q; the turn before called %q", i, results, calls)
+		}
+		calls = ""
+		for _, b := range m.Get("content.#(type==\"tool_use\")#.id").Array() {
+			calls += b.String() + ","
+		}
+		prevRole = role
+	}
+	if calls != "" {
+		return fmt.Errorf("calls %q without results", calls)
+	}
+	return nil
 }
 
 // --- the Go clients ---
@@ -391,8 +452,9 @@ func nodeAPIAgent(t *testing.T, node, base string, o agentOpts) agentRun {
 
 // checkAPILadder asserts a looping agent's run in a non-chat API: none
 // until warn, then constrain, then terminate; the upstream got the client's
-// bytes plus one inserted run at the placement (these APIs are never
-// collapsed); the last answer is loopguard's own LOOP_DETECTED.
+// bytes plus one inserted run at the placement, and at constrain a history
+// collapsed with every call still paired; the last answer is loopguard's
+// own LOOP_DETECTED.
 func checkAPILadder(t *testing.T, api apiCase, run agentRun, ups []fakellm.Request, session string, stream bool) {
 	t.Helper()
 	turns := run.Turns
@@ -438,8 +500,15 @@ func checkAPILadder(t *testing.T, api apiCase, run agentRun, ups []fakellm.Reque
 			}
 			continue
 		}
-		ins, ok := insertion(tr.Body, up.Body)
-		if !ok {
+		if tr.Action == "constrain" {
+			n, m := gjson.GetBytes(tr.Body, api.history+".#").Int(), gjson.GetBytes(up.Body, api.history+".#").Int()
+			if m >= n {
+				t.Errorf("turn %d (constrain): upstream got %d history elements, client sent %d; want the loop collapsed", i, m, n)
+			}
+			if err := api.paired(up.Body); err != nil {
+				t.Errorf("turn %d (constrain): collapsed history: %v\n%s", i, err, up.Body)
+			}
+		} else if ins, ok := insertion(tr.Body, up.Body); !ok {
 			t.Errorf("turn %d (%s): upstream body is not the client's plus one insertion: %s", i, tr.Action, firstDiff(tr.Body, up.Body))
 		} else if !bytes.Contains(ins, []byte(text)) {
 			t.Errorf("turn %d (%s): inserted %q; want %s", i, tr.Action, ins, text)
@@ -692,10 +761,26 @@ func TestAPIsTransparent(t *testing.T) {
 
 // --- stream cuts ---
 
+// endlessDegenerateFake is a fake model whose Responses and Anthropic
+// answers repeat degenerateSentence until the client hangs up.
+func endlessDegenerateFake(t *testing.T) *fakellm.Server {
+	return fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+		fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+			return fakellm.ResponsesAnswer{Text: degenerateSentence, NeverEnd: true}
+		}),
+		fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: degenerateSentence, NeverEnd: true}
+		}),
+	}})
+}
+
 // TestAPIsStreamCutRealClients: a never-ending degenerate text stream in
 // each API is cut; each client's stream reader ends without error with the
 // repeated text (openai-go's response.completed, anthropic-sdk-go's
 // Accumulate); the fake sees the hang-up while it still had events to send.
+// With stream.tail = "trim" the client's text ends where the repetition
+// began (at most one copy), and the Responses answer's final output says
+// the same text the client streamed.
 func TestAPIsStreamCutRealClients(t *testing.T) {
 	type client struct {
 		api   string
@@ -709,44 +794,42 @@ func TestAPIsStreamCutRealClients(t *testing.T) {
 		}})
 	}
 	for _, c := range clients {
-		t.Run(c.api+"/"+c.name, func(t *testing.T) {
-			t.Parallel()
-			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
-					return fakellm.ResponsesAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
-					return fakellm.AnthropicAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-			}})
-			lg := startLoopguard(t, fake.URL(), nil)
-			start := time.Now()
-			run := c.agent(t, lg.URL, agentOpts{session: "cut-" + c.api + "-" + c.name, stream: true, maxTurns: 1})
-			if len(run.Turns) != 1 {
-				t.Fatalf("%d turns; want 1", len(run.Turns))
-			}
-			tr := run.Turns[0]
-			if tr.Err != "" {
-				t.Fatalf("client error on the cut stream: %s", tr.Err)
-			}
-			if !isRepetitionOf(tr.Content, degenerateSentence) || len(tr.Calls) != 0 {
-				t.Errorf("client parsed text %.120q, calls %v; want the repeated sentence", tr.Content, tr.Calls)
-			}
-			wantFinish := map[string]string{"responses": "completed", "anthropic": "end_turn"}[c.api]
-			if tr.Finish != wantFinish {
-				t.Errorf("client parsed finish %q; want %q", tr.Finish, wantFinish)
-			}
-			x := waitExchange(t, fake, 0, cutBound)
-			if !x.PeerClosed || x.Unsent <= 0 {
-				t.Errorf("upstream exchange: PeerClosed %v, Unsent %d; want closed with events left", x.PeerClosed, x.Unsent)
-			}
-			if lag := x.ClosedAt.Sub(start); lag > cutBound {
-				t.Errorf("upstream saw the close %v after the request; want within %v", lag, cutBound)
-			}
-			if evs := lg.waitEvents(t, 1); evs[0].Cut != "token_degeneration" {
-				t.Errorf("event = %+v; want a token_degeneration cut", evs[0])
-			}
-		})
+		for _, tail := range []string{proxy.TailKeep, proxy.TailTrim} {
+			t.Run(c.api+"/"+c.name+"/"+tail, func(t *testing.T) {
+				t.Parallel()
+				fake := endlessDegenerateFake(t)
+				lg := startLoopguard(t, fake.URL(), func(cfg *proxy.Config) { cfg.Stream.Tail = tail })
+				start := time.Now()
+				run := c.agent(t, lg.URL, agentOpts{session: "cut-" + c.api + "-" + c.name + "-" + tail, stream: true, maxTurns: 1})
+				if len(run.Turns) != 1 {
+					t.Fatalf("%d turns; want 1", len(run.Turns))
+				}
+				tr := run.Turns[0]
+				if tr.Err != "" {
+					t.Fatalf("client error on the cut stream: %s", tr.Err)
+				}
+				if tail == proxy.TailKeep && !isRepetitionOf(tr.Content, degenerateSentence) || len(tr.Calls) != 0 {
+					t.Errorf("client parsed text %.120q, calls %v; want the repeated sentence", tr.Content, tr.Calls)
+				}
+				if n := strings.Count(tr.Content, degenerateSentence); tail == proxy.TailTrim && (n > 1 || !strings.HasPrefix(degenerateSentence, tr.Content) && n == 0) {
+					t.Errorf("trim: client parsed text %.200q; want at most one copy of the sentence", tr.Content)
+				}
+				wantFinish := map[string]string{"responses": "completed", "anthropic": "end_turn"}[c.api]
+				if tr.Finish != wantFinish {
+					t.Errorf("client parsed finish %q; want %q", tr.Finish, wantFinish)
+				}
+				x := waitExchange(t, fake, 0, cutBound)
+				if !x.PeerClosed || x.Unsent <= 0 {
+					t.Errorf("upstream exchange: PeerClosed %v, Unsent %d; want closed with events left", x.PeerClosed, x.Unsent)
+				}
+				if lag := x.ClosedAt.Sub(start); lag > cutBound {
+					t.Errorf("upstream saw the close %v after the request; want within %v", lag, cutBound)
+				}
+				if evs := lg.waitEvents(t, 1); evs[0].Cut != "token_degeneration" {
+					t.Errorf("event = %+v; want a token_degeneration cut", evs[0])
+				}
+			})
+		}
 	}
 }
 
@@ -766,14 +849,7 @@ func TestAPIsStreamCutRawEnding(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.api, func(t *testing.T) {
 			t.Parallel()
-			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
-					return fakellm.ResponsesAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
-					return fakellm.AnthropicAnswer{Text: degenerateSentence, NeverEnd: true}
-				}),
-			}})
+			fake := endlessDegenerateFake(t)
 			lg := startLoopguard(t, fake.URL(), nil)
 			got := postAPI(t, lg.URL+apiPath[tt.api], fmt.Sprintf(apiRequest[tt.api], `,"stream":true`), apiHeaders[tt.api])
 			x := waitExchange(t, fake, 0, cutBound)
@@ -866,4 +942,73 @@ func apiStreamItems(t *testing.T, body []byte, api string) (opened, closed, call
 		calls = closed
 	}
 	return opened, closed, calls
+}
+
+// TestAPIsNonStreamDegenerateTruncated: a degenerate answer that is not
+// streamed is cut at the start of the repetition in each API, and each
+// client reads it with the status a cut stream ends with.
+func TestAPIsNonStreamDegenerateTruncated(t *testing.T) {
+	full := "Let me look at the logs first. " + strings.Repeat(degenerateSentence, 60)
+	type client struct {
+		api, name string
+		agent     agentFunc
+	}
+	clients := []client{{"anthropic", "anthropic-sdk-go", anthropicAgent}}
+	for name, agent := range responsesAgents(t) {
+		clients = append(clients, client{"responses", name, agent})
+	}
+	for _, c := range clients {
+		t.Run(c.api+"/"+c.name, func(t *testing.T) {
+			t.Parallel()
+			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return fakellm.ResponsesAnswer{Text: full} }),
+				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return fakellm.AnthropicAnswer{Text: full} }),
+			}})
+			lg := startLoopguard(t, fake.URL(), nil)
+			run := c.agent(t, lg.URL, agentOpts{session: "json-cut-" + c.api + "-" + c.name, maxTurns: 1})
+			tr := run.Turns[0]
+			if tr.Err != "" {
+				t.Fatalf("client error: %s", tr.Err)
+			}
+			if len(tr.Content) >= len(full) || !strings.HasPrefix(full, tr.Content) || !strings.HasPrefix(tr.Content, "Let me look at the logs first. ") {
+				t.Errorf("content (%d bytes) = %.120q; want a proper prefix of the %d-byte answer", len(tr.Content), tr.Content, len(full))
+			}
+			wantFinish := map[string]string{"responses": "completed", "anthropic": "end_turn"}[c.api]
+			if tr.Finish != wantFinish {
+				t.Errorf("finish = %q; want %q", tr.Finish, wantFinish)
+			}
+			if e := lg.waitEvents(t, 1)[0]; e.Cut != "token_degeneration" {
+				t.Errorf("event = %+v; want a token_degeneration cut", e)
+			}
+		})
+	}
+}
+
+// TestAPIsHoldToolCallsRealClients: with stream.hold_tool_calls a looping
+// agent streaming on each real client of the Responses and Anthropic
+// Messages APIs never gets the call the ladder would end: at constrain the
+// model's next make build is held and replaced by LOOP_DETECTED in the
+// API's own shape, which the client reads as a finished answer without
+// calls, so the agent stops a request earlier than at terminate.
+func TestAPIsHoldToolCallsRealClients(t *testing.T) {
+	for _, api := range apiCases() {
+		for name, agent := range api.agents(t) {
+			t.Run(api.name+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{api.looping()}})
+				lg := startLoopguard(t, fake.URL(), func(cfg *proxy.Config) { cfg.Stream.HoldToolCalls = true })
+				run := agent(t, lg.URL, agentOpts{session: "hold-" + api.name + "-" + name, stream: true, maxTurns: 10})
+				last := run.Turns[len(run.Turns)-1]
+				if last.Err != "" || last.Action != "constrain" {
+					t.Fatalf("last turn: action %q, client error %q; want constrain, no error", last.Action, last.Err)
+				}
+				if !strings.HasPrefix(last.Content, inject.TerminatePrefix) || last.Finish != api.finish || len(last.Calls) != 0 {
+					t.Errorf("held turn: text %.120q, finish %q, calls %v; want %s..., %s, no call", last.Content, last.Finish, last.Calls, inject.TerminatePrefix, api.finish)
+				}
+				if n := len(fake.Requests()); n != len(run.Turns) {
+					t.Errorf("upstream got %d requests for %d turns; want one per turn", n, len(run.Turns))
+				}
+			})
+		}
+	}
 }

@@ -2,5 +2,10 @@
 // sashabaranov/go-openai and openai/openai-go, and the Node `openai` package
 // through node/client.mjs) talk to the scripted upstream in fakellm, directly
 // and through a loopguard proxy over loopback, and the tests compare the
-// bytes each side saw. The package has no non-test code.
+// bytes each side saw. llama_test.go does the same in front of llama.cpp's
+// real llama-server (started by e2e/llamaserver). `loopguard run` is driven
+// with a small agent of its own (testdata/runagent) and, when their binaries
+// are named (LOOPGUARD_E2E_CODEX, LOOPGUARD_E2E_CLAUDE, LOOPGUARD_E2E_QWEN:
+// Codex CLI, Claude Code and Qwen Code from npm), with real agent CLIs,
+// headless and offline. The package has no non-test code.
 package e2e

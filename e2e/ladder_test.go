@@ -47,6 +47,8 @@ type chatDone struct {
 // it reported through proxy.WithChatDone.
 type lgServer struct {
 	URL string
+	// srv is the proxy, for reading its session record in-process.
+	srv *proxy.Server
 
 	mu     sync.Mutex
 	events []chatDone
@@ -87,6 +89,7 @@ func startLoopguard(t *testing.T, upstream string, edit func(*proxy.Config)) *lg
 		}
 	})
 	lg.URL = "http://" + ln.Addr().String()
+	lg.srv = srv
 	return lg
 }
 

@@ -15,25 +15,31 @@ import (
 	"github.com/loopguard/loopguard/proxy"
 )
 
-// startReplicas runs two loopguard proxies sharing the redis server at url,
-// both in front of upstream.
+// startReplicas runs two loopguard proxies, named replica-0 and replica-1,
+// sharing the redis server at url, both in front of upstream.
 func startReplicas(t *testing.T, upstream, url string) [2]*lgServer {
 	t.Helper()
-	edit := func(c *proxy.Config) {
+	return [2]*lgServer{startReplica(t, upstream, url, "replica-0"), startReplica(t, upstream, url, "replica-1")}
+}
+
+// startReplica runs a loopguard proxy named name on the redis store at url.
+func startReplica(t *testing.T, upstream, url, name string) *lgServer {
+	t.Helper()
+	return startLoopguard(t, upstream, func(c *proxy.Config) {
 		c.Policy.Store = policy.StoreRedis
 		c.Policy.RedisURL = url
 		// Loopback redis under -race on a shared 2-core machine can take
 		// longer than the 50ms default; a timeout would fail open and hide
 		// the behaviour under test.
 		c.Policy.StoreTimeout = time.Second
-	}
-	return [2]*lgServer{startLoopguard(t, upstream, edit), startLoopguard(t, upstream, edit)}
+		c.Admin.Replica = name
+	})
 }
 
 // loadState reads a session's state straight from redis.
 func loadState(t *testing.T, url, key string) policy.State {
 	t.Helper()
-	st, err := policy.NewRedisStore(url, 0, 5*time.Second)
+	st, err := policy.NewRedisStore(policy.Config{RedisURL: url, StoreTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

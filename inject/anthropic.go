@@ -11,12 +11,13 @@ import (
 )
 
 // ApplyAnthropic is Apply for an Anthropic Messages body (POST
-// /v1/messages): one insertion of the edit's texts at the placement
-// configured for the request's model (see InsertAnthropic). Nothing is
-// collapsed. On error the caller sends the original body (fail open); body
-// is not modified.
+// /v1/messages): first the collapses the edit asks for (see
+// CollapseAnthropic), then one insertion of the edit's texts at the
+// placement configured for the request's model (see InsertAnthropic). On
+// error the caller sends the original body (fail open); body is not
+// modified.
 func (in *Injector) ApplyAnthropic(body []byte, e Edit) (Result, error) {
-	return in.applyTexts(body, e, InsertAnthropic)
+	return in.applyTexts(body, e, in.CollapseAnthropic, InsertAnthropic)
 }
 
 // InsertAnthropic adds text to an Anthropic Messages body and returns the
@@ -135,10 +136,7 @@ func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
 	}
 	b := append([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":"), appendAnthropicHead(nil, id, model)...)
 	b = append(b, `],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`+"\n\n"...)
-	b = append(b, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
-	b = append(b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":"...)
-	b = rawjson.AppendQuote(b, content)
-	b = append(b, "}}\n\n"...)
+	b = appendAnthropicText(b, 0, content)
 	b = appendAnthropicEnd(b, 0, true, "end_turn", 0)
 	return Response{
 		Status: http.StatusOK,
@@ -154,6 +152,19 @@ func appendAnthropicHead(b []byte, id, model string) []byte {
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
 	b = rawjson.AppendQuote(b, model)
 	return append(b, `,"content":[`...)
+}
+
+// appendAnthropicText appends content_block_start of a text block at
+// index and one content_block_delta with text; the block is left open.
+func appendAnthropicText(b []byte, index int, text string) []byte {
+	b = append(b, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":"...)
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, ",\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"...)
+	b = append(b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":"...)
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, ",\"delta\":{\"type\":\"text_delta\",\"text\":"...)
+	b = rawjson.AppendQuote(b, text)
+	return append(b, "}}\n\n"...)
 }
 
 // appendAnthropicEnd appends content_block_stop for an open block (when
@@ -186,11 +197,17 @@ type AnthropicCut struct {
 	StopReason string
 	// OutputTokens is the output token count to report (an estimate).
 	OutputTokens int
+	// Answer, when not empty, is a text block loopguard adds at block
+	// AnswerIndex (the LOOP_DETECTED answer in place of a held tool_use
+	// block); no block may be open then.
+	Answer      string
+	AnswerIndex int
 }
 
 // AppendAnthropicCut appends the events that end a cut Anthropic stream
-// well-formed: a comment ": loopguard cut category=...", content_block_stop
-// for the open block, message_delta with the stop reason, message_stop.
+// well-formed: a comment ": loopguard cut category=...", the answer block if
+// any, content_block_stop for the open block, message_delta with the stop
+// reason, message_stop.
 // The proxy then closes the upstream connection.
 func AppendAnthropicCut(dst []byte, c AnthropicCut) []byte {
 	dst = append(dst, ": loopguard cut category="...)
@@ -199,6 +216,10 @@ func AppendAnthropicCut(dst []byte, c AnthropicCut) []byte {
 	stop := c.StopReason
 	if stop == "" {
 		stop = "end_turn"
+	}
+	if c.Answer != "" {
+		dst = appendAnthropicText(dst, c.AnswerIndex, c.Answer)
+		c.OpenBlock, c.HasOpen = c.AnswerIndex, true
 	}
 	return appendAnthropicEnd(dst, c.OpenBlock, c.HasOpen, stop, c.OutputTokens)
 }

@@ -127,13 +127,16 @@ func TestAnthropicCutSDK(t *testing.T) {
 		name, file, marker string
 		n                  int
 		stop               string
+		answer             string // AnthropicCut.Answer, "" for none
 		wantText           string
 		wantBlocks         int
 	}{
 		// Cut inside the text block: it is closed, the turn ends.
-		{"open text", "../sse/testdata/anthropic/tool-use.sse", "content_block_delta", 1, "", "Reading the file.", 1},
+		{"open text", "../sse/testdata/anthropic/tool-use.sse", "content_block_delta", 1, "", "", "Reading the file.", 1},
 		// Cut after the first complete tool_use block.
-		{"after tool", "../sse/testdata/anthropic/thinking-two-tools.sse", "content_block_stop", 2, "tool_use", "", 2},
+		{"after tool", "../sse/testdata/anthropic/thinking-two-tools.sse", "content_block_stop", 2, "tool_use", "", "", 2},
+		// The first tool_use held back and replaced by loopguard's answer.
+		{"answer for a held tool", "../sse/testdata/anthropic/thinking-two-tools.sse", "content_block_stop", 1, "", "LOOP_DETECTED: stop", "", 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +145,7 @@ func TestAnthropicCutSDK(t *testing.T) {
 			idx, open := acc.OpenBlock()
 			u, _ := acc.Usage()
 			stream = AppendAnthropicCut(stream, AnthropicCut{Category: "token_degeneration", OpenBlock: idx, HasOpen: open,
-				StopReason: tt.stop, OutputTokens: u.CompletionTokens})
+				StopReason: tt.stop, OutputTokens: u.CompletionTokens, Answer: tt.answer, AnswerIndex: acc.NextBlockIndex()})
 			srv, _ := serve(t, func([]byte) Response {
 				return Response{Status: 200, Header: []Header{{"Content-Type", contentSSE}}, Body: stream}
 			})
@@ -163,7 +166,8 @@ func TestAnthropicCutSDK(t *testing.T) {
 			if tt.stop == "" {
 				wantStop = anthropic.StopReasonEndTurn
 			}
-			if msg.StopReason != wantStop || len(msg.Content) != tt.wantBlocks || msg.Content[0].Text != tt.wantText {
+			if msg.StopReason != wantStop || len(msg.Content) != tt.wantBlocks || msg.Content[0].Text != tt.wantText ||
+				tt.answer != "" && msg.Content[len(msg.Content)-1].Text != tt.answer {
 				t.Errorf("after %d events message = %s", events, msg.RawJSON())
 			}
 		})

@@ -11,28 +11,44 @@ import (
 type Collapsed struct {
 	// Turns is the number of repeating assistant turns removed.
 	Turns int
-	// Messages is the number of messages removed (the turns and their results).
+	// Messages is the number of messages removed (the turns and their
+	// results; Responses: input items).
 	Messages int
 	// Saved is the number of body bytes saved.
 	Saved int
 }
 
-// histMsg is one message of the history as collapse needs it.
+// histMsg is one unit of the history as collapse needs it: a chat or
+// Anthropic message, or the run of Responses input items of one turn.
 type histMsg struct {
-	raw    string
-	role   string
-	callID string   // tool_call_id of a tool message
-	ids    []string // tool_call ids of an assistant message
-	legacy bool     // an assistant message with a legacy function_call
+	raw     string   // its bytes in the body, several items with their commas for a Responses turn
+	role    string   // "assistant" (a turn that may call tools), "tool" (only results), "user", or another
+	answers []string // the call ids a "tool" unit answers
+	ids     []string // the call ids an assistant turn makes
+	legacy  bool     // an assistant message with a legacy function_call
+	user    bool     // a user turn, for the alternation strict templates demand
+	items   int      // the array elements it spans
+}
+
+// history is a request's history in the units a collapse removes.
+type history struct {
+	key  string // the body's member holding the array
+	size int    // the array's length in bytes
+	msgs []histMsg
+	// unit maps a CallRef.Message (an index into the array) to its unit;
+	// nil when units and array elements are the same.
+	unit map[int]int
+	// note returns the splice that appends text to a kept result's raw.
+	note func(raw, text string) (splice, bool)
 }
 
 // callKey identifies a repeated call independent of its id: the same tool
 // with the same canonical arguments.
 type callKey struct{ name, args string }
 
-// Collapse replaces the looping span of the history by its first instance
-// plus a note (the reset action). calls are the loop's calls from the
-// verdict's evidence, with message indices into request.messages.
+// Collapse replaces the looping span of a chat history by its first
+// instance plus a note (the reset action). calls are the loop's calls from
+// the verdict's evidence, with message indices into request.messages.
 //
 // An assistant turn is removed, together with every tool result answering it,
 // only when every call it makes is one of calls and each of those calls (tool
@@ -54,9 +70,10 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 	if len(calls) == 0 {
 		return body, Collapsed{}, nil
 	}
-	var msgs []histMsg
+	h := history{key: "messages", size: len(arr.Raw), note: func(raw, text string) (splice, bool) { return appendContent(message{raw: raw}, text) }}
+	var answers []string // every tool message's answers, one allocation for all
 	arr.ForEach(func(_, v gjson.Result) bool {
-		m := histMsg{raw: v.Raw, role: v.Get("role").String()}
+		m := histMsg{raw: v.Raw, role: v.Get("role").String(), items: 1}
 		switch m.role {
 		case "assistant":
 			v.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
@@ -65,12 +82,20 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 			})
 			m.legacy = len(m.ids) == 0 && v.Get("function_call").IsObject()
 		case "tool":
-			m.callID = v.Get("tool_call_id").String()
+			answers = append(answers, v.Get("tool_call_id").String())
+			m.answers = answers[len(answers)-1 : len(answers) : len(answers)]
+		case "user":
+			m.user = true
 		}
-		msgs = append(msgs, m)
+		h.msgs = append(h.msgs, m)
 		return true
 	})
+	return in.collapse(body, h, calls)
+}
 
+// collapse is Collapse over a history of any API.
+func (in *Injector) collapse(body []byte, h history, calls []inspect.CallRef) ([]byte, Collapsed, error) {
+	msgs := h.msgs
 	// The loop's calls, by message and tool_call_id ("" for a legacy
 	// function_call). Ids are keyed with their message because some servers
 	// reuse ids such as "call_0" in every turn.
@@ -80,20 +105,28 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 	}
 	loop := make(map[ref]callKey, len(calls))
 	for _, c := range calls {
-		if c.Message < 0 || c.Message >= len(msgs) || msgs[c.Message].role != "assistant" {
+		i := c.Message
+		if h.unit != nil {
+			var ok bool
+			if i, ok = h.unit[c.Message]; !ok {
+				continue
+			}
+		}
+		if i < 0 || i >= len(msgs) || msgs[i].role != "assistant" {
 			continue
 		}
-		m := msgs[c.Message]
+		m := msgs[i]
 		if (c.ToolCallID == "" && m.legacy) || (c.ToolCallID != "" && contains(m.ids, c.ToolCallID)) {
-			loop[ref{c.Message, c.ToolCallID}] = callKey{c.Name, c.Args}
+			loop[ref{i, c.ToolCallID}] = callKey{c.Name, c.Args}
 		}
 	}
 
 	// results finds the messages answering the turn at i: the tool messages
 	// with its ids up to the next assistant turn, or for a legacy call the
 	// function message right after it. It reports false when a call has no
-	// result there, and then the turn is never removed: removing it could
-	// leave a result somewhere else unpaired.
+	// result there, or a result message also answers a call of another
+	// turn, and then the turn is never removed: removing it could leave a
+	// result somewhere else unpaired.
 	results := func(i int) ([]int, bool) {
 		m := msgs[i]
 		if m.legacy {
@@ -110,11 +143,15 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 			if msgs[j].role != "tool" {
 				continue
 			}
+			answersTurn := false
 			for x, id := range m.ids {
-				if res[x] < 0 && id == msgs[j].callID {
+				if res[x] < 0 && contains(msgs[j].answers, id) {
 					res[x] = j
-					break
+					answersTurn = true
 				}
+			}
+			if answersTurn && !subset(msgs[j].answers, m.ids) {
+				return res, false
 			}
 		}
 		for _, r := range res {
@@ -213,13 +250,13 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 		notes[r] = note
 	}
 
-	out := make([]byte, 0, len(arr.Raw))
+	out := make([]byte, 0, h.size)
 	out = append(out, '[')
 	first := true
 	n := 0
 	for i, m := range msgs {
 		if drop[i] {
-			n++
+			n += m.items
 			continue
 		}
 		if !first {
@@ -227,7 +264,7 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 		}
 		first = false
 		if note, ok := notes[i]; ok {
-			if sp, ok := appendContent(message{raw: m.raw}, note); ok {
+			if sp, ok := h.note(m.raw, note); ok {
 				// A message at offset 0 of its own raw: splice directly.
 				out = append(out, m.raw[:sp.start]...)
 				out = append(out, sp.ins...)
@@ -238,7 +275,7 @@ func (in *Injector) Collapse(body []byte, calls []inspect.CallRef) ([]byte, Coll
 		out = append(out, m.raw...)
 	}
 	out = append(out, ']')
-	nb, err := sjson.SetRawBytes(body, "messages", out)
+	nb, err := sjson.SetRawBytes(body, h.key, out)
 	if err != nil {
 		return body, Collapsed{}, err
 	}
@@ -268,7 +305,7 @@ func joinsUsers(msgs []histMsg, drop []bool, i int, res []int) bool {
 	for next < len(msgs) && gone(next) {
 		next++
 	}
-	return prev >= 0 && next < len(msgs) && msgs[prev].role == "user" && msgs[next].role == "user"
+	return prev >= 0 && next < len(msgs) && msgs[prev].user && msgs[next].user
 }
 
 func contains(ss []string, s string) bool {
@@ -278,6 +315,16 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// subset reports whether every element of a is in b.
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !contains(b, x) {
+			return false
+		}
+	}
+	return true
 }
 
 func b2i(b bool) int {

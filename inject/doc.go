@@ -1,4 +1,5 @@
-// Package inject rewrites chat requests and writes loopguard's own answers.
+// Package inject rewrites requests (chat completions, Responses, Anthropic
+// Messages) and writes loopguard's own answers.
 //
 // It is the last step before the upstream: given the action policy chose and
 // the verdict's evidence, it patches the request body (a warning, a
@@ -8,8 +9,8 @@
 //
 // Bodies are read with gjson and patched at the offsets gjson reports: an
 // insertion copies the body once around the inserted bytes, and a collapse
-// sets a messages array assembled from the kept messages' original bytes with
-// sjson. Nothing untouched is re-encoded.
+// sets the history array (messages, or a Responses input) assembled from the
+// kept elements' original bytes with sjson. Nothing untouched is re-encoded.
 //
 // inject never touches the network, keeps no state between requests and
 // imports no loopguard package but inspect (for the verdict's types). The

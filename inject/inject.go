@@ -2,14 +2,11 @@ package inject
 
 import (
 	"crypto/rand"
-	"github.com/loopguard/loopguard/internal/rawjson"
 	"io"
 	"path"
-	"strings"
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
-	"github.com/tidwall/gjson"
 )
 
 // Injector renders loopguard's texts and patches requests with one
@@ -92,64 +89,11 @@ type Result struct {
 // request's model. On error the caller sends the original body (fail open).
 // body is not modified.
 func (in *Injector) Apply(body []byte, e Edit) (Result, error) {
-	res := Result{Body: body}
-	var texts []string
-	if e.Degenerated != nil {
-		t, err := in.Degenerated(*e.Degenerated)
-		if err != nil {
-			return Result{Body: body}, err
-		}
-		texts = append(texts, t)
-	}
-	// One collapse over the calls of every collapsing loop: the evidence's
-	// message indices refer to the original body, so collapsing loop by loop
-	// would read the second loop's indices against a shortened history.
-	var calls []inspect.CallRef
-	for _, l := range e.Constraints {
-		if l.Collapse {
-			calls = append(calls, evidence(l.Verdict).Calls...)
-		}
-	}
-	if len(calls) > 0 {
-		nb, c, err := in.Collapse(body, calls)
-		if err != nil {
-			return Result{Body: body}, err
-		}
-		res.Body, res.Collapsed = nb, c
-	}
-	for _, l := range e.Constraints {
-		if l.Collapse {
-			l.Reset = res.Collapsed.Turns
-		}
-		t, err := in.Constraint(l)
-		if err != nil {
-			return Result{Body: body}, err
-		}
-		texts = append(texts, t)
-	}
-	for _, l := range e.Warnings {
-		t, err := in.Warning(l)
-		if err != nil {
-			return Result{Body: body}, err
-		}
-		texts = append(texts, t)
-	}
-	if len(texts) == 0 {
-		return res, nil
-	}
-	model := e.Model
-	if model == "" {
-		model = gjson.Get(rawjson.View(res.Body), "model").String()
-	}
 	layout := e.Layout
-	if len(calls) > 0 {
-		layout = inspect.Layout{} // the collapse moved the messages
+	if len(collapseCalls(e)) > 0 {
+		layout = inspect.Layout{} // the collapse moves the messages
 	}
-	nb, used, err := insert(e.Dst, res.Body, in.Placement(model), strings.Join(texts, "\n\n"), layout)
-	if err != nil {
-		return Result{Body: body}, err
-	}
-	res.Body = nb
-	res.Placement = used
-	return res, nil
+	return in.applyTexts(body, e, in.Collapse, func(b []byte, p Placement, text string) ([]byte, Placement, error) {
+		return insert(e.Dst, b, p, text, layout)
+	})
 }

@@ -3,6 +3,7 @@ package inject
 import (
 	"encoding/hex"
 	"errors"
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"io"
 	"net/http"
@@ -15,11 +16,9 @@ import (
 // ErrNoInput reports a Responses API body without an input to patch.
 var ErrNoInput = errors.New("inject: request has no input")
 
-// editTexts renders an Edit's texts in Apply's order. The history of the
-// Responses and Messages APIs is not collapsed (the evidence's indices are
-// chat message indices), so a Loop's Collapse is ignored here and its block
-// says reset="0".
-func (in *Injector) editTexts(e Edit) ([]string, error) {
+// editTexts renders an Edit's texts in Apply's order; reset is the number
+// of turns its collapses removed, for the reset="N" of collapsing loops.
+func (in *Injector) editTexts(e Edit, reset int) ([]string, error) {
 	var texts []string
 	if e.Degenerated != nil {
 		t, err := in.Degenerated(*e.Degenerated)
@@ -29,7 +28,9 @@ func (in *Injector) editTexts(e Edit) ([]string, error) {
 		texts = append(texts, t)
 	}
 	for _, l := range e.Constraints {
-		l.Collapse, l.Reset = false, 0
+		if l.Collapse {
+			l.Reset = reset
+		}
 		t, err := in.Constraint(l)
 		if err != nil {
 			return nil, err
@@ -46,25 +47,56 @@ func (in *Injector) editTexts(e Edit) ([]string, error) {
 	return texts, nil
 }
 
-// ApplyResponses is Apply for a Responses API body (POST /v1/responses):
-// one insertion of the edit's texts at the placement configured for the
-// request's model (see InsertResponses). Nothing is collapsed. On error the
-// caller sends the original body (fail open); body is not modified.
-func (in *Injector) ApplyResponses(body []byte, e Edit) (Result, error) {
-	return in.applyTexts(body, e, InsertResponses)
+// collapseCalls are the calls of every collapsing loop of e: one collapse
+// over all of them, because the evidence's indices refer to the original
+// body, so collapsing loop by loop would read the second loop's indices
+// against a shortened history.
+func collapseCalls(e Edit) []inspect.CallRef {
+	var calls []inspect.CallRef
+	for _, l := range e.Constraints {
+		if l.Collapse {
+			calls = append(calls, evidence(l.Verdict).Calls...)
+		}
+	}
+	return calls
 }
 
-func (in *Injector) applyTexts(body []byte, e Edit, insert func([]byte, Placement, string) ([]byte, Placement, error)) (Result, error) {
-	texts, err := in.editTexts(e)
-	if err != nil || len(texts) == 0 {
-		return Result{Body: body}, err
+// ApplyResponses is Apply for a Responses API body (POST /v1/responses):
+// first the collapses the edit asks for (see CollapseResponses), then one
+// insertion of the edit's texts at the placement configured for the
+// request's model (see InsertResponses). On error the caller sends the
+// original body (fail open); body is not modified.
+func (in *Injector) ApplyResponses(body []byte, e Edit) (Result, error) {
+	return in.applyTexts(body, e, in.CollapseResponses, InsertResponses)
+}
+
+func (in *Injector) applyTexts(body []byte, e Edit, collapse func([]byte, []inspect.CallRef) ([]byte, Collapsed, error),
+	insert func([]byte, Placement, string) ([]byte, Placement, error)) (Result, error) {
+	res := Result{Body: body}
+	if calls := collapseCalls(e); len(calls) > 0 {
+		nb, c, err := collapse(body, calls)
+		if err != nil {
+			return Result{Body: body}, err
+		}
+		res.Body, res.Collapsed = nb, c
 	}
-	model := gjson.Get(rawjson.View(body), "model").String()
-	nb, used, err := insert(body, in.Placement(model), strings.Join(texts, "\n\n"))
+	texts, err := in.editTexts(e, res.Collapsed.Turns)
 	if err != nil {
 		return Result{Body: body}, err
 	}
-	return Result{Body: nb, Placement: used}, nil
+	if len(texts) == 0 {
+		return res, nil
+	}
+	model := e.Model
+	if model == "" {
+		model = gjson.Get(rawjson.View(res.Body), "model").String()
+	}
+	nb, used, err := insert(res.Body, in.Placement(model), strings.Join(texts, "\n\n"))
+	if err != nil {
+		return Result{Body: body}, err
+	}
+	res.Body, res.Placement = nb, used
+	return res, nil
 }
 
 // InsertResponses adds text to a Responses API body and returns the new body
@@ -144,12 +176,17 @@ func appendMember(body []byte, at int, obj gjson.Result, key, partType, text str
 	if at <= 0 || at >= len(body) || body[at] != '{' {
 		return splice{}, false // gjson could not place the object
 	}
+	return memberSplice(at, obj.Raw, key, partType, text)
+}
+
+// memberSplice is appendMember for the object raw at offset at.
+func memberSplice(at int, raw, key, partType, text string) (splice, bool) {
 	// Get on the raw text: offsets relative to the object, added to at.
-	c := gjson.Get(obj.Raw, key)
+	c := gjson.Get(raw, key)
 	switch {
 	case !c.Exists():
 		ins := append(append(append([]byte{'"'}, key...), `":`...), rawjson.AppendQuote(nil, text)...)
-		if hasMembers(obj.Raw) {
+		if hasMembers(raw) {
 			ins = append(ins, ',')
 		}
 		return splice{start: at + 1, end: at + 1, ins: ins}, true
@@ -364,27 +401,38 @@ func (r responseObject) appendStream(b []byte, content string) []byte {
 	for _, typ := range []string{"response.created", "response.in_progress"} {
 		s.event(typ, func(b []byte) []byte { return r.appendJSON(append(b, `,"response":`...)) })
 	}
+	s.message(0, r.msgID, content)
+	r.status, r.output = "completed", appendMessageItem(nil, r.msgID, "completed", content)
+	s.event("response.completed", func(b []byte) []byte { return r.appendJSON(append(b, `,"response":`...)) })
+	return s.b
+}
+
+// message appends the events of a whole assistant message item at output
+// index: output_item.added, content_part.added, one output_text.delta with
+// text, and the done events.
+func (s *sseEvents) message(index int, id, text string) {
 	s.event("response.output_item.added", func(b []byte) []byte {
-		b = append(b, `,"output_index":0,"item":`...)
-		return appendMessageItem(b, r.msgID, "in_progress", "")
+		b = append(b, `,"output_index":`...)
+		b = strconv.AppendInt(b, int64(index), 10)
+		b = append(b, `,"item":`...)
+		return appendMessageItem(b, id, "in_progress", "")
 	})
 	head := func(b []byte) []byte {
 		b = append(b, `,"item_id":`...)
-		b = rawjson.AppendQuote(b, r.msgID)
-		return append(b, `,"output_index":0,"content_index":0`...)
+		b = rawjson.AppendQuote(b, id)
+		b = append(b, `,"output_index":`...)
+		b = strconv.AppendInt(b, int64(index), 10)
+		return append(b, `,"content_index":0`...)
 	}
 	s.event("response.content_part.added", func(b []byte) []byte {
 		return append(head(b), `,"part":{"type":"output_text","text":"","annotations":[]}`...)
 	})
 	s.event("response.output_text.delta", func(b []byte) []byte {
 		b = append(head(b), `,"delta":`...)
-		b = rawjson.AppendQuote(b, content)
+		b = rawjson.AppendQuote(b, text)
 		return append(b, `,"logprobs":[]`...)
 	})
-	s.closeMessage(0, r.msgID, "completed", content)
-	r.status, r.output = "completed", appendMessageItem(nil, r.msgID, "completed", content)
-	s.event("response.completed", func(b []byte) []byte { return r.appendJSON(append(b, `,"response":`...)) })
-	return s.b
+	s.closeMessage(index, id, "completed", text)
 }
 
 // ResponsesCut is what the tail of a cut Responses stream needs to know
@@ -400,6 +448,9 @@ type ResponsesCut struct {
 	Sequence int
 	// Open is the message item still streaming (OpenMessage()), nil if none.
 	Open *OpenMessage
+	// Answer is a message item loopguard adds whole after the output so far
+	// (the LOOP_DETECTED answer in place of a held tool call), nil if none.
+	Answer *OpenMessage
 	// Output is the response's output array so far (AppendOutput), the open
 	// message included; nil means [].
 	Output []byte
@@ -414,7 +465,8 @@ type ResponsesCut struct {
 	Incomplete bool
 }
 
-// OpenMessage is a message item whose text was streaming when the cut came.
+// OpenMessage is a message item whose text was streaming when the cut came,
+// or one loopguard adds (ResponsesCut.Answer).
 type OpenMessage struct {
 	Index int    // output_index
 	ID    string // item id
@@ -423,7 +475,8 @@ type OpenMessage struct {
 
 // AppendResponsesCut appends the events that end a cut Responses stream
 // well-formed: a comment ": loopguard cut category=...", the done events of
-// the open message item (its status "incomplete"), and response.completed
+// the open message item (its status "incomplete"), the answer item if any,
+// and response.completed
 // (or response.incomplete) carrying the output so far. The proxy then
 // closes the upstream connection.
 func AppendResponsesCut(dst []byte, c ResponsesCut) []byte {
@@ -437,6 +490,13 @@ func AppendResponsesCut(dst []byte, c ResponsesCut) []byte {
 	r := responseObject{id: c.ID, model: c.Model, created: c.CreatedAt, status: "completed", usage: c.Usage}
 	if len(c.Output) >= 2 {
 		r.output = c.Output[1 : len(c.Output)-1]
+	}
+	if a := c.Answer; a != nil {
+		s.message(a.Index, a.ID, a.Text)
+		if len(r.output) > 0 {
+			r.output = append(r.output[:len(r.output):len(r.output)], ',')
+		}
+		r.output = appendMessageItem(r.output, a.ID, "completed", a.Text)
 	}
 	typ := "response.completed"
 	if c.Incomplete {

@@ -182,44 +182,64 @@ func upstreamUntil(t *testing.T, file, marker string, n int, add func([]byte) er
 }
 
 func TestResponsesCutOpenAIGo(t *testing.T) {
-	for _, incomplete := range []bool{false, true} {
-		var acc sse.ResponsesAccumulator
-		stream := upstreamUntil(t, "../sse/testdata/responses/reasoning-text-two-calls.sse", "output_text.delta", 2,
-			func(d []byte) error { return acc.Add(d, nil) })
-		c := ResponsesCut{Category: "token_degeneration", ID: acc.ID(), Model: acc.Model(), CreatedAt: acc.CreatedAt(),
-			Sequence: acc.Sequence(), Output: acc.AppendOutput(nil), Incomplete: incomplete}
-		if idx, id, text, ok := acc.OpenMessage(); ok {
-			c.Open = &OpenMessage{Index: idx, ID: string(id), Text: string(text)}
-		}
-		stream = AppendResponsesCut(stream, c)
-		if !bytes.Contains(stream, []byte("\n: loopguard cut category=token_degeneration\n\n")) {
-			t.Errorf("no cut comment in %s", stream)
-		}
-		srv, _ := serve(t, func([]byte) Response {
-			return Response{Status: 200, Header: []Header{{"Content-Type", contentSSE}}, Body: stream}
-		})
-		client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("test"))
-		s := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: "gpt-5"})
-		var last responses.ResponseStreamEventUnion
-		seq := int64(-1)
-		for s.Next() {
-			last = s.Current()
-			if last.SequenceNumber != seq+1 {
-				t.Errorf("sequence_number %d after %d", last.SequenceNumber, seq)
+	tests := []struct {
+		name       string
+		marker     string // the stream is forwarded up to the n-th event named so
+		n          int
+		incomplete bool
+		answer     string // ResponsesCut.Answer's text, "" for none
+		wantText   string // the final response's output text
+		wantItems  int
+	}{
+		// Cut inside the message: it is closed "incomplete".
+		{"open message", "output_text.delta", 2, false, "", `Reading "a.go" and `, 2},
+		{"open message incomplete", "output_text.delta", 2, true, "", `Reading "a.go" and `, 2},
+		// The first call held back and replaced by loopguard's answer.
+		{"answer for a held call", "output_item.done", 2, false, "LOOP_DETECTED: stop", "Reading \"a.go\" and b.go\néLOOP_DETECTED: stop", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var acc sse.ResponsesAccumulator
+			stream := upstreamUntil(t, "../sse/testdata/responses/reasoning-text-two-calls.sse", tt.marker, tt.n,
+				func(d []byte) error { return acc.Add(d, nil) })
+			c := ResponsesCut{Category: "token_degeneration", ID: acc.ID(), Model: acc.Model(), CreatedAt: acc.CreatedAt(),
+				Sequence: acc.Sequence(), Output: acc.AppendOutput(nil), Incomplete: tt.incomplete}
+			if idx, id, text, ok := acc.OpenMessage(); ok {
+				c.Open = &OpenMessage{Index: idx, ID: string(id), Text: string(text)}
 			}
-			seq = last.SequenceNumber
-		}
-		if err := s.Err(); err != nil {
-			t.Fatal(err)
-		}
-		wantType, wantStatus := "response.completed", responses.ResponseStatusCompleted
-		if incomplete {
-			wantType, wantStatus = "response.incomplete", responses.ResponseStatusIncomplete
-		}
-		if last.Type != wantType || last.Response.Status != wantStatus || last.Response.ID != "resp_lg03" ||
-			last.Response.OutputText() != `Reading "a.go" and ` || len(last.Response.Output) != 2 {
-			t.Errorf("last event %s = %s", last.Type, last.Response.RawJSON())
-		}
+			if tt.answer != "" {
+				c.Answer = &OpenMessage{Index: acc.NextOutputIndex(), ID: "msg_lg", Text: tt.answer}
+			}
+			stream = AppendResponsesCut(stream, c)
+			if !bytes.Contains(stream, []byte("\n: loopguard cut category=token_degeneration\n\n")) {
+				t.Errorf("no cut comment in %s", stream)
+			}
+			srv, _ := serve(t, func([]byte) Response {
+				return Response{Status: 200, Header: []Header{{"Content-Type", contentSSE}}, Body: stream}
+			})
+			client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("test"))
+			s := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{Model: "gpt-5"})
+			var last responses.ResponseStreamEventUnion
+			seq := int64(-1)
+			for s.Next() {
+				last = s.Current()
+				if last.SequenceNumber != seq+1 {
+					t.Errorf("sequence_number %d after %d", last.SequenceNumber, seq)
+				}
+				seq = last.SequenceNumber
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			wantType, wantStatus := "response.completed", responses.ResponseStatusCompleted
+			if tt.incomplete {
+				wantType, wantStatus = "response.incomplete", responses.ResponseStatusIncomplete
+			}
+			if last.Type != wantType || last.Response.Status != wantStatus || last.Response.ID != "resp_lg03" ||
+				last.Response.OutputText() != tt.wantText || len(last.Response.Output) != tt.wantItems {
+				t.Errorf("last event %s = %s", last.Type, last.Response.RawJSON())
+			}
+		})
 	}
 }
 

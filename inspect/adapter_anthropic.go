@@ -12,17 +12,18 @@ import "fmt"
 // loopguard's own notices) are not a new human message; a user message
 // without tool results is judged as chat's user messages are.
 func (p *parser) anthropic(root string) error {
-	msgs, model := historyAndModel(root, "messages")
+	msgs, model := p.history(root, "messages")
 	if rawKind(msgs) != '[' {
 		return fmt.Errorf("%w: no messages array", ErrMalformed)
 	}
+	at, idx, _ := p.resume(msgs)
 	p.t.Model = p.rawStr(model)
-	idx := 0
 	var err error
-	eachElement(msgs, func(m string) bool {
+	elementsFrom(msgs, at, func(m string) bool {
 		if err = p.anthropicMessage(idx, m); err != nil {
 			return false
 		}
+		p.note(m)
 		idx++
 		return true
 	})

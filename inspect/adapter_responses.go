@@ -59,7 +59,7 @@ func parseAPI(api API, body []byte, meta []string) (*Trajectory, error) {
 	if !ok {
 		return parse(body, meta)
 	}
-	return parseBody(body, meta, walk)
+	return parseBody(body, meta, walk, nil)
 }
 
 // DetectAPI tells which API a request is in: by its path when the path
@@ -134,11 +134,13 @@ func detectShape(body []byte) API {
 // conversation) shows only its new items: the steps before live on the
 // server.
 func (p *parser) responses(root string) error {
-	input, model := historyAndModel(root, "input")
-	p.t.Model = p.rawStr(model)
+	input, model := p.history(root, "input")
 	switch rawKind(input) {
 	case '"':
 		// One user message: a new task, nothing to judge yet.
+		p.sess = nil // nothing to resume from next time
+		p.ar = newArena(len(model) + 1024)
+		p.t.Model = p.rawStr(model)
 		p.t.Messages = 1
 		return nil
 	case '[':
@@ -147,14 +149,17 @@ func (p *parser) responses(root string) error {
 	default:
 		return fmt.Errorf("%w: input is neither a string nor an array", ErrMalformed)
 	}
+	at, base, _ := p.resume(input)
+	p.t.Model = p.rawStr(model)
 	items := make([]string, 0, 64)
-	eachElement(input, func(it string) bool {
+	elementsFrom(input, at, func(it string) bool {
 		items = append(items, it)
+		p.note(it)
 		return true
 	})
-	p.t.Messages = len(items)
-	open := false // the last step is still taking assistant-side items
-	for i, it := range items {
+	p.t.Messages = base + len(items)
+	for j, it := range items {
+		i := base + j
 		if rawKind(it) != '{' {
 			return fmt.Errorf("%w: input item %d is not an object", ErrMalformed, i)
 		}
@@ -167,7 +172,7 @@ func (p *parser) responses(root string) error {
 		case "message":
 			role := p.peek(f.role)
 			if role != "assistant" {
-				open = false
+				p.open = false
 				if role == "user" {
 					p.user(i, f.content)
 				} else {
@@ -175,7 +180,7 @@ func (p *parser) responses(root string) error {
 				}
 				continue
 			}
-			st := p.openStep(i, &open, false)
+			st := p.openStep(i, false)
 			txt := p.text(f.content)
 			if st.Text == "" {
 				st.Text = txt
@@ -183,15 +188,15 @@ func (p *parser) responses(root string) error {
 				st.Text = p.join(st.Text, txt)
 			}
 		case "reasoning":
-			st := p.openStep(i, &open, false)
+			st := p.openStep(i, false)
 			// Only the summary is readable; encrypted_content is opaque.
 			if r := p.reasoningSummary(f.summary); r != "" {
 				st.Reasoning = r
 			}
 		case "function_call", "custom_tool_call", "local_shell_call":
-			st := p.openStep(i, &open, true)
+			st := p.openStep(i, true)
 			if st.Calls == nil {
-				st.Calls = p.newCalls(countCalls(items[i:]))[:0]
+				st.Calls = p.newCalls(countCalls(items[j:]))[:0]
 			}
 			// Within the carved capacity append does not allocate; a turn
 			// that interleaves more calls than counted grows as usual.
@@ -216,7 +221,7 @@ func (p *parser) responses(root string) error {
 				p.setArgs(c, f.action)
 			}
 		case "function_call_output", "custom_tool_call_output", "local_shell_call_output":
-			open = false
+			p.open = false
 			p.lastAssistant = false
 			id := f.callID
 			if id == "" {
@@ -231,7 +236,7 @@ func (p *parser) responses(root string) error {
 		default:
 			// item_reference and server-side tool calls (web_search_call,
 			// file_search_call, ...) are not the agent's steps.
-			open = false
+			p.open = false
 			p.lastAssistant = false
 		}
 	}
@@ -281,14 +286,14 @@ func responseFields(it string) responseItem {
 // Within one response the output runs reasoning, message, calls; so a
 // message or reasoning item after text or calls starts the next turn, while
 // a call (call is true) always joins the open step.
-func (p *parser) openStep(i int, open *bool, call bool) *Step {
-	if *open {
+func (p *parser) openStep(i int, call bool) *Step {
+	if p.open {
 		st := &p.t.Steps[len(p.t.Steps)-1]
 		if call || (st.Text == "" && len(st.Calls) == 0) {
 			return st
 		}
 	}
-	*open = true
+	p.open = true
 	p.lastAssistant = true
 	p.t.Steps = append(p.t.Steps, Step{Message: i})
 	return &p.t.Steps[len(p.t.Steps)-1]

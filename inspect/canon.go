@@ -45,25 +45,39 @@ func hashString(s string) uint64 { return uint64(newFNV().str(s)) }
 // Trajectory costs a handful of allocations instead of one per string.
 // Bytes already handed out are never written again; a full chunk is left
 // alone (strings still point into it) and a new one started.
-type arena struct{ buf []byte }
+type arena struct {
+	buf []byte
+	// held is the capacity of every chunk started, what the strings handed
+	// out may keep alive (a SessionCache's memory accounting).
+	held int
+	// chunk is the least size of a new chunk; 0 means arenaChunk.
+	chunk int
+}
 
 func newArena(size int) *arena {
 	if size < 4096 {
 		size = 4096
 	}
-	return &arena{buf: make([]byte, 0, size)}
+	return &arena{buf: make([]byte, 0, size), held: size}
 }
+
+// arenaChunk is the size of the chunks an arena grows by.
+const arenaChunk = 64 << 10
 
 // reserve makes room for n more bytes without moving what was handed out.
 func (a *arena) reserve(n int) {
 	if cap(a.buf)-len(a.buf) >= n {
 		return
 	}
-	size := 64 << 10
+	size := a.chunk
+	if size == 0 {
+		size = arenaChunk
+	}
 	if n > size {
 		size = n
 	}
 	a.buf = make([]byte, 0, size)
+	a.held += size
 }
 
 // mark returns the current end, to be passed to since after appending.

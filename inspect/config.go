@@ -56,6 +56,10 @@ type Config struct {
 	Models map[string]Override `toml:"models"`
 
 	Stream StreamConfig `toml:"stream"`
+
+	// SessionCacheMB is the memory budget, in MiB, of the per-session cache
+	// of parsed histories (see SessionCache); 0 turns it off (default 256).
+	SessionCacheMB int `toml:"session_cache_mb"`
 }
 
 // DefaultWeight is the weight of a category missing from Config.Weights.
@@ -110,6 +114,11 @@ type StreamConfig struct {
 	// Window bounds the bytes of recent text kept per stream, rounded up to
 	// a power of two (default 4096; at least 2*(MaxPhrase+16)).
 	Window int `toml:"window"`
+	// LooseWindow is how many words in a row must repeat spans of 8 words
+	// already seen twice, with at most 2 new words among them, to cut a loose
+	// cycle: what a repetition penalty leaves of a degenerate answer, the same
+	// hundred words cycling with small variations (default 192, 32..256).
+	LooseWindow int `toml:"loose_window"`
 }
 
 // DefaultConfig returns the thresholds of DESIGN.md section 3.
@@ -119,6 +128,7 @@ func DefaultConfig() Config {
 		Pair:              0.7,
 		Combined:          0.6,
 		Window:            20,
+		SessionCacheMB:    256,
 		RepeatConsecutive: 3,
 		RepeatInWindow:    5,
 		CycleRepeats:      2,
@@ -194,6 +204,7 @@ func (c Config) Validate() error {
 	prob("output_similar_last", c.OutputSimilarLast)
 	prob("output_similar_two", c.OutputSimilar2)
 	pos("summary_count", c.SummaryCount, 2)
+	pos("session_cache_mb", c.SessionCacheMB, 0)
 	for i, p := range c.ErrorPatterns {
 		if _, err := regexp.Compile(p); err != nil {
 			bad(fmt.Sprintf("error_patterns[%d]", i), err.Error())

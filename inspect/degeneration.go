@@ -54,6 +54,7 @@ func DefaultStreamConfig() StreamConfig {
 		WordRun:                12,
 		StructuredRun:          1000,
 		Window:                 4096,
+		LooseWindow:            192,
 	}
 }
 
@@ -78,6 +79,7 @@ func (c StreamConfig) normalized() StreamConfig {
 	c.WordRun = max(pick(c.WordRun, def.WordRun), 2)
 	c.StructuredRun = max(pick(c.StructuredRun, def.StructuredRun), 2)
 	c.Window = pick(c.Window, def.Window)
+	c.LooseWindow = min(max(pick(c.LooseWindow, def.LooseWindow), 4*looseSpan), looseRing)
 	// The position table stores 16-bit positions, so distances must stay
 	// well below 1<<16.
 	c.MaxPhrase = min(c.MaxPhrase, 1<<14)
@@ -95,9 +97,11 @@ func (c StreamConfig) normalized() StreamConfig {
 // Degeneration watches one stream of generated text (a choice's content or
 // its reasoning, each with its own instance) for degenerate repetition: a
 // phrase of MinPhrase..MaxPhrase bytes repeated back to back, lines of the
-// same shape (differing only in numbers), and character or word runs.
+// same shape (differing only in numbers), character or word runs, and loose
+// cycles: the same spans of words coming back with small variations and
+// nothing new said (see loose.go).
 //
-// Memory is fixed at creation (about Window + 4 KiB); Write does not allocate.
+// Memory is fixed at creation (about Window + 13 KiB); Write does not allocate.
 // A Degeneration is not safe for concurrent use. Reset makes it reusable for
 // another stream, e.g. from a sync.Pool.
 type Degeneration struct {
@@ -125,8 +129,11 @@ type Degeneration struct {
 	json       int8  // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
 	lastStruct int64 // end position of the last byte in structured text
 
+	loose looseCycles
+
 	fired     bool
 	shape     bool // fired on folded digits, not identical copies
+	cycle     bool // fired on a loose cycle
 	offset    int64
 	count     int
 	threshold int
@@ -154,6 +161,7 @@ func NewDegeneration(cfg StreamConfig) *Degeneration {
 	for range degK {
 		d.baseK *= degHashBase
 	}
+	d.loose.init(cfg.LooseWindow)
 	d.Reset()
 	return d
 }
@@ -166,7 +174,8 @@ func (d *Degeneration) Reset() {
 	d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
 	d.lead, d.indent, d.lineStruct, d.ticks, d.tickChar = true, 0, false, 0, 0
 	d.fence, d.json, d.lastStruct = false, 0, 0
-	d.fired, d.shape, d.offset, d.count, d.threshold, d.elemLen = false, false, 0, 0, 0, 0
+	d.fired, d.shape, d.cycle, d.offset, d.count, d.threshold, d.elemLen = false, false, false, 0, 0, 0, 0
+	d.loose.reset()
 }
 
 // Write feeds the next text delta. It reports true once the stream is
@@ -216,6 +225,16 @@ func (d *Degeneration) step(c byte) bool {
 		} else {
 			d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
 		}
+	}
+	// While a period is locked the text repeats exactly and the phrase rules,
+	// with their structure-aware thresholds and exact offsets, judge it; the
+	// loose rule covers what they cannot lock onto, in prose only: code,
+	// tables, lists and JSON that repeat with variations are what healthy
+	// answers are made of (wait and flag, never a cut).
+	if !d.loose.extend(c) && d.loose.endWord(c, pos) && !fire && d.period == 0 &&
+		d.lastStruct <= d.loose.windowStart(pos) {
+		d.fireLoose()
+		return true
 	}
 	if end < degK {
 		return false
@@ -363,12 +382,17 @@ func (d *Degeneration) fire(run int64, count, threshold int, shape bool) {
 	start = d.align(start, p)
 	d.offset, d.count, d.threshold, d.shape = start, max(count, int((run+p)/p)), threshold, shape
 	// The last whole copy that starts in phase with start is in the ring.
-	s := start + ((d.pos-p-start)/p)*p
-	unit := min(int(p), degElemMax)
 	reps := 1
 	if int(p) < degShortElem {
 		reps = min(ceilDiv(degShortElem, int(p)), d.count)
 	}
+	d.setElem(start+((d.pos-p-start)/p)*p, p, reps)
+}
+
+// setElem copies reps copies of the unit of p bytes at offset s of the ring
+// into the evidence, shortened to degElemMax bytes.
+func (d *Degeneration) setElem(s, p int64, reps int) {
+	unit := min(int(p), degElemMax)
 	n := 0
 	for r := 0; r < reps && n < degElemMax; r++ {
 		for i := 0; i < unit && n < degElemMax; i++ {
@@ -384,6 +408,18 @@ func (d *Degeneration) fire(run int64, count, threshold int, shape bool) {
 	if int(p) > degElemMax {
 		d.elemLen = -n // shortened: Detection appends an ellipsis
 	}
+}
+
+// fireLoose records a loose cycle: the offset is the start of the window of
+// words that proved it (the cycle began at least two periods earlier), the
+// evidence the span of words that came back Count times.
+func (d *Degeneration) fireLoose() {
+	d.cycle = true
+	d.offset = d.loose.windowStart(d.pos)
+	d.count, d.threshold = d.loose.count, looseMinPrior+1
+	// The span ends before the byte that completed its last word.
+	s := max(d.loose.spanStart(d.pos), d.pos-int64(len(d.buf)))
+	d.setElem(s, d.pos-1-s, 1)
 }
 
 // align picks which rotation of the unit the offset and the evidence start
@@ -447,8 +483,11 @@ func (d *Degeneration) Detection() Detection {
 		elem += "…"
 	}
 	score := scoreExact
-	if d.shape {
+	switch {
+	case d.shape:
 		score = scoreShape
+	case d.cycle:
+		score = scoreLoose
 	}
 	return Detection{
 		Category: TokenDegeneration,

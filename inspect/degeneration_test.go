@@ -294,6 +294,10 @@ func TestStreamConfigNormalized(t *testing.T) {
 			func() StreamConfig { c := DefaultStreamConfig(); c.MaxPhrase, c.Window = 1000, 2048; return c }()},
 		{"min phrase not above max", StreamConfig{MinPhrase: 300, MaxPhrase: 50},
 			func() StreamConfig { c := DefaultStreamConfig(); c.MinPhrase, c.MaxPhrase = 50, 50; return c }()},
+		{"loose window within 32..256 words", StreamConfig{LooseWindow: 5000},
+			func() StreamConfig { c := DefaultStreamConfig(); c.LooseWindow = looseRing; return c }()},
+		{"loose window at least 32 words", StreamConfig{LooseWindow: 3},
+			func() StreamConfig { c := DefaultStreamConfig(); c.LooseWindow = 4 * looseSpan; return c }()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,7 +321,10 @@ func TestDegenerationConfigRespected(t *testing.T) {
 		{"default repeats 10: 9 copies", StreamConfig{}, 9, false},
 		{"default repeats 10: 11 copies", StreamConfig{}, 11, true},
 		{"repeats 4: 5 copies", StreamConfig{Repeats: 4}, 5, true},
-		{"max phrase below unit", StreamConfig{MaxPhrase: 30}, 40, false},
+		// 25 copies are 176 words, fewer than the loose rule's window.
+		{"max phrase below unit", StreamConfig{MaxPhrase: 30}, 25, false},
+		{"max phrase below unit: the loose rule still cuts", StreamConfig{MaxPhrase: 30}, 40, true},
+		{"loose window 256: 36 copies are too few", StreamConfig{MaxPhrase: 30, LooseWindow: 256}, 36, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

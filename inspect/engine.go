@@ -178,16 +178,34 @@ func (in *inspection) collect() {
 	evs := w.evs[:0]
 	start := max(0, min(t.Start, len(t.Steps)))
 	winStart := max(start, len(t.Steps)-in.lim.Window)
+	// Only the latest maxEvents calls count: find the step they begin at,
+	// walking back, so that a long history costs no more than a short one.
+	from, skip := start, 0
+	for s, n := len(t.Steps)-1, 0; s >= start; s-- {
+		for k := range t.Steps[s].Calls {
+			if !in.e.cfg.ignored(t.Steps[s].Calls[k].Name) {
+				n++
+			}
+		}
+		if n >= maxEvents {
+			from, skip = s, n-maxEvents
+			break
+		}
+	}
 	in.win = -1
 	recanon := !slices.Equal(t.meta, in.metadata())
-	for s := start; s < len(t.Steps); s++ {
-		if s == winStart {
+	for s := from; s < len(t.Steps); s++ {
+		if s >= winStart && in.win < 0 {
 			in.win = len(evs)
 		}
 		st := &t.Steps[s]
 		for k := range st.Calls {
 			c := &st.Calls[k]
 			if in.e.cfg.ignored(c.Name) {
+				continue
+			}
+			if skip > 0 {
+				skip--
 				continue
 			}
 			x := ev{step: s, call: k, c: c, fp: c.Fingerprint}
@@ -219,11 +237,6 @@ func (in *inspection) collect() {
 	}
 	if in.win < 0 {
 		in.win = len(evs)
-	}
-	if len(evs) > maxEvents {
-		drop := len(evs) - maxEvents
-		evs = evs[drop:]
-		in.win = max(0, in.win-drop)
 	}
 	w.evs = evs
 	in.evs = evs

@@ -51,12 +51,17 @@ type parser struct {
 	// lastAssistant is true while the previous non-system message was an
 	// assistant turn: a user message right after it may be tool output.
 	lastAssistant bool
+	// open is true while the last step still takes assistant-side items
+	// (Responses).
+	open bool
 	// src is the whole body, for the offsets of Trajectory.Layout.
 	src string
+	// sess is the session cache's part in this parse, nil when uncached.
+	sess *sessionParse
 }
 
 func parse(body []byte, meta []string) (*Trajectory, error) {
-	return parseBody(body, meta, (*parser).chat)
+	return parseBody(body, meta, (*parser).chat, nil)
 }
 
 // parseBody is the frame every wire format is parsed in: validation, the
@@ -68,14 +73,23 @@ func parse(body []byte, meta []string) (*Trajectory, error) {
 // root is the caller's body, read in place: walk must keep nothing that
 // views it. rawStr, text and setArgs copy what they keep into the arena;
 // peek and textView are for looks that end before parseBody returns.
-func parseBody(body []byte, meta []string, walk func(p *parser, root string) error) (t *Trajectory, err error) {
+//
+// sp, when not nil, lets walk resume from a session's cached state
+// (parser.resume, which then sizes the arena) and records this parse's.
+func parseBody(body []byte, meta []string, walk func(p *parser, root string) error, sp *sessionParse) (t *Trajectory, err error) {
 	defer func() {
 		// Parse must never take the proxy down: a bug here fails open.
 		if r := recover(); r != nil {
 			t, err = nil, fmt.Errorf("%w: internal error: %v", ErrMalformed, r)
 		}
 	}()
-	if !rawjson.Valid(body) {
+	valid := false
+	if sp != nil && sp.prev != nil {
+		valid = sp.validSkipping(body)
+	} else {
+		valid = rawjson.Valid(body)
+	}
+	if !valid {
 		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformed)
 	}
 	s := scratchPool.Get().(*scratch)
@@ -87,7 +101,12 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	// Only the strings the trajectory keeps are copied (or unescaped) into
 	// the arena: not the body, then its strings again. It is sized for the
 	// usual case, tool results making up most of the body.
-	p := &parser{scratch: s, ar: newArena(len(body) + 1024), meta: meta, t: &Trajectory{}}
+	p := &parser{scratch: s, meta: meta, t: &Trajectory{}, sess: sp}
+	if sp == nil {
+		p.ar = newArena(len(body) + 1024)
+	} else {
+		p.ar = &arena{} // sized by resume
+	}
 	src := rawjson.View(body)
 	i := rawjson.SkipSpace(src, 0)
 	if i >= len(src) || src[i] != '{' {
@@ -98,6 +117,9 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	p.t.Steps = make([]Step, 0, 16)
 	if err := walk(p, src[i:]); err != nil {
 		return nil, err
+	}
+	if p.sess != nil {
+		p.sess.finish(p)
 	}
 	return p.t, nil
 }
@@ -120,19 +142,18 @@ func historyAndModel(root, key string) (history, model string) {
 
 // chat walks a chat-completions body: {"model", "messages": [...]}.
 func (p *parser) chat(root string) (err error) {
-	msgs, model := historyAndModel(root, "messages")
+	msgs, model := p.history(root, "messages")
 	if msgs == "" {
 		return fmt.Errorf("%w: no messages", ErrMalformed)
 	}
 	if rawKind(msgs) != '[' {
 		return fmt.Errorf("%w: messages is not an array", ErrMalformed)
 	}
+	at, idx, last := p.resume(msgs)
 	p.t.Model = p.rawStr(model)
-	idx := 0
-	last := [2]int{}
 	// Messages are walked member by member in one pass (membersAt), not
 	// bounded first and walked again: tool results make them large.
-	for i := rawjson.SkipSpace(msgs, 1); i < len(msgs) && msgs[i] != ']'; i = rawjson.SkipSpace(msgs, i) {
+	for i := at; i < len(msgs) && msgs[i] != ']'; i = rawjson.SkipSpace(msgs, i) {
 		if msgs[i] == ',' {
 			i++
 			continue
@@ -141,6 +162,7 @@ func (p *parser) chat(root string) (err error) {
 		if i, err = p.message(idx, msgs, i); err != nil {
 			return err
 		}
+		p.note(msgs[start:i])
 		last = [2]int{start, i}
 		idx++
 	}
@@ -480,7 +502,7 @@ func (p *parser) toolResult(i int, id, fnName, content string) {
 
 func (p *parser) findCall(rawID, fnName string) *Call {
 	steps := p.t.Steps
-	lo := max(0, len(steps)-64) // results follow their calls closely
+	lo := max(0, len(steps)-lookBack) // results follow their calls closely
 	if rawKind(rawID) == '"' {
 		id := p.peek(rawID)
 		for s := len(steps) - 1; s >= lo; s-- {

@@ -21,6 +21,19 @@ func eachMember(obj string, fn func(key, val string) bool) {
 // stopped early). A walker of an array of large objects learns each
 // element's end this way instead of scanning every element twice.
 func membersAt(s string, i int, fn func(key, val string) bool) int {
+	return membersWith(s, i, func(key string, at int) int {
+		ve := rawjson.ValueEnd(s, at)
+		if !fn(key, s[at:ve]) {
+			return len(s)
+		}
+		return ve
+	})
+}
+
+// membersWith walks the object starting at s[i] (a '{') as membersAt does,
+// but leaves each value to member: it gets the raw key and the value's
+// index, and returns the index just past the value (len(s) to stop).
+func membersWith(s string, i int, member func(key string, at int) int) int {
 	i++
 	for {
 		i = rawjson.SkipSpace(s, i)
@@ -40,12 +53,7 @@ func membersAt(s string, i int, fn func(key, val string) bool) int {
 		if i < len(s) && s[i] == ':' {
 			i++
 		}
-		i = rawjson.SkipSpace(s, i)
-		ve := rawjson.ValueEnd(s, i)
-		if !fn(key, s[i:ve]) {
-			return len(s)
-		}
-		i = ve
+		i = member(key, rawjson.SkipSpace(s, i))
 	}
 }
 
@@ -55,7 +63,12 @@ func eachElement(arr string, fn func(val string) bool) {
 	if i >= len(arr) || arr[i] != '[' {
 		return
 	}
-	i++
+	elementsFrom(arr, i+1, fn)
+}
+
+// elementsFrom is eachElement from arr[i] on, a position between elements
+// of the array arr.
+func elementsFrom(arr string, i int, fn func(val string) bool) {
 	for {
 		i = rawjson.SkipSpace(arr, i)
 		if i >= len(arr) || arr[i] == ']' {

@@ -281,7 +281,7 @@ func (a *Admin) session(w http.ResponseWriter, r *http.Request, rest string) {
 		sum, tl, ok := a.rec.Session(key)
 		d := sessionDetail{Session: sum, Timeline: tl}
 		if a.opts.States != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), a.opts.Timeout)
+			ctx, cancel := a.callCtx(r)
 			st, err := a.opts.States.Load(ctx, key)
 			cancel()
 			switch {
@@ -307,13 +307,13 @@ func (a *Admin) session(w http.ResponseWriter, r *http.Request, rest string) {
 		if !a.method(w, r, http.MethodPost) || !a.control(w) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), a.opts.Timeout)
+		ctx, cancel := a.callCtx(r)
 		defer cancel()
 		if err := a.opts.Control.ResetSession(ctx, key); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "the session store could not be updated", "store_error")
 			return
 		}
-		a.rec.admin(key, "reset", "", false, a.now())
+		a.rec.admin(key, noteReset, "", a.now())
 		writeJSON(w, http.StatusOK, map[string]any{"session": key, "reset": true})
 	case "mode":
 		if !a.method(w, r, http.MethodPost) || !a.control(w) {
@@ -334,7 +334,7 @@ func (a *Admin) session(w http.ResponseWriter, r *http.Request, rest string) {
 				return
 			}
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), a.opts.Timeout)
+		ctx, cancel := a.callCtx(r)
 		defer cancel()
 		if err := a.opts.Control.SetMode(ctx, key, m); err != nil {
 			writeError(w, http.StatusServiceUnavailable, "the session store could not be updated", "store_error")
@@ -344,11 +344,21 @@ func (a *Admin) session(w http.ResponseWriter, r *http.Request, rest string) {
 		if m == "" {
 			note = "mode override cleared"
 		}
-		a.rec.admin(key, note, m, true, a.now())
+		a.rec.admin(key, note, m, a.now())
 		writeJSON(w, http.StatusOK, map[string]any{"session": key, "mode": m})
 	default:
 		writeError(w, http.StatusNotFound, "no such admin endpoint", "not_found")
 	}
+}
+
+// callCtx bounds a store call made for r by the admin timeout. It keeps
+// r's values but not its cancellation: under fasthttp's adaptor r's context
+// is the server's RequestCtx, whose Done reads a field that Shutdown writes
+// without synchronisation (fasthttp v1.74), from the goroutine that
+// context.WithTimeout starts to watch a foreign parent. That cancellation
+// only ever says the server is shutting down, which the timeout bounds.
+func (a *Admin) callCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), a.opts.Timeout)
 }
 
 func (a *Admin) control(w http.ResponseWriter) bool {

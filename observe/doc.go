@@ -9,6 +9,13 @@
 // Everything on that path is bounded and allocation-free once a session is
 // known, so observing costs well under a microsecond per request.
 //
+// Files: metrics.go and labels.go (Prometheus), observer.go (the entry
+// points the proxy calls), recorder.go (the LRU of sessions and their
+// timelines), stats.go (per-minute counts), recovery.go (did the loop come
+// back after an intervention), query.go (what the admin API reads),
+// cluster.go (one view over several replicas), admin.go and static/ (the
+// admin API and dashboard), redact.go.
+//
 // observe never logs prompts, tool arguments or results unless
 // Options.LogContent is set; the timeline keeps tool names and call
 // fingerprints, not arguments. It imports policy and inspect for their value

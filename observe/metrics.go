@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -30,6 +31,13 @@ type Metrics struct {
 	storeLatency   *prometheus.HistogramVec
 	detectDuration prometheus.Histogram
 	recoveries     *prometheus.CounterVec
+	// inspectCache reads the inspect session cache's counters at scrape
+	// time (see Observer.WatchSessionCache); its collectors report 0 until
+	// one is set.
+	inspectCache atomic.Pointer[func() inspect.CacheStats]
+	cacheHits    prometheus.CounterFunc
+	cacheMisses  prometheus.CounterFunc
+	cacheBytes   prometheus.GaugeFunc
 
 	// Cached children. status is 0..599; anything else shares slot 0.
 	byStatus       [len(pathLabels)][600]atomic.Pointer[statusChildren]
@@ -147,6 +155,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "What sessions did after an intervention: recovered (the pattern stopped and a new step came) or looped_again, by category and level.",
 		}, []string{"category", "level", "outcome"}),
 	}
+	m.cacheHits = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "loopguard_inspect_cache_hits_total",
+		Help: "Requests whose history extended their session's cached one: only the new messages were parsed.",
+	}, func() float64 { return float64(m.sessionCache().Hits) })
+	m.cacheMisses = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "loopguard_inspect_cache_misses_total",
+		Help: "Requests of a session parsed in full: no cached history, or one the request does not extend (edited, compacted, another replica's).",
+	}, func() float64 { return float64(m.sessionCache().Misses) })
+	m.cacheBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "loopguard_inspect_cache_bytes",
+		Help: "Memory the inspect session cache holds (estimated), within detect.session_cache_mb.",
+	}, func() float64 { return float64(m.sessionCache().Bytes) })
 	for i := range m.byPath {
 		m.byPath[i] = pathChildren{
 			duration: m.duration.WithLabelValues(pathLabels[i]),
@@ -169,11 +189,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// sessionCache returns the watched session cache's counters, zero when none.
+func (m *Metrics) sessionCache() inspect.CacheStats {
+	if f := m.inspectCache.Load(); f != nil {
+		return (*f)()
+	}
+	return inspect.CacheStats{}
+}
+
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.requests, m.duration, m.upstream, m.ttfb, m.activeStreams, m.events,
 		m.detections, m.interventions, m.cuts, m.cutDelay, m.tokensSaved, m.terminations, m.incidents,
 		m.failOpen, m.storeLatency, m.detectDuration, m.recoveries,
+		m.cacheHits, m.cacheMisses, m.cacheBytes,
 	}
 }
 

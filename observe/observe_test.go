@@ -126,6 +126,7 @@ func TestObserverMetrics(t *testing.T) {
 		responses []ResponseInfo
 		streams   int
 		failOpen  []string
+		cache     inspect.CacheStats
 		want      []sample
 	}{
 		{
@@ -179,6 +180,15 @@ func TestObserverMetrics(t *testing.T) {
 			},
 		},
 		{
+			name:  "session cache",
+			cache: inspect.CacheStats{Hits: 9, Misses: 2, Bytes: 4096, Sessions: 2},
+			want: []sample{
+				{"loopguard_inspect_cache_hits_total", nil, 9},
+				{"loopguard_inspect_cache_misses_total", nil, 2},
+				{"loopguard_inspect_cache_bytes", nil, 4096},
+			},
+		},
+		{
 			name:     "fail open by stage",
 			failOpen: []string{"store", "store", "inject", "something new"},
 			want: []sample{
@@ -191,6 +201,9 @@ func TestObserverMetrics(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o, reg, _, _ := newTestObserver(t, Options{})
+			if tt.cache != (inspect.CacheStats{}) {
+				o.WatchSessionCache(func() inspect.CacheStats { return tt.cache })
+			}
 			for range tt.streams {
 				o.StreamOpened()
 			}

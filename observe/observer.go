@@ -3,6 +3,7 @@ package observe
 import (
 	"time"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -24,6 +25,9 @@ type Options struct {
 	// arguments or text) to log events. Default false: arguments can hold
 	// secrets, so events carry the tool name, count and fingerprints only.
 	LogContent bool
+	// Replica names this replica in the timeline entries it records, so
+	// that a view shared by several (Cluster) tells who saw what.
+	Replica string
 	// Now returns the current time; nil means time.Now. For tests.
 	Now func() time.Time
 }
@@ -66,6 +70,14 @@ func New(reg prometheus.Registerer, log zerolog.Logger, opts Options) (*Observer
 		return nil, err
 	}
 	return &Observer{metrics: m, rec: NewRecorder(opts, m), log: log, logContent: opts.LogContent, now: opts.Now}, nil
+}
+
+// WatchSessionCache makes the inspect cache metrics report stats, read at
+// each scrape (a SessionCache's Stats).
+func (o *Observer) WatchSessionCache(stats func() inspect.CacheStats) {
+	if o != nil {
+		o.metrics.inspectCache.Store(&stats)
+	}
 }
 
 // Recorder returns the session record, for the admin API.
@@ -122,6 +134,17 @@ type ResponseInfo struct {
 	// CutDelay is the time from the arrival of the first degenerate byte
 	// (Cut.Offset) to the cut; zero when unknown.
 	CutDelay time.Duration
+	// Usage is the token usage the upstream reported for the answer; zero
+	// when it reported none.
+	Usage Usage
+}
+
+// Usage is the token usage an upstream reported: prompt_tokens (chat) or
+// input_tokens (Responses, Anthropic), and completion_tokens or
+// output_tokens.
+type Usage struct {
+	Input  int `json:"input"`
+	Output int `json:"output"`
 }
 
 // Request records a chat request after policy's decision: detections,
@@ -167,6 +190,9 @@ func (o *Observer) Response(info ResponseInfo) {
 	m.response(pathIndex(info.Path), info.Status, info.UpstreamLatency, info.TTFB, info.Duration, info.Events)
 	if info.Streamed {
 		m.streamClosed()
+	}
+	if info.Session != "" && info.Usage != (Usage{}) {
+		o.rec.usage(&info)
 	}
 	if info.Cut.Category == "" {
 		return

@@ -2,7 +2,10 @@ package observe
 
 import (
 	"encoding/hex"
+	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,13 +21,6 @@ const (
 	DefaultFeed        = 1024
 	DefaultBuckets     = 60 // one hour of one-minute buckets
 )
-
-// BucketSize is the width of one stats bucket.
-const BucketSize = time.Minute
-
-// maxStatKeys bounds the distinct (model, category) pairs of one bucket:
-// model names come from clients, and beyond this they share "other".
-const maxStatKeys = 256
 
 // maxModelLen bounds a model name kept in memory.
 const maxModelLen = 64
@@ -63,6 +59,21 @@ func (f Fingerprint) MarshalText() ([]byte, error) {
 	return hex.AppendEncode(make([]byte, 0, 16), b[:]), nil
 }
 
+// UnmarshalText implements encoding.TextUnmarshaler, so that clients of the
+// admin API (`loopguard run -proxy`) read timelines back.
+func (f *Fingerprint) UnmarshalText(text []byte) error {
+	if len(text) == 0 {
+		*f = 0
+		return nil
+	}
+	v, err := strconv.ParseUint(string(text), 16, 64)
+	if err != nil {
+		return fmt.Errorf("observe: fingerprint %q: %w", text, err)
+	}
+	*f = Fingerprint(v)
+	return nil
+}
+
 // Entry is one line of a session's timeline. It holds names, counts and
 // fingerprints, never tool arguments or message content; Brief is the
 // pattern as policy names it for people (at most about 80 bytes).
@@ -94,9 +105,21 @@ type Entry struct {
 	TokensSaved int   `json:"tokens_saved,omitempty"`
 	// Outcome is recovered or looped_again (KindRecovery).
 	Outcome string `json:"outcome,omitempty"`
-	// Note says what an operator did (KindAdmin).
-	Note string `json:"note,omitempty"`
+	// Note says what an operator did (KindAdmin): noteReset, or a mode
+	// override set (Mode) or cleared.
+	Note string      `json:"note,omitempty"`
+	Mode policy.Mode `json:"mode,omitempty"`
+	// Replica names the loopguard replica that saw the entry (Options.Replica;
+	// empty for a replica that shares nothing).
+	Replica string `json:"replica,omitempty"`
+
+	// remote marks an entry another replica recorded (Cluster), which this
+	// one must not publish again.
+	remote bool
 }
+
+// noteReset is the Note of an operator's session reset.
+const noteReset = "reset"
 
 // Session states shown by the admin API and the dashboard.
 const (
@@ -122,8 +145,13 @@ type SessionSummary struct {
 	Interventions int `json:"interventions"`
 	Cuts          int `json:"cuts"`
 	TokensSaved   int `json:"tokens_saved,omitempty"`
-	Recovered     int `json:"recovered"`
-	LoopedAgain   int `json:"looped_again"`
+	// Tokens sums the usage the upstream reported for the session's
+	// answers; LoopTokens that of the answers to requests whose history
+	// showed a loop: the turns the loop cost.
+	Tokens      Usage `json:"tokens"`
+	LoopTokens  Usage `json:"loop_tokens"`
+	Recovered   int   `json:"recovered"`
+	LoopedAgain int   `json:"looped_again"`
 	// Category, Brief, Action and Level describe the last detection.
 	Category inspect.Category `json:"category,omitempty"`
 	Brief    string           `json:"brief,omitempty"`
@@ -143,43 +171,16 @@ type pending struct {
 
 type session struct {
 	SessionSummary
-	cats       uint32 // bit i: categories[i] seen
-	pending    map[string]pending
-	ring       []Entry
-	next       int // ring slot of the next entry once the ring is full
+	cats    uint32 // bit i: categories[i] seen
+	looping bool   // the last request's history showed a loop
+	pending map[string]pending
+	ring    []Entry
+	next    int // ring slot of the next entry once the ring is full
+	// newest is the time of the newest entry; another replica's entries
+	// may arrive after newer ones of this replica (Cluster).
+	newest     time.Time
 	prev, newr *session
 }
-
-type statKey struct {
-	model    string
-	category int
-}
-
-// Counts are one stats bucket's counters.
-type Counts struct {
-	Requests      int `json:"requests"`
-	Detections    int `json:"detections"`
-	Interventions int `json:"interventions"`
-	Terminations  int `json:"terminations"`
-	Cuts          int `json:"cuts"`
-	TokensSaved   int `json:"tokens_saved"`
-}
-
-func (c *Counts) add(o Counts) {
-	c.Requests += o.Requests
-	c.Detections += o.Detections
-	c.Interventions += o.Interventions
-	c.Terminations += o.Terminations
-	c.Cuts += o.Cuts
-	c.TokensSaved += o.TokensSaved
-}
-
-type bucket struct {
-	minute int64
-	counts map[statKey]Counts
-}
-
-type recKey struct{ category, level int }
 
 // Recorder keeps a bounded record of recent sessions: the most recently
 // seen MaxSessions sessions, each with a ring of its last Timeline entries,
@@ -198,6 +199,7 @@ type Recorder struct {
 	recovery       map[recKey]*[2]int // [recovered, looped_again]
 	metrics        *Metrics
 	now            func() time.Time
+	replica        string // tags this recorder's own entries
 	// names holds copies of the tool and model names entries keep: they
 	// arrive as substrings of a request, which an entry must not keep
 	// alive, and copying each anew would cost an allocation per request.
@@ -238,6 +240,7 @@ func NewRecorder(opts Options, metrics *Metrics) *Recorder {
 		names:    make(map[string]string),
 		metrics:  metrics,
 		now:      opts.Now,
+		replica:  opts.Replica,
 	}
 	return r
 }
@@ -257,7 +260,13 @@ func (r *Recorder) touch(key string, now time.Time) *session {
 	} else {
 		r.unlink(s)
 	}
-	s.LastSeen = now
+	// Another replica's entries can be older than those seen here.
+	if now.Before(s.FirstSeen) {
+		s.FirstSeen = now
+	}
+	if now.After(s.LastSeen) {
+		s.LastSeen = now
+	}
 	s.prev, s.newr = r.newest, nil
 	if r.newest != nil {
 		r.newest.newr = s
@@ -292,53 +301,42 @@ func (r *Recorder) evict() {
 
 // add appends e to s's timeline and to the feed. r.mu is held.
 func (r *Recorder) add(s *session, e *Entry) {
+	if !e.remote {
+		e.Replica = r.replica
+	}
 	r.seq++
 	e.Seq = r.seq
+	r.feed[e.Seq%uint64(len(r.feed))] = *e
+	if e.remote && len(s.ring) > 0 && e.At.Before(s.newest) {
+		r.insertLate(s, e)
+		return
+	}
+	s.newest = e.At
 	if len(s.ring) < r.timeline {
 		s.ring = append(s.ring, *e)
 	} else {
 		s.ring[s.next] = *e
 		s.next = (s.next + 1) % r.timeline
 	}
-	r.feed[e.Seq%uint64(len(r.feed))] = *e
 }
 
-// count adds c to the stats bucket of now for (model, category). r.mu is held.
-func (r *Recorder) count(now time.Time, model string, cat int, c Counts) {
-	minute := now.Unix() / int64(BucketSize/time.Second)
-	b := &r.buckets[minute%int64(len(r.buckets))]
-	if b.minute != minute || b.counts == nil {
-		if b.counts == nil {
-			b.counts = make(map[statKey]Counts)
-		}
-		clear(b.counts)
-		b.minute = minute
+// insertLate puts e, older than s's newest entry, in its place in s's
+// timeline, dropping the oldest entry when the ring is full. r.mu is held.
+func (r *Recorder) insertLate(s *session, e *Entry) {
+	tl := make([]Entry, 0, len(s.ring)+1)
+	tl = append(append(tl, s.ring[s.next:]...), s.ring[:s.next]...)
+	i := sort.Search(len(tl), func(i int) bool { return tl[i].At.After(e.At) })
+	tl = slices.Insert(tl, i, *e)
+	if len(tl) > r.timeline {
+		tl = tl[1:]
 	}
-	k := statKey{model, cat}
-	old, ok := b.counts[k]
-	if !ok && len(b.counts) >= maxStatKeys {
-		k.model = "other"
-		old = b.counts[k]
-	}
-	old.add(c)
-	b.counts[k] = old
+	s.ring, s.next = tl, 0
 }
 
-func (r *Recorder) recover(cat, level int, recovered bool) {
-	k := recKey{cat, level}
-	c := r.recovery[k]
-	if c == nil {
-		c = new([2]int)
-		r.recovery[k] = c
-	}
-	if recovered {
-		c[0]++
-	} else {
-		c[1]++
-	}
-	if r.metrics != nil {
-		r.metrics.recovery(cat, level, recovered)
-	}
+// latest reports whether e, about to be added to s, is its newest entry,
+// whose state the session shows. This replica's own entries always are.
+func latest(s *session, e *Entry) bool {
+	return !e.remote || !e.At.Before(s.newest)
 }
 
 // request records one chat request and its decision (nil: none was made).
@@ -347,102 +345,61 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	if len(model) > maxModelLen {
 		model = model[:maxModelLen]
 	}
-	var c Counts
-	c.Requests = 1
-	cat := catNone
 	d := info.Decision
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
-	model = r.name(model)
-	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: model, Steps: info.Steps,
+	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: r.name(model), Steps: info.Steps,
 		Tool: r.name(info.Tool), Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
-	s.Requests++
-	if model != "" {
-		s.Model = model
-	}
+	s.looping = d != nil && d.Verdict.Loop
 	if d != nil {
 		r.recoveries(s, d, now)
 		if d.Verdict.Loop {
-			cat = categoryIndex(d.Verdict.Category)
 			e.Category, e.Confidence, e.Brief, e.Pattern = d.Verdict.Category, d.Verdict.Confidence, d.Brief, d.Pattern
 			e.Action, e.Would, e.Level, e.Reapplied = d.Action, d.Would, d.Level, d.Reapplied
-			s.Detections++
-			s.cats |= 1 << cat
-			s.Category, s.Brief, s.Action, s.Level = d.Verdict.Category, d.Brief, d.Would, d.Level
-			c.Detections = 1
 		} else if d.Action != policy.None && d.Action != "" {
 			// A warning about an earlier cut: an intervention without a loop
 			// in the history.
 			e.Action, e.Would, e.Level = d.Action, d.Would, d.Level
 		}
-		if isIntervention(d.Action) {
-			s.Interventions++
-			c.Interventions = 1
-			if d.Action == policy.Terminate {
-				c.Terminations = 1
-			}
-		}
-		s.State = stateAfter(s.State, d)
 	}
+	r.tally(s, &e, d != nil, d != nil && len(d.Recovered) > 0)
 	r.add(s, &e)
-	r.count(now, model, cat, c)
 }
 
-// recoveries settles the outcomes of s's pending interventions that d
-// shows, and makes d's own intervention pending. r.mu is held.
-func (r *Recorder) recoveries(s *session, d *policy.Decision, now time.Time) {
-	for _, k := range d.Recovered {
-		p, ok := s.pending[k]
-		if !ok {
-			continue // an intervention this recorder did not see (restart, eviction, another replica)
+// tally counts request entry e in s's summary and in the stats. decided
+// says a decision was made on the request, recovered that it showed an
+// earlier pattern stopped. r.mu is held.
+func (r *Recorder) tally(s *session, e *Entry, decided, recovered bool) {
+	c := Counts{Requests: 1}
+	cat := catNone
+	s.Requests++
+	if e.Model != "" {
+		s.Model = e.Model
+	}
+	loop := e.Category != ""
+	last := latest(s, e)
+	if loop {
+		cat = categoryIndex(e.Category)
+		s.Detections++
+		s.cats |= 1 << cat
+		if last {
+			s.Category, s.Brief, s.Action, s.Level = e.Category, e.Brief, e.Would, e.Level
 		}
-		delete(s.pending, k)
-		s.Recovered++
-		r.recover(p.category, p.level, true)
-		r.add(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
-			Brief: p.brief, Pattern: k, Level: p.level, Outcome: outcomeRecovered})
+		c.Detections = 1
 	}
-	if !isIntervention(d.Action) || d.Pattern == "" {
-		return
+	if isIntervention(e.Action) {
+		s.Interventions++
+		c.Interventions = 1
+		if e.Action == policy.Terminate {
+			c.Terminations = 1
+		}
 	}
-	lvl := levelIndex(d.Level)
-	if p, ok := s.pending[d.Pattern]; ok && !d.Reapplied {
-		// The pattern went on after the intervention: the ladder moved up.
-		s.LoopedAgain++
-		r.recover(p.category, p.level, false)
-		r.add(s, &Entry{At: now, Session: s.Key, Kind: KindRecovery, Category: categories[p.category],
-			Brief: p.brief, Pattern: d.Pattern, Level: p.level, Outcome: outcomeLoopedAgain})
+	if decided && last {
+		s.State = stateAfter(s.State, e.Action, loop, recovered)
 	}
-	if s.pending == nil {
-		s.pending = make(map[string]pending, 2)
-	}
-	if _, ok := s.pending[d.Pattern]; !ok && len(s.pending) >= policy.MaxPatterns {
-		return
-	}
-	s.pending[d.Pattern] = pending{category: categoryIndex(d.Verdict.Category), level: lvl, brief: d.Brief}
-}
-
-// stateAfter is a session's state after decision d.
-func stateAfter(prev string, d *policy.Decision) string {
-	switch d.Action {
-	case policy.Warn:
-		return StateWarned
-	case policy.Constrain, policy.Reset:
-		return StateConstrained
-	case policy.Terminate:
-		return StateTerminated
-	}
-	switch {
-	case d.Verdict.Loop:
-		return StateLooping
-	case len(d.Recovered) > 0:
-		return StateRecovered
-	case prev == StateLooping || prev == StateCut || prev == "":
-		return StateActive
-	}
-	return prev
+	r.count(e.At, e.Model, cat, c)
 }
 
 // response records the end of a response: a cut, when there was one.
@@ -450,253 +407,97 @@ func (r *Recorder) response(info *ResponseInfo, now time.Time) {
 	if info.Session == "" || info.Cut.Category == "" {
 		return
 	}
-	cat := categoryIndex(info.Cut.Category)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
-	s.Cuts++
-	s.TokensSaved += info.Cut.TokensSaved
-	s.cats |= 1 << cat
-	s.State = StateCut
-	r.add(s, &Entry{At: now, Session: s.Key, Kind: KindCut, Model: s.Model, Category: info.Cut.Category,
-		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1})
-	r.count(now, s.Model, cat, Counts{Cuts: 1, TokensSaved: info.Cut.TokensSaved})
+	e := Entry{At: now, Session: s.Key, Kind: KindCut, Model: s.Model, Category: info.Cut.Category,
+		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1}
+	r.tallyCut(s, &e)
+	r.add(s, &e)
 }
 
-// admin records an operator's action on session key.
-func (r *Recorder) admin(key, note string, mode policy.Mode, setMode bool, now time.Time) {
+// tallyCut counts cut entry e in s's summary and in the stats. r.mu is held.
+func (r *Recorder) tallyCut(s *session, e *Entry) {
+	cat := categoryIndex(e.Category)
+	s.Cuts++
+	s.TokensSaved += e.TokensSaved
+	s.cats |= 1 << cat
+	if latest(s, e) {
+		s.State = StateCut
+	}
+	r.count(e.At, e.Model, cat, Counts{Cuts: 1, TokensSaved: e.TokensSaved})
+}
+
+// usage adds an answer's reported tokens to its session; they count as
+// loop tokens when the request it answered showed a loop.
+func (r *Recorder) usage(info *ResponseInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[info.Session]
+	if s == nil {
+		return // evicted since its request
+	}
+	s.Tokens.Input += info.Usage.Input
+	s.Tokens.Output += info.Usage.Output
+	if s.looping {
+		s.LoopTokens.Input += info.Usage.Input
+		s.LoopTokens.Output += info.Usage.Output
+	}
+}
+
+// admin records an operator's action on session key: a reset (note is
+// noteReset) or the mode override mode (note says which).
+func (r *Recorder) admin(key, note string, mode policy.Mode, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(key, now)
-	if setMode {
-		s.Mode = mode
-	} else {
-		// A reset forgets the ladder, so pending outcomes can no longer be told.
-		clear(s.pending)
-		s.State, s.Level, s.Action = StateActive, -1, ""
-	}
-	r.add(s, &Entry{At: now, Session: key, Kind: KindAdmin, Note: note, Level: -1})
+	e := Entry{At: now, Session: s.Key, Kind: KindAdmin, Note: note, Mode: mode, Level: -1}
+	applyAdmin(s, &e)
+	r.add(s, &e)
 }
 
-// Filter selects sessions. Zero fields select everything.
-type Filter struct {
-	Category inspect.Category
-	Model    string
-	State    string
-	// Limit caps the sessions returned; 0 means 100.
-	Limit int
+// applyAdmin applies admin entry e to s. r.mu is held.
+func applyAdmin(s *session, e *Entry) {
+	if e.Note != noteReset {
+		s.Mode = e.Mode
+		return
+	}
+	// A reset forgets the ladder, so pending outcomes can no longer be told.
+	clear(s.pending)
+	s.State, s.Level, s.Action = StateActive, -1, ""
 }
 
-func (f *Filter) match(s *session) bool {
-	if f.Category != "" && s.cats&(1<<categoryIndex(f.Category)) == 0 {
-		return false
+// ingest records an entry another replica recorded (Cluster) as if this
+// one had: the session's summary, its timeline, the stats and the feed.
+// Tokens are not shared: they are no entry.
+func (r *Recorder) ingest(e Entry) {
+	if e.Session == "" || len(e.Session) > 4*policy.MaxKeyLen {
+		return
 	}
-	if f.Model != "" && s.Model != f.Model {
-		return false
+	e.remote = true
+	if len(e.Model) > maxModelLen {
+		e.Model = e.Model[:maxModelLen]
 	}
-	return f.State == "" || s.State == f.State
-}
-
-// SessionList is the answer of Sessions.
-type SessionList struct {
-	// Total is the number of sessions held, Matched those the filter selects.
-	Total    int              `json:"total"`
-	Matched  int              `json:"matched"`
-	Sessions []SessionSummary `json:"sessions"`
-	// States counts the matched sessions by state.
-	States map[string]int `json:"states"`
-}
-
-// Sessions returns the sessions f selects, most recently seen first.
-func (r *Recorder) Sessions(f Filter) SessionList {
-	if f.Limit <= 0 {
-		f.Limit = 100
-	}
-	out := SessionList{Sessions: make([]SessionSummary, 0, min(f.Limit, 128)), States: map[string]int{}}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out.Total = len(r.sessions)
-	for s := r.newest; s != nil; s = s.prev {
-		if !f.match(s) {
-			continue
+	s := r.touch(e.Session, e.At)
+	e.Session, e.Model, e.Tool = s.Key, r.name(e.Model), r.name(e.Tool)
+	switch e.Kind {
+	case KindRequest:
+		r.tally(s, &e, true, false)
+		// The agent's next turn may come here: this replica then tells
+		// whether the loop stopped.
+		if isIntervention(e.Action) && e.Pattern != "" {
+			pend(s, e.Pattern, pending{category: categoryIndex(e.Category), level: levelIndex(e.Level), brief: e.Brief})
 		}
-		out.Matched++
-		out.States[s.State]++
-		if len(out.Sessions) < f.Limit {
-			out.Sessions = append(out.Sessions, s.summary())
-		}
+	case KindCut:
+		r.tallyCut(s, &e)
+	case KindRecovery:
+		delete(s.pending, e.Pattern) // told by the replica that saw it
+		r.outcome(s, &e)
+		return
+	case KindAdmin:
+		applyAdmin(s, &e)
 	}
-	return out
-}
-
-// summary copies s's summary with its categories listed. r.mu is held.
-func (s *session) summary() SessionSummary {
-	sum := s.SessionSummary
-	sum.Categories = nil
-	for i := 0; i < nCat; i++ {
-		if s.cats&(1<<i) != 0 {
-			sum.Categories = append(sum.Categories, categories[i])
-		}
-	}
-	return sum
-}
-
-// Session returns key's summary and timeline, oldest entry first; ok is
-// false when the recorder holds no such session.
-func (r *Recorder) Session(key string) (sum SessionSummary, timeline []Entry, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.sessions[key]
-	if s == nil {
-		return sum, nil, false
-	}
-	timeline = make([]Entry, 0, len(s.ring))
-	timeline = append(timeline, s.ring[s.next:]...)
-	timeline = append(timeline, s.ring[:s.next]...)
-	return s.summary(), timeline, true
-}
-
-// Since returns up to limit feed entries newer than seq, oldest first, and
-// the sequence number to resume after. Entries that scrolled out of the
-// feed are skipped.
-func (r *Recorder) Since(seq uint64, limit int) ([]Entry, uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := uint64(len(r.feed))
-	if r.seq > n && seq < r.seq-n {
-		seq = r.seq - n
-	}
-	if seq > r.seq {
-		seq = r.seq // the recorder was replaced, or seq is bogus
-	}
-	var out []Entry
-	for i := seq + 1; i <= r.seq && len(out) < limit; i++ {
-		out = append(out, r.feed[i%n])
-		seq = i
-	}
-	return out, seq
-}
-
-// Seq returns the sequence number of the newest entry.
-func (r *Recorder) Seq() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.seq
-}
-
-// Recovery is the outcome count of interventions at one category and level.
-type Recovery struct {
-	Category    inspect.Category `json:"category"`
-	Level       int              `json:"level"`
-	Recovered   int              `json:"recovered"`
-	LoopedAgain int              `json:"looped_again"`
-	// Rate is Recovered / (Recovered + LoopedAgain).
-	Rate float64 `json:"rate"`
-}
-
-// Bucket is one time bucket of Stats.
-type Bucket struct {
-	Start time.Time `json:"start"`
-	Counts
-	// Detections and cuts by category.
-	DetectionsBy map[inspect.Category]int `json:"detections_by,omitempty"`
-	CutsBy       map[inspect.Category]int `json:"cuts_by,omitempty"`
-}
-
-// Stats is the answer of Stats: series for charts, oldest bucket first.
-type Stats struct {
-	BucketSeconds int        `json:"bucket_seconds"`
-	Buckets       []Bucket   `json:"buckets"`
-	Totals        Counts     `json:"totals"`
-	Recovery      []Recovery `json:"recovery"`
-	// Models and Categories are every value seen in the buckets, for filters.
-	Models     []string           `json:"models"`
-	Categories []inspect.Category `json:"categories"`
-}
-
-// Stats returns the last hour's buckets (Options.Buckets minutes up to now)
-// restricted to f's model and category, and recovery counts (all time) for
-// f's category.
-func (r *Recorder) Stats(f Filter, now time.Time) Stats {
-	n := len(r.buckets)
-	st := Stats{BucketSeconds: int(BucketSize / time.Second), Buckets: make([]Bucket, n), Recovery: []Recovery{}}
-	cur := now.Unix() / int64(BucketSize/time.Second)
-	models := map[string]bool{}
-	cats := map[inspect.Category]bool{}
-	fcat := -1
-	if f.Category != "" {
-		fcat = categoryIndex(f.Category)
-	}
-	r.mu.Lock()
-	for i := range st.Buckets {
-		minute := cur - int64(n-1-i)
-		out := &st.Buckets[i]
-		out.Start = time.Unix(minute*int64(BucketSize/time.Second), 0).UTC()
-		b := &r.buckets[((minute%int64(n))+int64(n))%int64(n)]
-		if b.minute != minute {
-			continue
-		}
-		for k, c := range b.counts {
-			models[k.model] = true
-			if k.category != catNone {
-				cats[categories[k.category]] = true
-			}
-			if f.Model != "" && k.model != f.Model {
-				continue
-			}
-			if fcat >= 0 && k.category != fcat {
-				// Requests carry no category: keep them so rates stay readable.
-				out.Requests += c.Requests
-				continue
-			}
-			out.add(c)
-			if k.category == catNone {
-				continue
-			}
-			if c.Detections > 0 {
-				if out.DetectionsBy == nil {
-					out.DetectionsBy = map[inspect.Category]int{}
-				}
-				out.DetectionsBy[categories[k.category]] += c.Detections
-			}
-			if c.Cuts > 0 {
-				if out.CutsBy == nil {
-					out.CutsBy = map[inspect.Category]int{}
-				}
-				out.CutsBy[categories[k.category]] += c.Cuts
-			}
-		}
-		st.Totals.add(out.Counts)
-	}
-	for k, c := range r.recovery {
-		if fcat >= 0 && k.category != fcat {
-			continue
-		}
-		rec := Recovery{Category: categories[k.category], Level: k.level, Recovered: c[0], LoopedAgain: c[1]}
-		if t := c[0] + c[1]; t > 0 {
-			rec.Rate = float64(c[0]) / float64(t)
-		}
-		st.Recovery = append(st.Recovery, rec)
-	}
-	r.mu.Unlock()
-	sort.Slice(st.Recovery, func(i, j int) bool {
-		a, b := st.Recovery[i], st.Recovery[j]
-		if a.Category != b.Category {
-			return a.Category < b.Category
-		}
-		return a.Level < b.Level
-	})
-	st.Models = make([]string, 0, len(models))
-	for m := range models {
-		if m != "" {
-			st.Models = append(st.Models, m)
-		}
-	}
-	sort.Strings(st.Models)
-	st.Categories = make([]inspect.Category, 0, len(cats))
-	for c := range cats {
-		st.Categories = append(st.Categories, c)
-	}
-	sort.Slice(st.Categories, func(i, j int) bool { return st.Categories[i] < st.Categories[j] })
-	return st
+	r.add(s, &e)
 }

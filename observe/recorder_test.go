@@ -204,3 +204,48 @@ func TestFingerprintText(t *testing.T) {
 		}
 	}
 }
+
+// TestRecorderCountsReportedTokens: a session sums the usage its answers
+// reported, and apart the usage of answers to requests that showed a loop.
+func TestRecorderCountsReportedTokens(t *testing.T) {
+	o, _, _, _ := newTestObserver(t, Options{})
+	steps := []struct {
+		loop  bool
+		usage Usage
+	}{
+		{false, Usage{Input: 100, Output: 10}},
+		{true, Usage{Input: 200, Output: 20}},
+		{true, Usage{}}, // the upstream reported nothing
+		{false, Usage{Input: 400, Output: 40}},
+	}
+	for _, st := range steps {
+		d := &policy.Decision{Action: policy.None, Level: -1}
+		if st.loop {
+			d = loopDecision(inspect.ToolRepetition, policy.Warn, 0, "p")
+		}
+		o.Request(RequestInfo{Session: "s", Decision: d})
+		o.Response(ResponseInfo{Session: "s", Status: 200, Usage: st.usage})
+	}
+	o.Response(ResponseInfo{Path: "/v1/models", Status: 200, Usage: Usage{Input: 9}}) // no session
+	sum, _, _ := o.Recorder().Session("s")
+	if sum.Tokens != (Usage{Input: 700, Output: 70}) || sum.LoopTokens != (Usage{Input: 200, Output: 20}) {
+		t.Fatalf("Tokens = %+v, LoopTokens = %+v; want {700 70} and {200 20}", sum.Tokens, sum.LoopTokens)
+	}
+}
+
+func TestFingerprintTextRoundTrip(t *testing.T) {
+	for _, f := range []Fingerprint{0, 1, 0xaa, 0xfedcba9876543210} {
+		b, err := f.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Fingerprint
+		if err := got.UnmarshalText(b); err != nil || got != f {
+			t.Errorf("UnmarshalText(%q) = %x, %v; want %x", b, uint64(got), err, uint64(f))
+		}
+	}
+	var f Fingerprint
+	if err := f.UnmarshalText([]byte("xyz")); err == nil {
+		t.Error("UnmarshalText(xyz) succeeded; want an error")
+	}
+}

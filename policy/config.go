@@ -89,9 +89,13 @@ type Config struct {
 	// AllowClientOverride lets a client send X-Loopguard-Mode: shadow|off
 	// for one request. Default false: a client cannot turn loopguard down.
 	AllowClientOverride bool `toml:"allow_client_override"`
-	// SessionHeader is the request header carrying the session id.
-	// Default "X-Session-ID"; empty means the default.
+	// SessionHeader is the request header carrying the session id, read
+	// before SessionHeaders. Default "X-Session-ID"; empty means the default.
 	SessionHeader string `toml:"session_header"`
+	// SessionHeaders are the session headers real agents send, read in order
+	// after SessionHeader; the first one present with a value names the
+	// session. Default DefaultSessionHeaders(); empty means the default.
+	SessionHeaders []string `toml:"session_headers"`
 	// Ladder is the escalation ladder applied per loop pattern, one step per
 	// continued loop. Values: warn, constrain, reset, terminate.
 	// Default ["warn", "constrain", "terminate"]; empty means the default.
@@ -105,6 +109,18 @@ type Config struct {
 	// RedisURL addresses the redis server when Store is redis, e.g.
 	// "redis://127.0.0.1:6379/0". Required with the redis store.
 	RedisURL string `toml:"redis_url"`
+	// RedisAddrs are further host:port addresses: with them RedisURL's host
+	// and these are the seed nodes of a Redis Cluster, or the Sentinels
+	// when RedisMaster is set. The URL's scheme (rediss: TLS), user,
+	// password and db apply to every node.
+	RedisAddrs []string `toml:"redis_addrs"`
+	// RedisMaster is the master name that the Sentinels at RedisURL and
+	// RedisAddrs know; set, loopguard follows failovers.
+	RedisMaster string `toml:"redis_master"`
+	// RedisPasswordEnv names the environment variable that holds the redis
+	// password, so that it stays out of the config file; it replaces a
+	// password in RedisURL. The variable must be set when this is.
+	RedisPasswordEnv string `toml:"redis_password_env"`
 	// MaxSessions bounds the memory store; the least recently used session
 	// is evicted beyond it. Default 10000.
 	MaxSessions int `toml:"max_sessions"`
@@ -132,6 +148,16 @@ const (
 	DefaultGlobalWindow   = 10 * time.Minute
 )
 
+// DefaultSessionHeaders are the headers that coding agents send with one
+// value per run, as seen on the wire: Codex CLI sends session-id (older
+// versions and pi session_id), Claude Code x-claude-code-session-id (since
+// v2.1.86; the same id is in metadata.user_id), opencode x-session-affinity
+// to custom providers (and X-Session-ID since v1.17, x-opencode-session to
+// its own), which clients of OpenCode Go are configured to send too.
+func DefaultSessionHeaders() []string {
+	return []string{"session-id", "session_id", "x-claude-code-session-id", "x-session-affinity", "x-opencode-session"}
+}
+
 // DefaultLadder is the ladder used when Config.Ladder is empty.
 func DefaultLadder() []Action { return []Action{Warn, Constrain, Terminate} }
 
@@ -140,6 +166,7 @@ func DefaultConfig() Config {
 	return Config{
 		Mode:             ModeEnforce,
 		SessionHeader:    DefaultSessionHeader,
+		SessionHeaders:   DefaultSessionHeaders(),
 		Ladder:           DefaultLadder(),
 		ResetOnConstrain: true,
 		Store:            StoreMemory,
@@ -160,6 +187,11 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SessionHeader == "" {
 		c.SessionHeader = d.SessionHeader
+	}
+	if len(c.SessionHeaders) == 0 {
+		c.SessionHeaders = d.SessionHeaders
+	} else {
+		c.SessionHeaders = append([]string(nil), c.SessionHeaders...) // the caller keeps its slice
 	}
 	if len(c.Ladder) == 0 {
 		c.Ladder = d.Ladder
@@ -201,6 +233,11 @@ func (c Config) Validate() error {
 	}
 	if c.SessionHeader != "" && !validHeaderName(c.SessionHeader) {
 		bad("session_header", "%q is not a valid header name", c.SessionHeader)
+	}
+	for i, h := range c.SessionHeaders {
+		if !validHeaderName(h) {
+			bad(fmt.Sprintf("session_headers[%d]", i), "%q is not a valid header name", h)
+		}
 	}
 	seenTerminate := false
 	for i, a := range c.Ladder {

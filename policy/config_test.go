@@ -32,6 +32,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad store", give: func(c *Config) { c.Store = "etcd" }, want: []string{"store"}},
 		{name: "bad url scheme", give: func(c *Config) { c.RedisURL = "http://x" }, want: []string{"redis_url"}},
 		{name: "bad header", give: func(c *Config) { c.SessionHeader = "X Session" }, want: []string{"session_header"}},
+		{name: "bad header in the list", give: func(c *Config) { c.SessionHeaders = []string{"session-id", "a:b"} }, want: []string{"session_headers[1]"}},
 		{name: "negatives reported together", give: func(c *Config) {
 			c.MaxSessions, c.TTL, c.StoreTimeout, c.GlobalSessions, c.GlobalWindow = -1, -1, -1, -1, -1
 		}, want: []string{"max_sessions", "ttl", "store_timeout", "global_sessions", "global_window"}},

@@ -19,7 +19,9 @@ func TestStoredTextIsCopied(t *testing.T) {
 	v := inspect.Verdict{Loop: true, Category: inspect.ToolRepetition, Confidence: 0.95, PatternKey: at("k1"),
 		Detections: []inspect.Detection{{Category: inspect.ToolRepetition, Score: 0.95, Evidence: inspect.Evidence{
 			Element: at("bash(git status)"), Tool: at("bash"), Args: at(`{"command":"git status"}`), Count: 3, Threshold: 3, Last: 2, NoProgress: true}}}}
-	store := NewMemoryStore(16, 0)
+	// Room for every key in every shard: the shards are picked by a hash
+	// with a random seed, and a full one would evict the session.
+	store := NewMemoryStore(1024, 0)
 	p := New(Config{}, store, zerolog.Nop())
 	ctx := context.Background()
 	d, err := p.Decide(ctx, at("session-1"), v, req{steps: 3}.trajectory(), ModeEnforce)

@@ -123,7 +123,7 @@ func NewStore(cfg Config) (Store, error) {
 	case StoreMemory:
 		return NewMemoryStore(cfg.MaxSessions, cfg.TTL), nil
 	case StoreRedis:
-		return NewRedisStore(cfg.RedisURL, cfg.TTL, cfg.StoreTimeout)
+		return NewRedisStore(cfg)
 	}
 	return nil, fmt.Errorf("policy: store: %q is not memory or redis", cfg.Store)
 }
@@ -313,10 +313,10 @@ func (p *Policy) SetMode(ctx context.Context, key string, m Mode) error {
 }
 
 // ResetSession forgets session key's ladder, interventions and cuts, keeping
-// its mode override.
+// its mode override and the run that owns it.
 func (p *Policy) ResetSession(ctx context.Context, key string) error {
 	_, err := p.store.Update(ctx, key, func(st *State) error {
-		*st = State{Mode: st.Mode, Updated: p.now()}
+		*st = State{Mode: st.Mode, Opening: st.Opening, Updated: p.now()}
 		return nil
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/redistest"
 	"github.com/rs/zerolog"
 )
@@ -46,7 +47,7 @@ func BenchmarkDecideMemory(b *testing.B) {
 
 func BenchmarkDecideRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	s, err := NewRedisStore(srv.URL(0), time.Hour, time.Second)
+	s, err := NewRedisStore(Config{RedisURL: srv.URL(0), TTL: time.Hour, StoreTimeout: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,5 +68,17 @@ func BenchmarkSessionKey(b *testing.B) {
 				_ = SessionKey(c.header, body)
 			}
 		})
+	}
+}
+
+// BenchmarkSessionLink is the store lookup a derived key costs on every
+// request whose history has a first assistant turn (memory store).
+func BenchmarkSessionLink(b *testing.B) {
+	p := New(DefaultConfig(), nil, zerolog.Nop())
+	id := Identify(inspect.ChatCompletions, nil, readFixture(b, "tools_longer.json"))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = p.Session(ctx, id)
 	}
 }

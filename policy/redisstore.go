@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,7 +31,7 @@ const (
 // (WATCH/MULTI/EXEC) with bounded retries. Every call is bounded by the
 // store timeout, after which it fails with a context deadline error.
 type RedisStore struct {
-	client  *redis.Client
+	client  redis.UniversalClient
 	ttl     time.Duration
 	timeout time.Duration
 }
@@ -40,36 +41,64 @@ var (
 	_ GlobalRecorder = (*RedisStore)(nil)
 )
 
-// NewRedisStore connects lazily to the redis server at rawURL
-// ("redis://[:password@]host:port/db", "rediss://..." or "unix://..."). ttl
-// and timeout of zero mean DefaultTTL and DefaultStoreTimeout. It does not
-// dial: an unreachable server shows as errors of later calls, which policy
-// turns into fail-open decisions. Close releases the connections.
-func NewRedisStore(rawURL string, ttl, timeout time.Duration) (*RedisStore, error) {
-	opt, err := redis.ParseURL(rawURL)
+// NewRedisStore connects lazily to the redis deployment cfg names:
+// RedisURL ("redis://[user:password@]host:port/db", "rediss://..." for TLS,
+// or "unix://...") alone is one server; with RedisAddrs the URL's host and
+// those addresses are the nodes of a Redis Cluster, or, with RedisMaster,
+// the Sentinels that name that master. The URL's scheme, user, password and
+// db apply to every node; RedisPasswordEnv, when set, names the environment
+// variable holding the password instead, which must then be set. TTL and
+// StoreTimeout of zero mean their defaults. It does not dial: an
+// unreachable server shows as errors of later calls, which policy turns into
+// fail-open decisions. Close releases the connections.
+func NewRedisStore(cfg Config) (*RedisStore, error) {
+	cfg = cfg.withDefaults()
+	opt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("policy: redis_url %q: %w", redactURL(rawURL), err)
+		return nil, fmt.Errorf("policy: redis_url %q: %w", redactURL(cfg.RedisURL), err)
 	}
-	if ttl <= 0 {
-		ttl = DefaultTTL
+	if cfg.RedisPasswordEnv != "" {
+		pw := os.Getenv(cfg.RedisPasswordEnv)
+		if pw == "" {
+			return nil, fmt.Errorf("policy: redis_password_env: the environment variable %s is not set", cfg.RedisPasswordEnv)
+		}
+		opt.Password = pw
 	}
-	if timeout <= 0 {
-		timeout = DefaultStoreTimeout
+	timeout := cfg.StoreTimeout
+	u := &redis.UniversalOptions{
+		Addrs:      append([]string{opt.Addr}, cfg.RedisAddrs...),
+		MasterName: cfg.RedisMaster,
+		Username:   opt.Username,
+		Password:   opt.Password,
+		DB:         opt.DB,
+		TLSConfig:  opt.TLSConfig,
+		// A cluster is named by its nodes; one node plus RedisAddrs makes
+		// two or more, but say it outright so that the client kind never
+		// depends on how many addresses are listed.
+		IsClusterMode: len(cfg.RedisAddrs) > 0 && cfg.RedisMaster == "",
+		// Every call carries a context deadline; these make go-redis honour
+		// it on the socket rather than waiting its own 3s defaults.
+		ContextTimeoutEnabled: true,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		// go-redis retries failed commands by default; a retry cannot fit in
+		// a 50ms budget and would only delay failing open.
+		MaxRetries: -1,
+		// Likewise one dial per attempt: a down server must cost one refused
+		// connection per request, not five spaced 100ms apart.
+		DialerRetries: 1,
 	}
-	// Every call carries a context deadline; these make go-redis honour it
-	// on the socket rather than waiting its own 3s defaults.
-	opt.ContextTimeoutEnabled = true
-	opt.DialTimeout = timeout
-	opt.ReadTimeout = timeout
-	opt.WriteTimeout = timeout
-	opt.PoolTimeout = timeout
-	// go-redis retries failed commands by default; a retry cannot fit in a
-	// 50ms budget and would only delay failing open.
-	opt.MaxRetries = -1
-	// Likewise one dial per attempt: a down server must cost one refused
-	// connection per request, not five spaced 100ms apart.
-	opt.DialerRetries = 1
-	return &RedisStore{client: redis.NewClient(opt), ttl: ttl, timeout: timeout}, nil
+	if opt.Network == "unix" {
+		if len(u.Addrs) > 1 || u.MasterName != "" {
+			return nil, errors.New("policy: redis_url: a unix:// socket cannot be combined with redis_addrs or redis_master")
+		}
+		so := u.Simple()
+		so.Network = "unix"
+		return &RedisStore{client: redis.NewClient(so), ttl: cfg.TTL, timeout: timeout}, nil
+	}
+	return &RedisStore{client: redis.NewUniversalClient(u), ttl: cfg.TTL, timeout: timeout}, nil
 }
 
 // Close closes the connection pool.

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -11,12 +12,13 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 )
 
 func newRedisStore(t testing.TB, url string, timeout time.Duration) *RedisStore {
 	t.Helper()
-	s, err := NewRedisStore(url, time.Hour, timeout)
+	s, err := NewRedisStore(Config{RedisURL: url, TTL: time.Hour, StoreTimeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestRedisStoreNoLostUpdates(t *testing.T) {
 
 func TestRedisStoreTTL(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := NewRedisStore(srv.URL(0), 150*time.Millisecond, time.Second)
+	s, err := NewRedisStore(Config{RedisURL: srv.URL(0), TTL: 150 * time.Millisecond, StoreTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,4 +238,133 @@ func (s syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// A password-protected server is reached with the password from the
+// variable redis_password_env names, not from the URL or the file.
+func TestRedisStorePasswordFromEnv(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", "s3cret-from-env")
+	const env = "LOOPGUARD_TEST_REDIS_PASSWORD"
+	tests := []struct {
+		name     string
+		password string // the variable's value; "" leaves it unset
+		wantErr  string // from NewRedisStore
+		wantOK   bool   // Update succeeds
+	}{
+		{name: "from env", password: "s3cret-from-env", wantOK: true},
+		{name: "wrong password", password: "nope"},
+		{name: "variable unset", wantErr: env},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(env, tt.password)
+			s, err := NewRedisStore(Config{RedisURL: srv.URL(0), RedisPasswordEnv: env, StoreTimeout: time.Second})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("NewRedisStore = %v; want an error naming %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			_, err = s.Update(context.Background(), "pw", incr)
+			if (err == nil) != tt.wantOK {
+				t.Fatalf("Update = %v; want success %v", err, tt.wantOK)
+			}
+		})
+	}
+	// Without the password the server refuses: the test above is not
+	// passing because the server ignores AUTH.
+	s := newRedisStore(t, srv.URL(0), time.Second)
+	if _, err := s.Update(context.Background(), "pw", incr); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("Update without a password = %v; want NOAUTH", err)
+	}
+}
+
+// The deployment shapes: one server, TLS, a Redis Cluster named by several
+// nodes, Sentinels naming a master. No server is dialled.
+func TestNewRedisStoreClientKind(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		want    string
+		addr    string // a single server's address
+		wantTLS bool
+	}{
+		{name: "one server", cfg: Config{RedisURL: "redis://10.0.0.1:6379/2"}, want: "*redis.Client", addr: "10.0.0.1:6379"},
+		{name: "tls", cfg: Config{RedisURL: "rediss://user:pw@redis.example:6380/0"}, want: "*redis.Client", addr: "redis.example:6380", wantTLS: true},
+		{name: "cluster", cfg: Config{RedisURL: "redis://10.0.0.1:7000", RedisAddrs: []string{"10.0.0.2:7000", "10.0.0.3:7000"}},
+			want: "*redis.ClusterClient"},
+		{name: "cluster over tls", cfg: Config{RedisURL: "rediss://10.0.0.1:7000", RedisAddrs: []string{"10.0.0.2:7000"}},
+			want: "*redis.ClusterClient", wantTLS: true},
+		{name: "sentinel", cfg: Config{RedisURL: "redis://10.0.0.1:26379/1", RedisAddrs: []string{"10.0.0.2:26379"}, RedisMaster: "mymaster"},
+			want: "*redis.Client"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := NewRedisStore(tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := fmt.Sprintf("%T", s.client); got != tt.want {
+				t.Fatalf("client %s; want %s", got, tt.want)
+			}
+			var tlsOn bool
+			switch c := s.client.(type) {
+			case *redis.ClusterClient:
+				o := c.Options()
+				tlsOn = o.TLSConfig != nil
+				if len(o.Addrs) != 1+len(tt.cfg.RedisAddrs) {
+					t.Errorf("cluster seeds %q; want the URL's host and %q", o.Addrs, tt.cfg.RedisAddrs)
+				}
+			case *redis.Client:
+				o := c.Options()
+				tlsOn = o.TLSConfig != nil
+				if tt.cfg.RedisMaster != "" && !strings.HasPrefix(o.Addr, "FailoverClient") {
+					t.Errorf("Addr %q; want a failover client that asks the Sentinels", o.Addr)
+				}
+				if tt.addr != "" && o.Addr != tt.addr {
+					t.Errorf("Addr %q; want the URL's host %q", o.Addr, tt.addr)
+				}
+			}
+			if tlsOn != tt.wantTLS {
+				t.Errorf("TLS %v; want %v", tlsOn, tt.wantTLS)
+			}
+		})
+	}
+}
+
+// The shared admin feed stays bounded in redis: capped near RedisFeedLen
+// entries and expiring with the store's TTL; Read resumes after an id.
+func TestRedisFeedBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newRedisStore(t, srv.URL(0), 5*time.Second)
+	ctx := context.Background()
+	batch := make([][]byte, 1000)
+	for i := range batch {
+		batch[i] = []byte(`{"kind":"request","session":"s` + strconv.Itoa(i) + `"}`)
+	}
+	for range RedisFeedLen/len(batch) + 3 {
+		if err := s.Publish(ctx, "origin-1", batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// MAXLEN ~ trims whole stream nodes (100 entries each by default).
+	if n := s.client.XLen(ctx, redisFeedKey).Val(); n < RedisFeedLen || n > RedisFeedLen+200 {
+		t.Errorf("feed holds %d entries after %d published; want about %d", n, (RedisFeedLen/len(batch)+3)*len(batch), RedisFeedLen)
+	}
+	if ttl := s.client.PTTL(ctx, redisFeedKey).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Errorf("feed PTTL = %v; want the store's TTL (1h)", ttl)
+	}
+	first, err := s.Read(ctx, "", 2)
+	if err != nil || len(first) != 2 || first[0].Origin != "origin-1" {
+		t.Fatalf("Read(oldest) = %+v, %v; want 2 entries of origin-1", first, err)
+	}
+	next, err := s.Read(ctx, first[0].ID, 1)
+	if err != nil || len(next) != 1 || next[0].ID != first[1].ID || string(next[0].Data) != string(first[1].Data) {
+		t.Fatalf("Read after %s = %+v, %v; want the entry after it", first[0].ID, next, err)
+	}
 }

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -25,20 +28,20 @@ const (
 	hashedPrefix = "x:"
 )
 
-// SessionKey returns the session key of a chat request: the session header's
-// value (the proxy passes the value of Config.SessionHeader, nil when absent),
-// else the body's `user`, else `metadata.session_id`, else "h:" and 16 hex
-// digits hashing the model, the first system message, the first user message
-// and the first assistant turn (its tool-call ids, or its text).
+// SessionKey returns the session key of a chat request: the client's session
+// id (header is the first session header present, or the /s/<id>/ prefix of
+// the request path; nil when there is none), else the body's `user`, else
+// `metadata.session_id`, else "h:" and 16 hex digits hashing the model, the
+// first system message and the first user message: what the first request of
+// a run already has, so the key does not change once the model has answered.
 //
 // Client ids are used as they are when they are at most MaxKeyLen printable
 // ASCII bytes; otherwise they become "x:" and the hash of the id, because the
 // key is echoed in the X-Loopguard-Session header and a CR or LF there would
 // let a request body inject response headers.
 //
-// Tool-call ids are unique per run, so two runs of the same task are two
-// sessions. The first request of a run, with no assistant turn yet, hashes
-// to a key of its own; it has no history to judge either.
+// Two runs of one task from the same prompt share a derived key; Identify and
+// Policy.Session tell them apart by their first assistant turns.
 //
 // body is untrusted: SessionKey never panics and does not keep body.
 func SessionKey(header, body []byte) string {
@@ -48,12 +51,27 @@ func SessionKey(header, body []byte) string {
 // SessionKeyFor is SessionKey for a request of any API loopguard guards: the
 // derived key hashes the same opening of the conversation, read in that API's
 // shape (Responses: instructions and input items; Anthropic Messages: system
-// and content blocks, tool_use ids for the first assistant turn). Anthropic
-// clients such as Claude Code put their session in metadata.user_id, which is
-// used like metadata.session_id.
+// and content blocks). Anthropic clients such as Claude Code put their
+// session in metadata.user_id, which is used like metadata.session_id.
 func SessionKeyFor(api inspect.API, header, body []byte) string {
+	return Identify(api, header, body).Key
+}
+
+// Identity names the session of one request, before the store is asked.
+type Identity struct {
+	// Key is the session key of SessionKeyFor.
+	Key string
+	// Turn is 16 hex digits hashing the conversation's first assistant turn
+	// (its tool-call ids, unique per run, or its text) when Key is derived
+	// and the history has such a turn; "" otherwise.
+	Turn string
+}
+
+// Identify returns the Identity of a request of api; header and body are as
+// for SessionKey. It never panics and does not keep body.
+func Identify(api inspect.API, header, body []byte) Identity {
 	if k := clientKey(header); k != "" {
-		return k
+		return Identity{Key: k}
 	}
 	// One pass over the top-level members: "messages" may be megabytes
 	// long and come first, and a Get per field would scan it again each time.
@@ -75,17 +93,40 @@ func SessionKeyFor(api inspect.API, header, body []byte) string {
 		return true
 	})
 	if k := clientKey(stringBytes(f.user)); k != "" {
-		return k
+		return Identity{Key: k}
 	}
 	if k := clientKey(stringBytes(f.metadata.Get("session_id"))); k != "" {
-		return k
+		return Identity{Key: k}
 	}
 	if api == inspect.AnthropicMessages {
-		if k := clientKey(stringBytes(f.metadata.Get("user_id"))); k != "" {
-			return k
+		if k := clientKey(claudeSession(f.metadata.Get("user_id"))); k != "" {
+			return Identity{Key: k}
 		}
 	}
-	return derivedKey(api, &f)
+	return derivedIdentity(api, &f)
+}
+
+// claudeSession returns the session id in Claude Code's metadata.user_id,
+// so that a request keyed by it and one keyed by the x-claude-code-session-id
+// header (the same id) land in one session. Claude Code writes the user_id
+// as a JSON object with a session_id member, and before that as
+// "user_<hash>_account_<uuid>_session_<uuid>"; any other user_id is the key
+// as it is.
+func claudeSession(r gjson.Result) []byte {
+	id := stringBytes(r)
+	if len(id) == 0 {
+		return nil
+	}
+	if id[0] == '{' {
+		if s := gjson.GetBytes(id, "session_id"); s.Type == gjson.String && s.Str != "" {
+			return []byte(s.Str)
+		}
+		return id
+	}
+	if i := bytes.LastIndex(id, []byte("_session_")); i >= 0 && i+len("_session_") < len(id) {
+		return id[i+len("_session_"):]
+	}
+	return id
 }
 
 // topFields are the top-level members of a request that name its session.
@@ -139,9 +180,10 @@ func printable(b []byte) bool {
 	return true
 }
 
-// derivedKey hashes the opening of the conversation. Each field is written
-// with its length so that moving bytes between fields changes the hash.
-func derivedKey(api inspect.API, f *topFields) string {
+// derivedIdentity hashes the opening of the conversation. Each field is
+// written with its length so that moving bytes between fields changes the
+// hash.
+func derivedIdentity(api inspect.API, f *topFields) Identity {
 	h := fnv.New64a()
 	var n [8]byte
 	field := func(s string) {
@@ -161,8 +203,13 @@ func derivedKey(api inspect.API, f *topFields) string {
 	}
 	field(o.system)
 	field(o.user)
-	field(o.assistant)
-	return derivedPrefix + hex16(h.Sum64())
+	id := Identity{Key: derivedPrefix + hex16(h.Sum64())}
+	if o.haveAssistant {
+		h.Reset()
+		field(o.assistant)
+		id.Turn = hex16(h.Sum64())
+	}
+	return id
 }
 
 // opening is what identifies a conversation: its first system, user and
@@ -303,4 +350,37 @@ func contentText(c gjson.Result) string {
 func hex16(v uint64) string {
 	s := strconv.FormatUint(v, 16)
 	return strings.Repeat("0", 16-len(s)) + s
+}
+
+// Session returns the session key of a request identified as id. A derived
+// key is shared by every run that opened with the same model, system and
+// user messages: the first of them whose history shows its first assistant
+// turn claims the key (State.Opening), and another run's later requests get
+// the key with their own turn appended. A run's first request has no
+// assistant turn yet and keeps the shared key, so a run is never split in
+// two; at worst the first request of a second run of the same prompt is
+// counted with the run that claimed the key, and it has no history to judge.
+//
+// When the store fails, Session returns the shared key (fail open).
+func (p *Policy) Session(ctx context.Context, id Identity) string {
+	if id.Turn == "" {
+		return id.Key
+	}
+	var owner string
+	_, err := p.store.Update(ctx, id.Key, func(st *State) error {
+		if st.Opening != "" {
+			owner = st.Opening
+			return errUnchanged
+		}
+		owner, st.Opening, st.Updated = id.Turn, id.Turn, p.now()
+		return nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		p.log.Warn().Err(err).Str("session", id.Key).Msg("session store failed; keeping the derived key")
+		return id.Key
+	}
+	if owner == id.Turn {
+		return id.Key
+	}
+	return id.Key + "." + id.Turn
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/loopguard/loopguard/inspect"
 )
 
-func TestSessionKeyForOtherAPIs(t *testing.T) {
+func TestIdentifyOtherAPIs(t *testing.T) {
 	responses := func(callID string, extra string) string {
 		return `{"model":"gpt","instructions":"be brief","input":[{"role":"user","content":"fix it"},` +
 			`{"type":"function_call","call_id":"` + callID + `","name":"bash","arguments":"{}"},` +
@@ -32,13 +32,19 @@ func TestSessionKeyForOtherAPIs(t *testing.T) {
 		{"anthropic: another run", inspect.AnthropicMessages, anthropic("toolu_1", ""), anthropic("toolu_2", ""), false},
 	}
 	for _, tt := range tests {
-		ka, kb := SessionKeyFor(tt.api, nil, []byte(tt.a)), SessionKeyFor(tt.api, nil, []byte(tt.b))
-		if (ka == kb) != tt.wantSame || !strings.HasPrefix(ka, derivedPrefix) {
-			t.Errorf("%s: keys %q and %q; want same=%v", tt.name, ka, kb, tt.wantSame)
+		a, b := Identify(tt.api, nil, []byte(tt.a)), Identify(tt.api, nil, []byte(tt.b))
+		// Reruns of one prompt share the key; their first turns differ.
+		if a.Key != b.Key || (a.Turn == b.Turn) != tt.wantSame || a.Turn == "" || !strings.HasPrefix(a.Key, derivedPrefix) {
+			t.Errorf("%s: identities %+v and %+v; want one key, same turn=%v", tt.name, a, b, tt.wantSame)
 		}
 	}
+	// Claude Code's legacy user_id ends with the session id its header sends.
 	claude := `{"model":"claude","metadata":{"user_id":"user_abc_account__session_42"},"messages":[]}`
-	if k := SessionKeyFor(inspect.AnthropicMessages, nil, []byte(claude)); k != "user_abc_account__session_42" {
+	if k := SessionKeyFor(inspect.AnthropicMessages, nil, []byte(claude)); k != "42" {
 		t.Errorf("anthropic metadata.user_id key = %q", k)
+	}
+	other := `{"model":"claude","metadata":{"user_id":"team-7"},"messages":[]}`
+	if k := SessionKeyFor(inspect.AnthropicMessages, nil, []byte(other)); k != "team-7" {
+		t.Errorf("anthropic metadata.user_id key = %q; want the user_id as it is", k)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loopguard/loopguard/inspect"
 )
 
 func readFixture(t testing.TB, name string) []byte {
@@ -53,29 +55,32 @@ func TestSessionKeyExplicit(t *testing.T) {
 	}
 }
 
+// TestSessionKeyDerived: the derived key hashes what a run's first request
+// already has, so every request of a run shares it, and so do reruns of the
+// same prompt; the first assistant turn (Identity.Turn) tells reruns apart.
 func TestSessionKeyDerived(t *testing.T) {
 	tests := []struct {
-		name string
-		a, b string
-		same bool
+		name              string
+		a, b              string
+		sameKey, sameTurn bool
 	}{
-		{name: "later requests of a run share the key", a: "tools.json", b: "tools_longer.json", same: true},
-		{name: "parts and string content hash alike", a: "tools.json", b: "tools_parts.json", same: true},
-		{name: "another run has other tool-call ids", a: "tools.json", b: "tools_rerun.json", same: false},
-		{name: "text-only first assistant turn identifies the run", a: "text_only.json", b: "text_only_other.json", same: false},
-		{name: "different model", a: "tools.json", b: "text_only.json", same: false},
+		{name: "later requests of a run share the key", a: "tools.json", b: "tools_longer.json", sameKey: true, sameTurn: true},
+		{name: "parts and string content hash alike", a: "tools.json", b: "tools_parts.json", sameKey: true, sameTurn: true},
+		{name: "another run has other tool-call ids", a: "tools.json", b: "tools_rerun.json", sameKey: true, sameTurn: false},
+		{name: "text-only first assistant turn identifies the run", a: "text_only.json", b: "text_only_other.json", sameKey: true, sameTurn: false},
+		{name: "different model", a: "tools.json", b: "text_only.json", sameKey: false, sameTurn: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ka := SessionKey(nil, readFixture(t, tt.a))
-			kb := SessionKey(nil, readFixture(t, tt.b))
-			for _, k := range []string{ka, kb} {
-				if !strings.HasPrefix(k, derivedPrefix) || len(k) != len(derivedPrefix)+16 {
-					t.Fatalf("derived key %q; want h: + 16 hex digits", k)
+			a := Identify(inspect.ChatCompletions, nil, readFixture(t, tt.a))
+			b := Identify(inspect.ChatCompletions, nil, readFixture(t, tt.b))
+			for _, id := range []Identity{a, b} {
+				if !strings.HasPrefix(id.Key, derivedPrefix) || len(id.Key) != len(derivedPrefix)+16 || len(id.Turn) != 16 {
+					t.Fatalf("derived identity %+v; want key h: + 16 hex digits and a 16-digit turn", id)
 				}
 			}
-			if (ka == kb) != tt.same {
-				t.Fatalf("SessionKey(%s) = %q, SessionKey(%s) = %q; same = %v, want %v", tt.a, ka, tt.b, kb, ka == kb, tt.same)
+			if (a.Key == b.Key) != tt.sameKey || (a.Turn == b.Turn) != tt.sameTurn {
+				t.Fatalf("Identify(%s) = %+v, Identify(%s) = %+v; want same key %v, same turn %v", tt.a, a, tt.b, b, tt.sameKey, tt.sameTurn)
 			}
 		})
 	}

@@ -49,6 +49,9 @@ type State struct {
 	// MaxRecordItems. It is stored under a record key (RecordKey), not a
 	// session key.
 	Items []string `json:"items,omitempty"`
+	// Opening is the Identity.Turn of the run that claimed this derived
+	// session key (Policy.Session); "" for keys a client sent.
+	Opening string `json:"opening,omitempty"`
 	// Updated is when the state last changed.
 	Updated time.Time `json:"updated"`
 }

@@ -101,6 +101,11 @@ func TestOtherAPIsLadder(t *testing.T) {
 	}
 }
 
+// TestOtherAPIsStreamCut cuts a degenerate Responses and Anthropic stream
+// with each stream.tail: "keep" forwards everything until the detector was
+// sure, "trim" ends the client's text where the repetition began; either way
+// the stream ends in the API's own shape, and the Responses tail reports the
+// text the client got.
 func TestOtherAPIsStreamCut(t *testing.T) {
 	const sentence = "I will now read the file to see the error. "
 	responsesEvent := func(seq int, typ, rest string) string {
@@ -111,6 +116,7 @@ func TestOtherAPIsStreamCut(t *testing.T) {
 		head             string
 		delta            func(i int) string
 		wantEnd          []string
+		textPath         string // where an event's data carries streamed text
 	}{
 		{"responses", "/v1/responses", responsesHistory(1, true),
 			responsesEvent(0, "response.created", `,"response":{"id":"resp_1","object":"response","created_at":1,"status":"in_progress","model":"gpt-4.1","output":[]}`) +
@@ -119,50 +125,74 @@ func TestOtherAPIsStreamCut(t *testing.T) {
 			func(i int) string {
 				return responsesEvent(3+i, "response.output_text.delta", `,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"`+sentence+`"`)
 			},
-			[]string{": loopguard cut category=token_degeneration", "response.completed"}},
+			[]string{": loopguard cut category=token_degeneration", "response.completed"}, "delta"},
 		{"anthropic", "/v1/messages", anthropicHistory(1, true),
 			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n" +
 				"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
 			func(int) string {
 				return "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" + sentence + "\"}}\n\n"
 			},
-			[]string{": loopguard cut category=token_degeneration", "event: content_block_stop", "event: message_delta", "event: message_stop"}},
+			[]string{": loopguard cut category=token_degeneration", "event: content_block_stop", "event: message_delta", "event: message_stop"}, "delta.text"},
+	}
+	tails := []struct {
+		tail                 string
+		minCopies, maxCopies int
+	}{
+		{TailKeep, 8, 1000}, // everything forwarded until the detector was sure
+		{TailTrim, 0, 1},    // cut where the repetition began
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			closed := make(chan int, 1)
-			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "text/event-stream")
-				io.WriteString(w, tt.head)
-				for i := 0; i < 5000; i++ {
-					if _, err := io.WriteString(w, tt.delta(i)); err != nil || r.Context().Err() != nil {
-						closed <- i
-						return
+		for _, tl := range tails {
+			t.Run(tt.name+"/"+tl.tail, func(t *testing.T) {
+				closed := make(chan int, 1)
+				up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/event-stream")
+					io.WriteString(w, tt.head)
+					for i := 0; i < 5000; i++ {
+						if _, err := io.WriteString(w, tt.delta(i)); err != nil || r.Context().Err() != nil {
+							closed <- i
+							return
+						}
+						w.(http.Flusher).Flush()
 					}
-					w.(http.Flusher).Flush()
+					closed <- 0
+				})
+				_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Stream.Tail = tl.tail })
+				req, _ := http.NewRequest("POST", base+tt.path, strings.NewReader(tt.body))
+				resp, err := newClient().Do(req)
+				if err != nil {
+					t.Fatal(err)
 				}
-				closed <- 0
+				answer, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if sent := <-closed; sent == 0 {
+					t.Errorf("the upstream sent everything; the cut did not close it")
+				}
+				last := -1
+				for _, want := range tt.wantEnd {
+					i := strings.LastIndex(string(answer), want)
+					if i < 0 || i < last {
+						t.Errorf("stream end lacks %q in order:\n%s", want, answer[max(0, len(answer)-1500):])
+					}
+					last = i
+				}
+				var text strings.Builder
+				for _, ev := range strings.Split(string(answer), "\n\n") {
+					if _, data, ok := strings.Cut(ev, "data: "); ok && strings.HasSuffix(gjson.Get(data, "type").String(), "delta") {
+						text.WriteString(gjson.Get(data, tt.textPath).String())
+					}
+				}
+				if n := strings.Count(text.String(), sentence); n < tl.minCopies || n > tl.maxCopies {
+					t.Errorf("client got %d copies of the repeated sentence; want %d..%d", n, tl.minCopies, tl.maxCopies)
+				}
+				if tt.name == "responses" {
+					_, completed, _ := strings.Cut(string(answer[strings.LastIndex(string(answer), "event: response.completed"):]), "data: ")
+					if reported := gjson.Get(completed, "response.output.0.content.0.text").String(); reported != text.String() {
+						t.Errorf("response.completed reports %d bytes of text; the client got %d", len(reported), text.Len())
+					}
+				}
 			})
-			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
-			req, _ := http.NewRequest("POST", base+tt.path, strings.NewReader(tt.body))
-			resp, err := newClient().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			answer, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if sent := <-closed; sent == 0 {
-				t.Errorf("the upstream sent everything; the cut did not close it")
-			}
-			last := -1
-			for _, want := range tt.wantEnd {
-				i := strings.LastIndex(string(answer), want)
-				if i < 0 || i < last {
-					t.Errorf("stream end lacks %q in order:\n%s", want, answer[max(0, len(answer)-1500):])
-				}
-				last = i
-			}
-		})
+		}
 	}
 }
 

@@ -31,6 +31,9 @@ type chatPipeline struct {
 	cfg    Config
 	log    zerolog.Logger
 	engine *inspect.Engine
+	// cache keeps each session's parsed history, so that a turn parses
+	// only its new messages (nil: detect.session_cache_mb = 0).
+	cache  *inspect.SessionCache
 	policy *policy.Policy
 	inject *inject.Injector
 	obs    *observe.Observer
@@ -52,10 +55,15 @@ func newChatPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*ch
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	pol := policy.New(cfg.Policy, store, log)
+	cache := inspect.NewSessionCache(int64(cfg.Detect.SessionCacheMB) << 20)
+	if cache != nil {
+		obs.WatchSessionCache(cache.Stats)
+	}
 	return &chatPipeline{
 		cfg:          cfg,
 		log:          log,
 		engine:       engine,
+		cache:        cache,
 		policy:       pol,
 		inject:       in,
 		obs:          obs,
@@ -80,9 +88,13 @@ type plan struct {
 	verdict  inspect.Verdict
 	record   *recordPlan    // Responses API: the server-side history record, nil if none
 	layout   inspect.Layout // where the messages lie in body (chat completions)
-	buf      *[]byte        // pooled buffer body was built in, nil if none
-	failOpen string         // the stage that failed open, "" if none
-	start    time.Time
+	// ownHistory: the judged history is body's own (not a Responses record
+	// prepended to it), so the evidence's indices point into body.
+	ownHistory bool
+	buf        *[]byte    // pooled buffer body was built in, nil if none
+	failOpen   string     // the stage that failed open, "" if none
+	resume     *resumable // how to stop a resumable stream on a cut, nil if none
+	start      time.Time
 }
 
 // serve handles one chat-completions request.
@@ -101,6 +113,9 @@ func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server, api inspect.AP
 			s.chatDone(&ev)
 		}
 		return
+	}
+	if pl.stream {
+		pl.resume = s.resumableOf(ctx)
 	}
 	s.forward(ctx, pl.body, newChatObserver(p, &pl, s.chatDone))
 	// forward has sent the request (a stream is relayed from here on
@@ -152,21 +167,25 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}()
 	pl.readOptions(body)
 
+	// Store calls before the inspection (the Responses record, the session
+	// link) have a deadline of their own, and Decide's starts after it:
+	// parsing a long history on a busy machine must not use up the store's
+	// time.
+	rctx, cancelRecord := context.WithTimeout(context.Background(), p.storeTimeout)
 	judged := body // the history to judge
 	if api == inspect.Responses {
-		rctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
 		judged = p.prepareRecord(rctx, &pl, body)
-		cancel()
 	}
 	pcfg := p.policy.Config()
-	pl.key = policy.SessionKeyFor(api, ctx.Request.Header.Peek(pcfg.SessionHeader), judged)
+	pl.key = p.policy.Session(rctx, policy.Identify(api, sessionID(ctx, &pcfg), judged))
+	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	if mode == policy.ModeOff {
 		return pl
 	}
 
 	t0 := time.Now()
-	traj, err := p.engine.ParseAPI(api, judged)
+	traj, err := p.engine.ParseSession(p.cache, pl.key, api, judged)
 	if err != nil {
 		p.failOpen(&pl, "unreadable_history", err)
 		return pl
@@ -179,11 +198,10 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	pl.verdict = verdict
 	if len(body) > 0 && &judged[0] == &body[0] {
 		pl.layout = traj.Layout // the offsets are of body itself
+		pl.ownHistory = true
 	}
 	t1 := time.Now()
 
-	// The store's deadline starts here: parsing and inspecting a long
-	// history on a busy machine must not use up the store's time.
 	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
 	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
@@ -269,9 +287,9 @@ func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte
 	if d.Cut != nil {
 		e.Degenerated = &inject.Degeneration{Category: d.Cut.Category}
 	}
-	// Collapsing needs chat messages: in the other APIs evidence indices
-	// count input items or content blocks, so the history is kept whole.
-	collapse := d.Collapse && pl.api == inspect.ChatCompletions
+	// Collapsing reads the evidence's indices against body: a Responses
+	// history judged with its server-side record prepended is kept whole.
+	collapse := d.Collapse && pl.ownHistory
 	current := false
 	for _, c := range d.Constraints {
 		if c.Pattern == d.Pattern && (d.Action == policy.Constrain || d.Action == policy.Reset) {

@@ -61,12 +61,8 @@ func (o *chatObserver) holdEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 		if !ok {
 			break
 		}
-		var key uint64
-		key, o.scratch = inspect.CallKey(o.scratch, string(name), string(args))
-		for i := range o.terminal {
-			if o.terminal[i].key == key {
-				return o.replaceHeld(out, &o.terminal[i]), true
-			}
+		if t := o.terminalCall(name, args); t != nil {
+			return o.replaceHeld(out, t), true
 		}
 	}
 	switch {
@@ -88,6 +84,61 @@ func (o *chatObserver) holdEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 	return out, false
 }
 
+// holdAPIEvent is holdEvent for Responses and Anthropic streams, where
+// each call opens and closes with events of its own (output_item.added to
+// function_call_arguments.done; content_block_start to content_block_stop
+// of a tool_use block): the events from a call's start to its end wait in
+// o.held, and the completed call is compared with the terminal calls.
+func (o *chatObserver) holdAPIEvent(ev *sse.Event, out []byte) ([]byte, bool) {
+	o.chunkStarted, o.callDone = -1, -1
+	seq := o.racc.Sequence()
+	if len(ev.Data) > 0 && ev.Data[0] == '{' {
+		if err := o.accumulate(ev.Data); err != nil {
+			out = o.releaseHeld(out)
+			return append(out, ev.Raw...), false
+		}
+	}
+	if o.cut != nil {
+		out = o.releaseHeld(out)
+		out = append(out, ev.Raw...)
+		return o.appendEnd(out)
+	}
+	if o.chunkStarted >= 0 {
+		if o.holdOpen == 0 {
+			// The answer, should it replace this call, takes its place.
+			o.holdIndex, o.holdSeq = o.chunkStarted, seq
+		}
+		o.holdOpen++
+	}
+	if o.callDone >= 0 && o.holdOpen > 0 {
+		if t := o.terminalCall(o.apiToolCall(o.callDone)); t != nil {
+			return o.replaceHeld(out, t), true
+		}
+		if o.holdOpen--; o.holdOpen == 0 {
+			out = o.releaseHeld(out)
+			return append(out, ev.Raw...), false
+		}
+	}
+	if o.holdOpen > 0 {
+		o.held = append(o.held, ev.Raw...)
+		return out, false
+	}
+	return append(out, ev.Raw...), false
+}
+
+// terminalCall returns the terminal call a completed call matches, nil if
+// none.
+func (o *chatObserver) terminalCall(name, args []byte) *terminalCall {
+	var key uint64
+	key, o.scratch = inspect.CallKey(o.scratch, string(name), string(args))
+	for i := range o.terminal {
+		if o.terminal[i].key == key {
+			return &o.terminal[i]
+		}
+	}
+	return nil
+}
+
 // releaseHeld appends the held events and lets go of them.
 func (o *chatObserver) releaseHeld(out []byte) []byte {
 	out = append(out, o.held...)
@@ -96,7 +147,9 @@ func (o *chatObserver) releaseHeld(out []byte) []byte {
 }
 
 // replaceHeld drops the held tool-call events and appends the LOOP_DETECTED
-// answer in the stream's own id and model, which ends the stream.
+// answer in the stream's own id and model and its API's shape (Responses:
+// a message item; Anthropic: a text block; each where the call began),
+// which ends the stream.
 func (o *chatObserver) replaceHeld(b []byte, t *terminalCall) []byte {
 	o.held = o.held[:0]
 	text, err := o.p.inject.TerminateText(activeConstraint(t.constraint))
@@ -106,6 +159,12 @@ func (o *chatObserver) replaceHeld(b []byte, t *terminalCall) []byte {
 	o.cut = &inspect.Detection{Category: t.constraint.Category, Score: 1,
 		Evidence: inspect.Evidence{Tool: t.constraint.Tool, Args: t.constraint.Args}}
 	o.replaced = true
+	o.p.log.Info().Str("session", o.pl.key).Str("category", string(t.constraint.Category)).
+		Str("pattern_key", t.constraint.Pattern).Str("tool", t.constraint.Tool).
+		Msg("held tool call replaced by LOOP_DETECTED")
+	if o.pl.api != inspect.ChatCompletions {
+		return o.appendAPIEnd(b, text)
+	}
 
 	b = append(b, "data: "...)
 	b = o.appendChunkHead(b)
@@ -115,9 +174,5 @@ func (o *chatObserver) replaceHeld(b []byte, t *terminalCall) []byte {
 	b = append(b, "data: "...)
 	b = o.appendChunkHead(b)
 	b = append(b, `"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"...)
-	b = append(b, "data: [DONE]\n\n"...)
-	o.p.log.Info().Str("session", o.pl.key).Str("category", string(t.constraint.Category)).
-		Str("pattern_key", t.constraint.Pattern).Str("tool", t.constraint.Tool).
-		Msg("held tool call replaced by LOOP_DETECTED")
-	return b
+	return append(b, "data: [DONE]\n\n"...)
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -49,12 +50,18 @@ type chatObserver struct {
 	held         []byte // raw events waiting for their tool calls to complete
 	holdChecked  int    // tool calls of choice 0 already compared with terminal
 	chunkTools   bool   // the current chunk carried tool-call deltas for choice 0
-	chunkStarted int    // a call that began in the current chunk, -1 if none
+	chunkStarted int    // a call that began in the current chunk, -1 if none (Responses, Anthropic: its output_index or block index)
+	callDone     int    // Responses, Anthropic: the call the current event completed, -1 if none
+	holdOpen     int    // Responses, Anthropic: calls begun and not completed
+	holdIndex    int    // Responses, Anthropic: output_index or block index of the first held call
+	holdSeq      int    // Responses: the last sequence_number sent before the held events
 	chunkFinish  bool   // the current chunk finished choice 0
 	replaced     bool   // a held call was replaced by LOOP_DETECTED
 
 	encoded   bool // the answer is compressed: forward it uninspected
 	abandoned bool // a call panicked: not returned to the pool
+
+	bodyUsage observe.Usage // the usage of a non-streamed answer
 
 	// A non-streamed Responses answer's id and output items, for the record.
 	respID     string
@@ -63,11 +70,10 @@ type chatObserver struct {
 	cutPending bool // a duplicate Responses call: cut once its item is done
 
 	// tail = "trim": events held until TrimWindow content bytes follow them.
-	trim       bool
-	text0      int64 // choice 0 content bytes so far
-	cutInText0 bool  // the cut came from choice 0's content
-	trimQ      []trimmed
-	trimBuf    []byte
+	trim    bool
+	text0   int64 // choice 0 content bytes so far
+	trimQ   []trimmed
+	trimBuf []byte
 
 	// arrivals remembers when recent events came and how far choice 0's
 	// content and reasoning had got, to time a cut from the arrival of the
@@ -88,11 +94,10 @@ var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
 func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
 	o.p, o.pl, o.done = p, pl, done
-	chat := pl.api == inspect.ChatCompletions
-	if p.cfg.Stream.HoldToolCalls && pl.stream && chat {
+	if p.cfg.Stream.HoldToolCalls && pl.stream {
 		o.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
 	}
-	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut && chat
+	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut
 	return o
 }
 
@@ -118,9 +123,11 @@ func (o *chatObserver) release() {
 	o.calls, o.checked, o.bytes = o.calls[:0], 0, 0
 	o.cut, o.cutOffset, o.cutAt, o.status = nil, 0, time.Time{}, 0
 	o.terminal, o.held, o.holdChecked, o.replaced, o.encoded = o.terminal[:0], o.held[:0], 0, false, false
-	o.trim, o.text0, o.cutInText0, o.trimQ, o.trimBuf = false, 0, false, o.trimQ[:0], o.trimBuf[:0]
+	o.holdOpen, o.holdIndex, o.holdSeq = 0, 0, 0
+	o.trim, o.text0, o.trimQ, o.trimBuf = false, 0, o.trimQ[:0], o.trimBuf[:0]
 	o.nArrivals, o.reason0, o.cutSlot = 0, 0, 0
 	o.respID, o.respOutput, o.recorded, o.cutPending = "", "", false, false
+	o.bodyUsage = observe.Usage{}
 	o.p, o.pl, o.done = nil, nil, nil
 	observerPool.Put(o)
 }
@@ -173,6 +180,32 @@ func (o *chatObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	return o.appendCut(out), true
 }
 
+// accumulate folds one event's data into the accumulator of the request's
+// API, which reports what it added to delta or update.
+func (o *chatObserver) accumulate(data []byte) error {
+	switch o.pl.api {
+	case inspect.Responses:
+		return o.racc.Add(data, o.update)
+	case inspect.AnthropicMessages:
+		return o.aacc.Add(data, o.update)
+	}
+	return o.acc.Add(data, o.delta)
+}
+
+// appendEnd appends the end of a cut stream in the request's API; a
+// duplicate Responses call is let through to its item's end first
+// (cutPending), so the stream goes on.
+func (o *chatObserver) appendEnd(out []byte) ([]byte, bool) {
+	switch {
+	case o.pl.api == inspect.ChatCompletions:
+		return o.appendCut(out), true
+	case o.pl.api == inspect.Responses && o.cut.Category == inspect.ToolRepetition:
+		o.cutPending = true
+		return out, false
+	}
+	return o.appendAPICut(out), true
+}
+
 // end releases what the observer still holds when the stream is over
 // without a cut (the upstream finished, failed or went idle): the events
 // tail = "trim" keeps back and the held tool-call events. Held events wait
@@ -198,7 +231,6 @@ func (o *chatObserver) delta(d sse.Delta) {
 		o.arrive()
 	}
 	if len(d.Content) > 0 && o.watch(&o.content[d.Choice], d.Content) {
-		o.cutInText0 = d.Choice == 0
 		if d.Choice == 0 {
 			o.cutSlot = 1
 		}
@@ -375,12 +407,27 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
 		return nil
 	}
+	o.bodyUsage = answerUsage(b)
+	out := o.cutBody(b)
 	if o.pl.record != nil {
-		res := gjson.GetManyBytes(b, "id", "output")
+		// The record holds the output as the agent got it.
+		answer := b
+		if out != nil {
+			answer = out
+		}
+		res := gjson.GetManyBytes(answer, "id", "output")
 		o.respID, o.respOutput = res[0].String(), res[1].Raw
 	}
+	return out
+}
+
+// cutBody cuts a degenerate non-streamed answer; nil when it is left alone.
+func (o *chatObserver) cutBody(b []byte) []byte {
 	if !o.p.cfg.Stream.Cut {
 		return nil
+	}
+	if o.pl.api != inspect.ChatCompletions {
+		return o.apiBody(b)
 	}
 	out := b
 	changed := false
@@ -430,6 +477,7 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 		saved = max(0, int(o.pl.maxTok)-estimateTokens(o.bytes))
 	}
 	info.Session = o.pl.key
+	info.Usage = o.usage()
 	if o.pl.record != nil && !o.recorded && info.Status == fasthttp.StatusOK {
 		if o.respID != "" {
 			o.p.saveRecord(o.pl, o.respID, gjson.Parse(o.respOutput))
@@ -449,6 +497,10 @@ func (o *chatObserver) finish(cause error, info *observe.ResponseInfo) {
 			cancel()
 			info.CutStoreDuration = time.Since(t)
 		}
+	}
+	if errors.Is(cause, errCut) {
+		// Closing the connection does not stop a resumable stream.
+		o.pl.resume.stop()
 	}
 	if o.done != nil {
 		ev := o.pl.event()

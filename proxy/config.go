@@ -45,6 +45,12 @@ type UpstreamConfig struct {
 	// URL is the upstream base URL, with or without /v1
 	// (http://127.0.0.1:8000, https://api.openai.com/v1). Required.
 	URL string `toml:"url"`
+	// AnthropicURL, when set, is the upstream of Anthropic Messages traffic
+	// (requests that carry an anthropic-version header, as every Anthropic
+	// client sends, or post to /v1/messages), for agents whose Anthropic
+	// endpoint lives on another host than their OpenAI-style one. Same form
+	// as URL. Empty (default): URL serves every wire API.
+	AnthropicURL string `toml:"anthropic_url"`
 	// APIKey, when set, replaces the client's Authorization header with
 	// "Bearer <APIKey>". Empty: the client's header passes through.
 	APIKey string `toml:"api_key"`
@@ -74,20 +80,22 @@ type StreamConfig struct {
 	// (default: everything forwarded until the cut; nothing is held back) or
 	// "trim" (content events wait until TrimWindow bytes follow them, so the
 	// text can end where the repetition began; what waits is released when
-	// the stream ends, fails or goes idle). Chat completions only.
+	// the stream ends, fails or goes idle). Every guarded API.
 	Tail string `toml:"tail"`
 	// TrimWindow is the content bytes held back with tail = "trim". Default
 	// 2048: about the text the detector needs to be sure of a loop.
 	TrimWindow int `toml:"trim_window"`
-	// FinishReason is the finish_reason of a cut stream: "stop" (default) or "length".
+	// FinishReason is the finish_reason of a cut chat answer: "stop"
+	// (default) or "length". Responses and Anthropic answers end as their
+	// streams do (response.completed; stop_reason "end_turn").
 	FinishReason string `toml:"finish_reason"`
 	// HoldToolCalls holds the tool-call deltas of a streamed answer until each
 	// call is complete, while a call the ladder would end is in play (its
 	// pattern's constraints sit one rung below terminate); such a call is
 	// replaced by the LOOP_DETECTED answer instead of reaching the agent.
 	// Held events are released when the stream ends, fails or goes idle.
-	// Chat completions only. Default false: tool calls stream through as
-	// they come.
+	// Every guarded API. Default false: tool calls stream through as they
+	// come.
 	HoldToolCalls bool `toml:"hold_tool_calls"`
 	// MaxEventBytes caps one SSE event; a longer one switches the stream to
 	// raw pass-through without inspection. Default 16 MiB.
@@ -116,6 +124,9 @@ type AdminConfig struct {
 	// admin API and /metrics. Without it they answer only on loopback
 	// listeners.
 	Token string `toml:"token"`
+	// Replica names this replica in the admin view that replicas sharing a
+	// redis store show together. Empty: the host name and the listen port.
+	Replica string `toml:"replica"`
 }
 
 // DefaultConfig returns the configuration loopguard runs with when nothing is set.
@@ -159,6 +170,11 @@ func (c *Config) Validate() error {
 		bad("upstream.url", "is required (flag -upstream, env LOOPGUARD_UPSTREAM)")
 	} else if u, err := url.Parse(c.Upstream.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("upstream.url", "%q is not an http(s) URL", c.Upstream.URL)
+	}
+	if c.Upstream.AnthropicURL != "" {
+		if u, err := url.Parse(c.Upstream.AnthropicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("upstream.anthropic_url", "%q is not an http(s) URL", c.Upstream.AnthropicURL)
+		}
 	}
 	if c.Server.Listen == "" {
 		bad("server.listen", "is empty")

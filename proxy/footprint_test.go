@@ -31,9 +31,10 @@ func TestOpenStreamFootprint(t *testing.T) {
 		t.Errorf("%.1f goroutines per open stream; want 2", goroutines)
 	}
 	// 16 KiB request buffer released while streaming (ReduceMemoryUsage),
-	// no pipe or 4 KiB copy buffers (streambody.go), 4 KiB upstream reader.
-	if heap > 48<<10 {
-		t.Errorf("%.1f KiB heap per open stream; want under 48 KiB", heap/1024)
+	// no pipe or 4 KiB copy buffers (streambody.go), 4 KiB upstream reader;
+	// the degeneration detector's tables (~18 KiB) are most of the rest.
+	if heap > 56<<10 {
+		t.Errorf("%.1f KiB heap per open stream; want under 56 KiB", heap/1024)
 	}
 }
 

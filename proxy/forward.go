@@ -104,7 +104,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	start := time.Now()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	s.buildUpstreamRequest(ctx, req, body, obs != nil)
+	up := s.upstreamFor(ctx)
+	s.buildUpstreamRequest(ctx, req, up, body, obs != nil)
 
 	// A client that leaves while the upstream prepares its answer (prompt
 	// processing, a whole non-streamed generation) closes the upstream
@@ -116,7 +117,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		stopWatch = watchPeerClose(ctx.Conn(), func() { x.abort(errClientGone) })
 	}
 	resp := fasthttp.AcquireResponse()
-	ub, err := s.up.roundTrip(x, req, resp)
+	ub, err := up.roundTrip(x, req, resp)
 	if stopWatch != nil {
 		stopWatch()
 	}
@@ -191,15 +192,28 @@ func (s *Server) passThrough(ctx *fasthttp.RequestCtx, ub *upstreamBody, head []
 	if len(head) > 0 {
 		r = io.MultiReader(bytes.NewReader(head), ub)
 	}
-	ctx.Response.SetBodyStream(&passBody{r: r, body: ub, done: func(n int64, err error) {
+	pb := &passBody{r: r, body: ub, done: func(n int64, err error) {
 		s.respond(obs, method, path, err, observe.ResponseInfo{Status: status, UpstreamLatency: headerLatency,
 			Duration: time.Since(start), Bytes: n})
-	}}, int(n))
+	}}
+	if n < 0 && !ctx.Request.Header.IsHTTP11() {
+		// No length to send, and HTTP/1.0 has no chunked coding: the body
+		// ends with the connection.
+		s.setStreamWriter(ctx, func(w *bufio.Writer) {
+			_, err := io.Copy(w, pb) // bufio's ReadFrom
+			if err == nil {
+				err = w.Flush()
+			}
+			_ = pb.CloseWithError(err)
+		})
+		return
+	}
+	ctx.Response.SetBodyStream(pb, int(n))
 }
 
 // buildUpstreamRequest copies the client's request into req: method, path
-// joined onto the upstream base, query, end-to-end headers.
-func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request, body []byte, inspected bool) {
+// joined onto up's base, query, end-to-end headers.
+func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Request, up *upstream, body []byte, inspected bool) {
 	in := &ctx.Request
 	req.Header.DisableNormalizing()
 	req.Header.SetNoDefaultContentType(true)
@@ -207,13 +221,13 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 
 	// PathOriginal, not Path: the upstream gets the path exactly as the
 	// client wrote it, without fasthttp's normalising.
-	uri := s.up.path(req.Header.RequestURI()[:0], ctx.URI().PathOriginal())
+	uri := up.path(req.Header.RequestURI()[:0], ctx.URI().PathOriginal())
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		uri = append(uri, '?')
 		uri = append(uri, q...)
 	}
 	req.SetRequestURIBytes(uri)
-	req.Header.SetHost(s.up.host)
+	req.Header.SetHost(up.host)
 
 	conn := in.Header.Peek("Connection")
 	for k, v := range in.Header.All() {

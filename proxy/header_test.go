@@ -54,17 +54,26 @@ func TestUpstreamDatePassesThrough(t *testing.T) {
 // the connection.
 func TestHTTP10StreamIsCloseDelimited(t *testing.T) {
 	const stream = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+	// A non-streamed answer of unknown length (chunked from the upstream)
+	// streams through too; so does one past what is inspected.
+	small := `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`
+	large := `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("a", inspectLimit+1) + `"}}]}`
 	tests := []struct {
-		name, path string
+		name, path, contentType, answer string
 	}{
-		{"chat, inspected", "/v1/chat/completions"},
-		{"pass-through", "/v1/completions"},
+		{"chat, inspected", "/v1/chat/completions", "text/event-stream", stream},
+		{"pass-through", "/v1/completions", "text/event-stream", stream},
+		{"pass-through, not a stream, no length", "/v1/embeddings", "application/json", small},
+		{"chat, not a stream, past the inspection limit", "/v1/chat/completions", "application/json", large},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "text/event-stream")
-				io.WriteString(w, stream)
+				w.Header().Set("Content-Type", tt.contentType)
+				io.WriteString(w, tt.answer[:len(tt.answer)/2])
+				w.(http.Flusher).Flush() // chunked: no Content-Length
+				io.WriteString(w, tt.answer[len(tt.answer)/2:])
 			})
 			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
 			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
@@ -89,8 +98,8 @@ func TestHTTP10StreamIsCloseDelimited(t *testing.T) {
 			if strings.Contains(lower, "transfer-encoding") || strings.Contains(lower, "content-length") || !strings.Contains(lower, "\r\nconnection: close") {
 				t.Errorf("header = %q; want no length or coding, Connection: close", head)
 			}
-			if got != stream {
-				t.Errorf("body = %q; want the upstream's %q", got, stream)
+			if got != tt.answer {
+				t.Errorf("body of %d bytes; want the upstream's %d", len(got), len(tt.answer))
 			}
 		})
 	}

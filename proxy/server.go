@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -22,17 +23,25 @@ import (
 // Server is a running loopguard proxy. Create it with New, start it with
 // Serve, stop it with Shutdown.
 type Server struct {
-	cfg  Config
-	log  zerolog.Logger
-	up   *upstream
-	http *fasthttp.Server
-	chat *chatPipeline
+	cfg Config
+	log zerolog.Logger
+	up  *upstream
+	// anthropic serves Anthropic Messages traffic when upstream.anthropic_url
+	// is set; nil otherwise (up serves everything).
+	anthropic *upstream
+	http      *fasthttp.Server
+	chat      *chatPipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
+	// resume stops cut resumable streams upstream (resumable.go).
+	resume resumeStopper
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
 	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
+	// cluster shares the admin view with the other replicas; nil unless
+	// the store is shared.
+	cluster *observe.Cluster
 
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
@@ -50,12 +59,20 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, up: up}
+	if cfg.Upstream.AnthropicURL != "" {
+		c := cfg.Upstream
+		c.URL = c.AnthropicURL
+		if s.anthropic, err = newUpstream(c); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range opts {
 		o(s)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.obs, err = observe.New(reg, log, observe.Options{MaxSessions: cfg.Policy.MaxSessions, LogContent: cfg.Log.Content})
+	s.obs, err = observe.New(reg, log, observe.Options{MaxSessions: cfg.Policy.MaxSessions, LogContent: cfg.Log.Content,
+		Replica: replicaName(cfg)})
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +115,21 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		ReduceMemoryUsage:     true,
 		Logger:                fasthttpLogger{log},
 	}
+	// A store that replicas share also carries their common admin view.
+	if feed, ok := s.chat.policy.Store().(observe.SharedFeed); ok {
+		s.cluster = observe.StartCluster(s.obs.Recorder(), feed, log, 0)
+	}
 	return s, nil
+}
+
+// replicaName is [admin] replica, else the host name and the listen port.
+func replicaName(cfg Config) string {
+	if cfg.Admin.Replica != "" {
+		return cfg.Admin.Replica
+	}
+	host, _ := os.Hostname()
+	_, port, _ := net.SplitHostPort(cfg.Server.Listen)
+	return net.JoinHostPort(host, port)
 }
 
 // withLocalAddr adapts h, an admin handler, to fasthttp. Admin handlers
@@ -111,6 +142,10 @@ func withLocalAddr(h http.Handler) fasthttp.RequestHandler {
 		adapted(ctx)
 	}
 }
+
+// Recorder returns the session record that the admin API serves, for a
+// process that runs the proxy in-process (`loopguard run`).
+func (s *Server) Recorder() *observe.Recorder { return s.obs.Recorder() }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
@@ -149,7 +184,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if werr := waitCtx(ctx, &s.handedOver); err == nil {
 		err = werr
 	}
+	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
 	s.up.client.CloseIdleConnections()
+	if s.anthropic != nil {
+		s.anthropic.client.CloseIdleConnections()
+	}
+	if s.cluster != nil {
+		s.cluster.Close() // before the store it writes to
+	}
 	if cerr := s.chat.Close(); err == nil {
 		err = cerr
 	}
@@ -173,7 +215,8 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 }
 
 // handle routes one request: loopguard's own endpoints, chat completions
-// through the pipeline, everything else straight to the upstream.
+// through the pipeline, everything else straight to the upstream. A
+// /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if ambiguousFraming(&ctx.Request.Header) {
 		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
@@ -183,6 +226,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fasthttp.StatusBadRequest, "request has both Content-Length and Transfer-Encoding",
 			"invalid_request_error", "bad_request")
 		ctx.SetConnectionClose()
+		return
+	}
+	if !stripSessionPrefix(ctx) {
 		return
 	}
 	path := ctx.Path()
@@ -197,6 +243,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.admin(ctx)
 	case ctx.IsPost() && guardedAPI(path) != "":
 		s.chat.serve(ctx, s, guardedAPI(path))
+	case isResume(ctx):
+		// A resumed stream is a chat answer like the first delivery.
+		s.chat.serveResume(ctx, s)
 	default:
 		s.forward(ctx, ctx.Request.Body(), nil)
 	}
@@ -239,6 +288,18 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 		}
 	}
 	return length && transfer
+}
+
+// upstreamFor is the upstream of one request: upstream.anthropic_url's for
+// Anthropic Messages traffic when it is set, upstream.url's for the rest.
+// Anthropic clients send anthropic-version on every request, which also
+// routes the paths beside /v1/messages (count_tokens, models).
+func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
+	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
+		guardedAPI(ctx.Path()) == inspect.AnthropicMessages) {
+		return s.anthropic
+	}
+	return s.up
 }
 
 func hasSuffixBytes(b []byte, s string) bool {

@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"strconv"
+	"time"
+
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 )
 
 // apiEvent inspects one event of a Responses or Anthropic Messages stream
@@ -15,6 +19,7 @@ func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.pl.record != nil && o.cut == nil && string(ev.Name) == "response.completed" {
 		// Record the answer before the agent sees its end: the agent's next
 		// request may name this response at once.
+		out = o.end(out)
 		if o.racc.Add(ev.Data, o.update) == nil {
 			o.p.saveRecord(o.pl, o.racc.ID(), gjson.ParseBytes(o.racc.AppendOutput(nil)))
 			o.recorded = true
@@ -31,24 +36,20 @@ func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 		}
 		return o.appendAPICut(out), true
 	}
+	if len(o.terminal) > 0 && o.cut == nil {
+		return o.holdAPIEvent(ev, out)
+	}
+	if o.trim && o.cut == nil {
+		return o.trimEvent(ev, out)
+	}
 	out = append(out, ev.Raw...)
 	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut && o.pl.record == nil {
 		return out, false
 	}
-	var err error
-	if o.pl.api == inspect.Responses {
-		err = o.racc.Add(ev.Data, o.update)
-	} else {
-		err = o.aacc.Add(ev.Data, o.update)
-	}
-	if err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
+	if err := o.accumulate(ev.Data); err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
 		return out, false
 	}
-	if o.pl.api == inspect.Responses && o.cut.Category == inspect.ToolRepetition {
-		o.cutPending = true
-		return out, false
-	}
-	return o.appendAPICut(out), true
+	return o.appendEnd(out)
 }
 
 // eventType is a Responses event's type: its event: field, or the type
@@ -65,6 +66,7 @@ func (o *chatObserver) update(u sse.Update) {
 	if o.cut != nil {
 		return
 	}
+	o.chunkStarted, o.callDone = u.ToolCallStarted, u.ToolCallDone
 	o.bytes += int64(len(u.Text) + len(u.Reasoning))
 	o.text0 += int64(len(u.Text))
 	o.reason0 += int64(len(u.Reasoning))
@@ -80,21 +82,33 @@ func (o *chatObserver) update(u sse.Update) {
 	if u.ToolCallDone < 0 {
 		return
 	}
-	var name, args []byte
-	var ok bool
-	if o.pl.api == inspect.Responses {
-		name, args, ok = o.racc.ToolCallBytes(u.ToolCallDone)
-	} else {
-		name, args, ok = o.aacc.ToolCallBytes(u.ToolCallDone)
-	}
-	if ok {
+	if name, args := o.apiToolCall(u.ToolCallDone); name != nil {
 		o.noteCall(name, args)
 	}
 }
 
+// apiToolCall returns the name and arguments of the pos-th call of a
+// Responses or Anthropic answer, nil if there is none.
+func (o *chatObserver) apiToolCall(pos int) (name, args []byte) {
+	var ok bool
+	if o.pl.api == inspect.Responses {
+		name, args, ok = o.racc.ToolCallBytes(pos)
+	} else {
+		name, args, ok = o.aacc.ToolCallBytes(pos)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return name, args
+}
+
 // appendAPICut appends the events that end a cut Responses or Anthropic
 // stream well-formed.
-func (o *chatObserver) appendAPICut(b []byte) []byte {
+func (o *chatObserver) appendAPICut(b []byte) []byte { return o.appendAPIEnd(b, "") }
+
+// appendAPIEnd is appendAPICut with answer, when not empty, in place of the
+// held call that began at output item or content block o.holdIndex.
+func (o *chatObserver) appendAPIEnd(b []byte, answer string) []byte {
 	category := string(o.cut.Category)
 	if o.pl.api == inspect.Responses {
 		c := inject.ResponsesCut{
@@ -103,19 +117,112 @@ func (o *chatObserver) appendAPICut(b []byte) []byte {
 			Model:     o.racc.Model(),
 			CreatedAt: o.racc.CreatedAt(),
 			Sequence:  o.racc.Sequence(),
-			Output:    o.racc.AppendOutput(nil),
+		}
+		if answer == "" {
+			c.Output = o.racc.AppendOutput(nil)
+		} else {
+			// The held events were never sent: number on from the last sent.
+			c.Sequence, c.Output = o.holdSeq, o.racc.AppendOutputBefore(nil, o.holdIndex)
+			c.Answer = &inject.OpenMessage{Index: o.holdIndex, ID: "msg_loopguard_" + o.racc.ID(), Text: answer}
 		}
 		if idx, id, text, ok := o.racc.OpenMessage(); ok {
 			c.Open = &inject.OpenMessage{Index: idx, ID: string(id), Text: string(text)}
 		}
 		return inject.AppendResponsesCut(b, c)
 	}
-	c := inject.AnthropicCut{Category: category, OutputTokens: estimateTokens(o.bytes)}
+	c := inject.AnthropicCut{Category: category, OutputTokens: estimateTokens(o.bytes), Answer: answer, AnswerIndex: o.holdIndex}
 	c.OpenBlock, c.HasOpen = o.aacc.OpenBlock()
-	if o.cut.Category == inspect.ToolRepetition {
+	if o.cut.Category == inspect.ToolRepetition && answer == "" {
 		// The calls forwarded so far, the first duplicate included, are
 		// complete: let the agent run them.
 		c.StopReason = "tool_use"
 	}
 	return inject.AppendAnthropicCut(b, c)
+}
+
+// apiBody inspects a non-streamed Responses or Anthropic answer. Its output
+// text, in order, feeds one detector as the streamed text does; a degenerate
+// text is cut where the repetition began and what followed it is dropped,
+// as a streamed cut ends the answer there: a Responses message is marked
+// "incomplete", an Anthropic answer ends with stop_reason "end_turn".
+func (o *chatObserver) apiBody(b []byte) []byte {
+	if o.content[0] == nil {
+		o.content[0] = inspect.NewDegeneration(o.p.cfg.Detect.Stream)
+	}
+	d := o.content[0]
+	var fed int64
+	item, part := -1, -1 // where the cut falls: output item, content part
+	var text string
+	var off int64
+	feed := func(i, j int, t gjson.Result) bool {
+		s := t.String()
+		o.bytes += int64(len(s))
+		if !d.Write([]byte(s)) {
+			fed += int64(len(s))
+			return true
+		}
+		item, part, text = i, j, s
+		off = min(max(d.Offset()-fed, 0), int64(len(s)))
+		return false
+	}
+	items := "content"
+	if o.pl.api == inspect.Responses {
+		items = "output"
+	}
+	gjson.GetBytes(b, items).ForEach(func(i, it gjson.Result) bool {
+		if o.pl.api != inspect.Responses {
+			return it.Get("type").String() != "text" || feed(int(i.Int()), -1, it.Get("text"))
+		}
+		if it.Get("type").String() != "message" {
+			return true
+		}
+		more := true
+		it.Get("content").ForEach(func(j, p gjson.Result) bool {
+			more = p.Get("type").String() != "output_text" || feed(int(i.Int()), int(j.Int()), p.Get("text"))
+			return more
+		})
+		return more
+	})
+	if item < 0 {
+		return nil
+	}
+	det := d.Detection()
+	o.cut, o.cutOffset, o.cutAt = &det, off, time.Now()
+	at := items + "." + strconv.Itoa(item)
+	var edits []jsonEdit
+	// Later entries go first so that deleting them keeps the indexes valid.
+	for k := len(gjson.GetBytes(b, items).Array()) - 1; k > item; k-- {
+		edits = append(edits, jsonEdit{items + "." + strconv.Itoa(k), nil})
+	}
+	textAt := at + ".text"
+	if part >= 0 {
+		for k := len(gjson.GetBytes(b, at+".content").Array()) - 1; k > part; k-- {
+			edits = append(edits, jsonEdit{at + ".content." + strconv.Itoa(k), nil})
+		}
+		textAt = at + ".content." + strconv.Itoa(part) + ".text"
+		edits = append(edits, jsonEdit{at + ".status", "incomplete"})
+	} else {
+		edits = append(edits, jsonEdit{"stop_reason", "end_turn"})
+	}
+	edits = append(edits, jsonEdit{textAt, text[:off]})
+	out := b
+	for _, e := range edits {
+		var err error
+		if e.value == nil {
+			out, err = sjson.DeleteBytes(out, e.path)
+		} else {
+			out, err = sjson.SetBytes(out, e.path, e.value)
+		}
+		if err != nil {
+			return nil // fail open: the answer passes unchanged
+		}
+	}
+	return out
+}
+
+// jsonEdit is one change to a JSON body: set path to value, or delete it
+// when value is nil.
+type jsonEdit struct {
+	path  string
+	value any
 }

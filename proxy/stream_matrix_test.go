@@ -18,9 +18,11 @@ type streamAPI struct {
 	history    func(calls int, stream bool) string // a looping agent's request
 	healthy    string                              // testdata/streams/<name>.sse
 	// beforeEnd marks the event a stream cut short by the upstream stops
-	// before: the chat one leaves a tool call open (held by
-	// hold_tool_calls), all leave text that tail = "trim" holds.
+	// before: each leaves a tool call open (held by hold_tool_calls) and
+	// text that tail = "trim" holds.
 	beforeEnd string
+	// callStart marks the event that opens the healthy stream's tool call.
+	callStart string
 	// degenerate is a stream whose text repeats one sentence.
 	degenerate func(copies int) string
 }
@@ -45,7 +47,7 @@ func streamAPIs(t *testing.T) []streamAPI {
 		return `event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"` + s + `"}}` + "\n\n"
 	}
 	return []streamAPI{
-		{"chat", "/v1/chat/completions", loopingHistory, read("chat"), `"finish_reason":"tool_calls"`,
+		{"chat", "/v1/chat/completions", loopingHistory, read("chat"), `"finish_reason":"tool_calls"`, `"tool_calls"`,
 			func(copies int) string {
 				var b strings.Builder
 				b.WriteString(chatChunk("Let me check the configuration file again. "))
@@ -54,7 +56,7 @@ func streamAPIs(t *testing.T) []streamAPI {
 				}
 				return b.String() + "data: [DONE]\n\n"
 			}},
-		{"responses", "/v1/responses", responsesHistory, read("responses"), "event: response.completed",
+		{"responses", "/v1/responses", responsesHistory, read("responses"), "event: response.function_call_arguments.done", `"type":"function_call"`,
 			func(copies int) string {
 				var b strings.Builder
 				b.WriteString("event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_d\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"gpt-4.1\",\"output\":[]}}\n\n")
@@ -66,7 +68,7 @@ func streamAPIs(t *testing.T) []streamAPI {
 				}
 				return b.String()
 			}},
-		{"anthropic", "/v1/messages", anthropicHistory, read("anthropic"), "event: message_delta",
+		{"anthropic", "/v1/messages", anthropicHistory, read("anthropic"), `{"type":"content_block_stop","index":1}`, `"type":"tool_use"`,
 			func(copies int) string {
 				var b strings.Builder
 				b.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_d\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n")
@@ -121,9 +123,9 @@ func serveStream(w http.ResponseWriter, r *http.Request, body string, ending str
 // loopguard's error event); a degenerate one arrives up to the cut, then
 // the cut's own ending. hold_tool_calls runs with a terminal call in play
 // (the session is at constrain for `bash make build`), so a healthy call of
-// another command is held until it completes; tail = "trim" and
-// hold_tool_calls act on chat only (other APIs: keep), and trim yields to
-// holding when both are set.
+// another command is held until it completes, and the same stream calling
+// `make build` again has that call replaced by LOOP_DETECTED in the API's
+// own shape; trim yields to holding when both are set.
 func TestStreamOptionsMatrix(t *testing.T) {
 	options := []struct {
 		name       string
@@ -136,7 +138,7 @@ func TestStreamOptionsMatrix(t *testing.T) {
 	}
 	for _, api := range streamAPIs(t) {
 		for _, opt := range options {
-			trims := opt.trim && !opt.hold && api.name == "chat"
+			trims := opt.trim && !opt.hold
 			cutAt := strings.Index(api.healthy, api.beforeEnd)
 			if cutAt < 0 {
 				t.Fatalf("%s: the healthy stream lacks %q", api.name, api.beforeEnd)
@@ -148,11 +150,13 @@ func TestStreamOptionsMatrix(t *testing.T) {
 				ending    streamEnding
 				wantError string // the code of loopguard's error event after the stream, "" for none
 				degen     bool
+				terminal  bool // the stream calls `make build`, the call the ladder would end
 			}{
-				{"healthy", api.healthy, endEOF, "", false},
-				{"healthy_upstream_reset", api.healthy[:cutAt], endReset, "upstream_error", false},
-				{"healthy_upstream_idle", api.healthy[:cutAt], endIdle, "upstream_timeout", false},
-				{"degenerate", api.degenerate(1500), endEOF, "", true},
+				{"healthy", api.healthy, endEOF, "", false, false},
+				{"healthy_upstream_reset", api.healthy[:cutAt], endReset, "upstream_error", false, false},
+				{"healthy_upstream_idle", api.healthy[:cutAt], endIdle, "upstream_timeout", false, false},
+				{"degenerate", api.degenerate(1500), endEOF, "", true, false},
+				{"terminal_call", strings.ReplaceAll(api.healthy, "cat Makefile", "make build"), endEOF, "", false, true},
 			}
 			for _, tc := range cases {
 				t.Run(api.name+"/"+opt.name+"/"+tc.name, func(t *testing.T) {
@@ -180,6 +184,8 @@ func TestStreamOptionsMatrix(t *testing.T) {
 					switch {
 					case tc.degen:
 						checkCutStream(t, tc.body, got, trims)
+					case tc.terminal && opt.hold:
+						checkReplacedCall(t, tc.body, got, api.callStart)
 					case tc.wantError != "":
 						if !strings.HasPrefix(got, tc.body) {
 							t.Fatalf("client got %d bytes, differing from the upstream's %d from byte %d on: %q",
@@ -208,6 +214,31 @@ func diffAt(a, b string) int {
 		i++
 	}
 	return i
+}
+
+// checkReplacedCall checks a stream whose tool call was held and replaced:
+// the upstream's events up to the one that opened the call, then no part
+// of the call, and loopguard's LOOP_DETECTED ending, whose data lines are
+// JSON.
+func checkReplacedCall(t *testing.T, sent, got, callStart string) {
+	t.Helper()
+	start := strings.LastIndex(sent[:strings.Index(sent, callStart)], "\n\n") + 2
+	if !strings.HasPrefix(got, sent[:start]) {
+		t.Fatalf("client's stream before the call differs from the upstream's from byte %d on: %q", diffAt(got, sent), got)
+	}
+	tail := got[start:]
+	if strings.Contains(tail, callStart) || !strings.Contains(tail, "LOOP_DETECTED:") {
+		t.Errorf("after the upstream's events: %q; want LOOP_DETECTED in place of the call", tail)
+	}
+	for _, line := range strings.Split(tail, "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if ok && data != "[DONE]" && !json.Valid([]byte(data)) {
+			t.Errorf("replaced ending has a data line that is not JSON: %s", line)
+		}
+		if strings.Contains(line, `"tool_use"`) || strings.Contains(line, `"tool_calls"`) {
+			t.Errorf("replaced ending tells the agent to run a call: %s", line)
+		}
+	}
 }
 
 // checkCutStream checks a cut degenerate stream: the upstream's events up to

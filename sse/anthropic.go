@@ -70,7 +70,7 @@ func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
 	if len(typ) < 2 {
 		return nil
 	}
-	u := Update{ToolCallDone: -1}
+	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	switch typ[1 : len(typ)-1] {
 	case "message_start":
 		it := newObjIter(message)
@@ -85,7 +85,9 @@ func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
 			}
 		}
 	case "content_block_start":
-		a.startBlock(index, cb)
+		if b := a.startBlock(index, cb); b != nil && b.isCall() {
+			u.ToolCallStarted = b.index
+		}
 	case "content_block_delta":
 		if b := a.block(index); b != nil {
 			a.addDelta(b, delta, &u)
@@ -145,10 +147,11 @@ func (a *AnthropicAccumulator) addUsage(raw string) {
 	a.usage.TotalTokens = a.usage.PromptTokens + a.usage.CompletionTokens
 }
 
-func (a *AnthropicAccumulator) startBlock(index, cb string) {
+// startBlock adds the block of content_block_start, nil if it reads none.
+func (a *AnthropicAccumulator) startBlock(index, cb string) *block {
 	n, ok := parseInt(index)
 	if !ok || !isObject(cb) || len(a.blocks) >= maxToolCalls {
-		return
+		return nil
 	}
 	a.blocks = slices.Grow(a.blocks, 1)[:len(a.blocks)+1]
 	b := &a.blocks[len(a.blocks)-1]
@@ -168,6 +171,7 @@ func (a *AnthropicAccumulator) startBlock(index, cb string) {
 			b.start = append(b.start, it.val...)
 		}
 	}
+	return b
 }
 
 func (a *AnthropicAccumulator) addDelta(b *block, delta string, u *Update) {

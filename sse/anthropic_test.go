@@ -18,6 +18,7 @@ func TestAnthropicAccumulator(t *testing.T) {
 		wantReasoning string
 		wantCalls     []ToolCall
 		wantDone      []int
+		wantStarted   []int // block index of each call as it starts
 		wantFinished  bool
 		wantStop      string
 		wantErr       error
@@ -25,8 +26,8 @@ func TestAnthropicAccumulator(t *testing.T) {
 	}{
 		{
 			file: "tool-use.sse", wantID: "msg_01LG", wantModel: "claude-sonnet-4-5", wantText: "Reading the file.",
-			wantCalls:    []ToolCall{{Index: 1, ID: "toolu_01LGabc", Type: "tool_use", Name: "read_file", Arguments: `{"path": "src/main.go"}`}},
-			wantDone:     []int{0},
+			wantCalls: []ToolCall{{Index: 1, ID: "toolu_01LGabc", Type: "tool_use", Name: "read_file", Arguments: `{"path": "src/main.go"}`}},
+			wantDone:  []int{0}, wantStarted: []int{1},
 			wantFinished: true, wantStop: "tool_use", wantUsage: Usage{472, 48, 520},
 		},
 		{
@@ -35,7 +36,7 @@ func TestAnthropicAccumulator(t *testing.T) {
 				{Index: 1, ID: "toolu_A", Type: "tool_use", Name: "read_file", Arguments: `{"path": "a.go"}`},
 				{Index: 2, ID: "toolu_B", Type: "tool_use", Name: "read_file", Arguments: `{"path":"b.go"}`},
 			},
-			wantDone:     []int{0, 1},
+			wantDone: []int{0, 1}, wantStarted: []int{1, 2},
 			wantFinished: true, wantStop: "tool_use", wantUsage: Usage{900, 71, 971},
 		},
 		{file: "error.sse", wantID: "msg_01LH", wantModel: "claude-sonnet-4-5", wantErr: ErrUpstream, wantUsage: Usage{10, 1, 11}},
@@ -56,8 +57,8 @@ func TestAnthropicAccumulator(t *testing.T) {
 			if got := a.ToolCalls(); !reflect.DeepEqual(got, tt.wantCalls) {
 				t.Errorf("ToolCalls = %+v; want %+v", got, tt.wantCalls)
 			}
-			if !reflect.DeepEqual(f.done, tt.wantDone) {
-				t.Errorf("ToolCallDone updates = %v; want %v", f.done, tt.wantDone)
+			if !reflect.DeepEqual(f.done, tt.wantDone) || !reflect.DeepEqual(f.started, tt.wantStarted) {
+				t.Errorf("ToolCallDone, ToolCallStarted updates = %v, %v; want %v, %v", f.done, f.started, tt.wantDone, tt.wantStarted)
 			}
 			if a.Done() != tt.wantFinished || a.StopReason() != tt.wantStop {
 				t.Errorf("Done, StopReason = %v, %q; want %v, %q", a.Done(), a.StopReason(), tt.wantFinished, tt.wantStop)

@@ -17,6 +17,9 @@ type Update struct {
 	// that the event completed, -1 if none: its name and arguments are
 	// final from this event on.
 	ToolCallDone int
+	// ToolCallStarted is the output_index (Responses) or content block
+	// index (Anthropic) of the tool call the event began, -1 if none.
+	ToolCallStarted int
 	// Done is true for the stream's terminal event (response.completed,
 	// response.incomplete, response.failed; message_stop).
 	Done bool
@@ -97,7 +100,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 	if n, ok := parseInt(seq); ok && n > a.seq {
 		a.seq = n
 	}
-	u := Update{ToolCallDone: -1}
+	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	if len(typ) < 2 {
 		return nil
 	}
@@ -238,6 +241,9 @@ func (a *ResponsesAccumulator) itemEvent(outIdx, item string, done bool, u *Upda
 		}
 		ri.typ = appendString(ri.typ, typ)
 		ri.id = appendString(ri.id, id)
+		if ri.isCall() {
+			u.ToolCallStarted = index
+		}
 	}
 	if len(ri.callID) == 0 {
 		ri.callID = appendString(ri.callID, callID)
@@ -366,12 +372,30 @@ func (a *ResponsesAccumulator) ErrorRaw() []byte {
 // id and text so far; ok is false when no message item is open. A cut tail
 // closes it (see inject.ResponsesCut).
 func (a *ResponsesAccumulator) OpenMessage() (index int, id, text []byte, ok bool) {
-	for i := len(a.items) - 1; i >= 0; i-- {
-		if ri := &a.items[i]; !ri.done && string(ri.typ) == "message" {
-			return ri.index, ri.id, ri.text, true
-		}
+	if ri := a.openMessage(); ri != nil {
+		return ri.index, ri.id, ri.text, true
 	}
 	return 0, nil, nil, false
+}
+
+// openMessage is the last message item not done, nil if none.
+func (a *ResponsesAccumulator) openMessage() *respItem {
+	for i := len(a.items) - 1; i >= 0; i-- {
+		if ri := &a.items[i]; !ri.done && string(ri.typ) == "message" {
+			return ri
+		}
+	}
+	return nil
+}
+
+// DropText removes the last n bytes of the open message item's text (all
+// of it when it has fewer): text held back from the client when a stream is
+// cut (stream.tail = "trim") is not part of what OpenMessage and
+// AppendOutput report afterwards. It does nothing when no message is open.
+func (a *ResponsesAccumulator) DropText(n int) {
+	if ri := a.openMessage(); ri != nil {
+		ri.text = ri.text[:len(ri.text)-min(max(n, 0), len(ri.text))]
+	}
 }
 
 // NextOutputIndex returns the output_index a new item would take.
@@ -389,11 +413,20 @@ func (a *ResponsesAccumulator) NextOutputIndex() int {
 // calls and other open items are left out: their arguments are not whole.
 // It is what a cut tail's final response object carries.
 func (a *ResponsesAccumulator) AppendOutput(dst []byte) []byte {
+	return a.AppendOutputBefore(dst, int(^uint(0)>>1))
+}
+
+// AppendOutputBefore is AppendOutput of the items whose output_index is
+// below end: what a client was shown when the items from end on were held
+// back from it.
+func (a *ResponsesAccumulator) AppendOutputBefore(dst []byte, end int) []byte {
 	dst = append(dst, '[')
 	first := true
 	for i := range a.items {
 		ri := &a.items[i]
 		switch {
+		case ri.index >= end:
+			continue
 		case ri.done && len(ri.raw) > 0:
 		case string(ri.typ) == "message":
 		default:

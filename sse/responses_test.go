@@ -34,6 +34,7 @@ var (
 type folded struct {
 	text, reasoning string
 	done            []int // ToolCallDone of each update that had one
+	started         []int // ToolCallStarted of each update that had one
 	doneEvents      int
 	errs            []error
 }
@@ -60,6 +61,9 @@ func fold(t *testing.T, file string, a streamAcc) folded {
 		err = a.Add(e.Data, func(u Update) {
 			f.text += string(u.Text)
 			f.reasoning += string(u.Reasoning)
+			if u.ToolCallStarted >= 0 {
+				f.started = append(f.started, u.ToolCallStarted)
+			}
 			if u.ToolCallDone >= 0 {
 				f.done = append(f.done, u.ToolCallDone)
 				name, args, ok := a.ToolCallBytes(u.ToolCallDone)
@@ -87,6 +91,7 @@ func TestResponsesAccumulator(t *testing.T) {
 		wantReasoning string
 		wantCalls     []ToolCall
 		wantDone      []int
+		wantStarted   []int // output_index of each call as it starts
 		wantFinished  bool
 		wantErr       error
 		wantUsage     Usage
@@ -94,8 +99,8 @@ func TestResponsesAccumulator(t *testing.T) {
 	}{
 		{
 			file: "function-call.sse", wantID: "resp_lg01", wantModel: "gpt-4.1-2025-04-14",
-			wantCalls:    []ToolCall{{Index: 0, ID: "call_lgR1", Type: "function_call", Name: "read_file", Arguments: `{"path":"src/main.go"}`}},
-			wantDone:     []int{0},
+			wantCalls: []ToolCall{{Index: 0, ID: "call_lgR1", Type: "function_call", Name: "read_file", Arguments: `{"path":"src/main.go"}`}},
+			wantDone:  []int{0}, wantStarted: []int{0},
 			wantFinished: true, wantUsage: Usage{88, 19, 107}, wantSeq: 7,
 		},
 		{
@@ -105,7 +110,7 @@ func TestResponsesAccumulator(t *testing.T) {
 				{Index: 2, ID: "call_a", Type: "function_call", Name: "read_file", Arguments: `{"path": "a.go"}`},
 				{Index: 3, ID: "call_b", Type: "function_call", Name: "read_file", Arguments: `{"path": "b.go"}`},
 			},
-			wantDone:     []int{0, 1},
+			wantDone: []int{0, 1}, wantStarted: []int{2, 3},
 			wantFinished: true, wantUsage: Usage{120, 64, 184}, wantSeq: 24,
 		},
 		{file: "error.sse", wantID: "resp_lg02", wantErr: ErrUpstream, wantSeq: 1},
@@ -126,8 +131,8 @@ func TestResponsesAccumulator(t *testing.T) {
 			if got := a.ToolCalls(); !reflect.DeepEqual(got, tt.wantCalls) {
 				t.Errorf("ToolCalls = %+v; want %+v", got, tt.wantCalls)
 			}
-			if !reflect.DeepEqual(f.done, tt.wantDone) {
-				t.Errorf("ToolCallDone updates = %v; want %v", f.done, tt.wantDone)
+			if !reflect.DeepEqual(f.done, tt.wantDone) || !reflect.DeepEqual(f.started, tt.wantStarted) {
+				t.Errorf("ToolCallDone, ToolCallStarted updates = %v, %v; want %v, %v", f.done, f.started, tt.wantDone, tt.wantStarted)
 			}
 			if a.Done() != tt.wantFinished || (f.doneEvents == 1) != tt.wantFinished {
 				t.Errorf("Done = %v after %d done updates; want %v", a.Done(), f.doneEvents, tt.wantFinished)
@@ -187,6 +192,24 @@ func TestResponsesOutputAfterCut(t *testing.T) {
 	}
 	if a.NextOutputIndex() != 2 {
 		t.Errorf("NextOutputIndex = %d; want 2", a.NextOutputIndex())
+	}
+	if before := gjson.ParseBytes(a.AppendOutputBefore(nil, 1)); len(before.Array()) != 1 || before.Get("0.type").String() != "reasoning" {
+		t.Errorf("AppendOutputBefore(1) = %s; want the reasoning item only", before.Raw)
+	}
+
+	// Text held back from the client at a cut (tail = "trim") is dropped
+	// from what the tail reports; dropping more than there is empties it.
+	for _, tt := range []struct {
+		drop int
+		want string
+	}{{4, `Reading "a.go" `}, {100, ""}} {
+		a.DropText(tt.drop)
+		if _, _, text, _ := a.OpenMessage(); string(text) != tt.want {
+			t.Errorf("DropText(%d): open text %q; want %q", tt.drop, text, tt.want)
+		}
+		if got := gjson.GetBytes(a.AppendOutput(nil), "1.content.0.text").String(); got != tt.want {
+			t.Errorf("DropText(%d): output text %q; want %q", tt.drop, got, tt.want)
+		}
 	}
 }
 

@@ -12,6 +12,15 @@
 // -open adds the open-streams workload (openstreams.go): streams held open
 // at a model's pace through loopguard, loopguard in mode off and nginx.
 //
+// With -upstream URL it measures against a running server instead, such as
+// llama.cpp's llama-server: plain completions pass through, chat answers
+// of -max-tokens tokens are inspected, streamed or not (sampled at
+// temperature 1 with ignore_eos, so that every answer has its full length
+// and none degenerates into a cut). The idle-stream measurement needs the
+// scripted upstream and is left out.
+//
+//	go run ./e2e/load -upstream http://127.0.0.1:8080 -n 200 -c 4 -max-tokens 16
+//
 // Linux only (/proc). Everything runs on 127.0.0.1.
 package main
 
@@ -53,6 +62,9 @@ type options struct {
 	open                  string // open-streams workload: stream counts
 	openOnly              bool
 	openOpts              openOptions
+	upstream              string
+	maxTokens, bodySize   int
+	growing               string // "SESSIONSxTURNS"
 }
 
 func run() error {
@@ -68,6 +80,10 @@ func run() error {
 	flag.DurationVar(&o.openOpts.pace, "open-pace", 50*time.Millisecond, "pause between two events of an open stream")
 	flag.IntVar(&o.openOpts.flat, "open-flat", 500, "streams relayed flat out (no pacing) over -c clients after the open streams; 0 skips")
 	flag.StringVar(&o.openOpts.nginx, "nginx", "", "nginx binary to compare with (default: nginx in PATH; skipped when missing)")
+	flag.StringVar(&o.upstream, "upstream", "", "a running upstream to measure against (e.g. llama-server's base URL) instead of the scripted one")
+	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")
+	flag.IntVar(&o.bodySize, "body", 20<<10, "request body size in bytes")
+	flag.StringVar(&o.growing, "growing", "16x200", "growing-sessions workload, SESSIONSxTURNS (empty: skip)")
 	flag.Parse()
 	o.openOpts.c = o.c
 	if o.open != "" {
@@ -77,16 +93,19 @@ func run() error {
 		}
 	}
 
-	fake := fakellm.New(script(o.events))
-	fake.SetRecording(false)
-	fln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	upstreamURL := o.upstream
+	if upstreamURL == "" {
+		fake := fakellm.New(script(o.events))
+		fake.SetRecording(false)
+		fln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		go func() { _ = fake.Serve(fln) }()
+		defer fake.Close()
+		// Serve records the URL asynchronously; the listener knows it now.
+		upstreamURL = "http://" + fln.Addr().String()
 	}
-	go func() { _ = fake.Serve(fln) }()
-	defer fake.Close()
-	// Serve records the URL asynchronously; the listener knows it now.
-	fakeURL := "http://" + fln.Addr().String()
 
 	bin := o.bin
 	if bin == "" {
@@ -109,33 +128,34 @@ func run() error {
 	if o.openOnly {
 		return openStreams(bin, o.openOpts)
 	}
-	lg, err := startLoopguard(bin, fakeURL)
+	lg, err := startLoopguard(bin, upstreamURL)
 	if err != nil {
 		return err
 	}
 	defer lg.stop()
 
-	direct, proxied := fakeURL, lg.url
+	direct, proxied := upstreamURL, lg.url
 	client := &http.Client{Transport: &http.Transport{
 		DisableCompression: true, MaxIdleConns: 4 * o.c, MaxIdleConnsPerHost: 4 * o.c,
+		// A real upstream may close a kept-alive connection without saying
+		// so (llama-server after every stream), and Go's client does not
+		// resend a POST that met a dead one: the direct baseline would
+		// count failures that are not loopguard's. One connection per
+		// request, to both targets alike.
+		DisableKeepAlives: o.upstream != "",
 	}}
-	body20k := chatBody(20 << 10)
-	streamBody := strings.Replace(body20k, `"stream":false`, `"stream":true`, 1)
 	nStreams := max(o.n/10, 50)
-
-	fmt.Printf("loopguard load: %d requests x %d clients (non-streamed, 20 KB request body); %d streams of %d events; %d idle streams\n\n",
-		o.n, o.c, nStreams, o.events, o.streams)
+	if o.upstream != "" {
+		fmt.Printf("loopguard load against %s: %d requests x %d clients (non-streamed, %d B request body, %d tokens); %d streams of %d tokens\n\n",
+			o.upstream, o.n, o.c, o.bodySize, o.maxTokens, nStreams, o.events)
+	} else {
+		fmt.Printf("loopguard load: %d requests x %d clients (non-streamed, %d B request body); %d streams of %d events; %d idle streams\n\n",
+			o.n, o.c, o.bodySize, nStreams, o.events, o.streams)
+	}
 	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
 
-	for _, w := range []struct {
-		name, path, body string
-		n                int
-		events           int
-	}{
-		{"pass-through, 20 KB body", "/v1/embeddings", body20k, o.n, 0},
-		{"chat json, 20 KB body", "/v1/chat/completions", body20k, o.n, 0},
-		{"chat stream, 500 events", "/v1/chat/completions", streamBody, nStreams, o.events},
-	} {
+	failed := 0
+	for _, w := range workloads(o, nStreams) {
 		if err := warm(client, direct+w.path, w.body); err != nil {
 			return err
 		}
@@ -144,6 +164,7 @@ func run() error {
 			return fmt.Errorf("%s direct: %w", w.name, err)
 		}
 		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", w.name, "direct", d.rps, d.p50, d.p99, "")
+		failed += reportFailures(d, w.n)
 		if err := warm(client, proxied+w.path, w.body); err != nil {
 			return err
 		}
@@ -162,13 +183,29 @@ func run() error {
 		perReq := float64((after - before).Microseconds()) / float64(w.n)
 		cpu := fmt.Sprintf("%.0f µs/req", perReq)
 		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", w.name, "loopguard", p.rps, p.p50, p.p99, cpu)
+		failed += reportFailures(p, w.n)
 		if w.events > 0 {
 			fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "", "", "", "", "", fmt.Sprintf("%.2f µs/event", perReq/float64(w.events+3)))
 		}
 		fmt.Printf("%-26s %-10s %10s %+10s %+10s\n", "", "added", "",
 			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
 	}
+	if o.growing != "" && o.upstream == "" { // a real model would take hours
+		var sessions, turns int
+		if _, err := fmt.Sscanf(o.growing, "%dx%d", &sessions, &turns); err != nil || sessions < 1 || turns < 1 {
+			return fmt.Errorf("-growing %q: want SESSIONSxTURNS", o.growing)
+		}
+		if err := growingSessions(client, direct, bin, lg, sessions, turns); err != nil {
+			return err
+		}
+	}
 	client.CloseIdleConnections()
+	if failed > 0 {
+		return fmt.Errorf("%d requests failed", failed)
+	}
+	if o.upstream != "" {
+		return nil
+	}
 
 	rss, err := idleStreams(lg, o.streams)
 	if err != nil {
@@ -181,6 +218,42 @@ func run() error {
 		return openStreams(bin, o.openOpts)
 	}
 	return nil
+}
+
+// workload is one measured run: n requests of body to path; events is the
+// SSE events of a streamed answer, 0 for a non-streamed one.
+type workload struct {
+	name, path, body string
+	n                int
+	events           int
+}
+
+// workloads are the runs for the scripted upstream, or for a real one
+// (-upstream), whose answers cost tokens: the pass-through run uses plain
+// completions, and every request bounds its answer's length.
+func workloads(o options, nStreams int) []workload {
+	size := fmt.Sprintf("%d KB body", o.bodySize>>10)
+	body := chatBody(o.bodySize)
+	stream := strings.Replace(body, `"stream":false`, `"stream":true`, 1)
+	if o.upstream == "" {
+		return []workload{
+			{"pass-through, " + size, "/v1/embeddings", body, o.n, 0},
+			{"chat json, " + size, "/v1/chat/completions", body, o.n, 0},
+			{fmt.Sprintf("chat stream, %d events", o.events), "/v1/chat/completions", stream, nStreams, o.events},
+		}
+	}
+	// Sampled, full-length answers: a greedy answer of a small model can
+	// degenerate, and loopguard would cut it short of the direct one.
+	sampled := func(b string, tokens int) string {
+		return strings.Replace(b, `"messages":`, fmt.Sprintf(`"max_tokens":%d,"temperature":1,"ignore_eos":true,"messages":`, tokens), 1)
+	}
+	prompt := strings.Repeat("lorem ipsum dolor sit amet ", max(1, o.bodySize/27))
+	completion := fmt.Sprintf(`{"prompt":%q,"max_tokens":%d,"temperature":1,"ignore_eos":true}`, prompt, o.maxTokens)
+	return []workload{
+		{"pass-through completions", "/v1/completions", completion, o.n, 0},
+		{fmt.Sprintf("chat json, %d tokens", o.maxTokens), "/v1/chat/completions", sampled(body, o.maxTokens), o.n, 0},
+		{fmt.Sprintf("chat stream, %d tokens", o.events), "/v1/chat/completions", sampled(stream, o.events), nStreams, o.events},
+	}
 }
 
 // script answers by the X-Load header so one fake serves every workload.
@@ -216,13 +289,35 @@ func chatBody(size int) string {
 type result struct {
 	rps      float64
 	p50, p99 time.Duration
+	// failed counts the requests that got an error or a status other
+	// than 200; firstErr is the first of them.
+	failed   int
+	firstErr error
 }
 
+// reportFailures prints the failures of a run of n requests and returns
+// their count.
+func reportFailures(r result, n int) int {
+	if r.failed > 0 {
+		fmt.Printf("%-26s %-10s %d of %d failed; first: %v\n", "", "failed", r.failed, n, r.firstErr)
+	}
+	return r.failed
+}
+
+// warm sends a few requests first; it fails only when all of them do (a
+// failure is counted where it is measured).
 func warm(c *http.Client, base, body string) error {
+	var firstErr error
+	ok := 0
 	for range 20 {
-		if _, err := do(c, base, body, ""); err != nil {
-			return err
+		if _, err := do(c, base, body, ""); err == nil {
+			ok++
+		} else if firstErr == nil {
+			firstErr = err
 		}
+	}
+	if ok == 0 {
+		return firstErr
 	}
 	return nil
 }
@@ -252,12 +347,13 @@ func do(c *http.Client, url, body, load string) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-// measure runs n requests over c workers and summarises their latencies.
+// measure runs n requests over c workers and summarises their latencies;
+// a failed request is counted and the run goes on.
 func measure(cl *http.Client, base, body string, n, c int) (result, error) {
-	lat := make([]time.Duration, n)
+	lat := make([]time.Duration, 0, n)
 	var next int
 	var mu sync.Mutex
-	var firstErr error
+	var res result
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range c {
@@ -273,29 +369,29 @@ func measure(cl *http.Client, base, body string, n, c int) (result, error) {
 					return
 				}
 				d, err := do(cl, base, body, "")
+				mu.Lock()
 				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
+					res.failed++
+					if res.firstErr == nil {
+						res.firstErr = err
 					}
-					mu.Unlock()
-					return
+				} else {
+					lat = append(lat, d)
 				}
-				lat[i] = d
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if firstErr != nil {
-		return result{}, firstErr
+	if len(lat) == 0 {
+		return res, res.firstErr
 	}
 	slices.Sort(lat)
-	return result{
-		rps: float64(n) / elapsed.Seconds(),
-		p50: lat[n/2].Round(time.Microsecond),
-		p99: lat[n*99/100].Round(time.Microsecond),
-	}, nil
+	res.rps = float64(len(lat)) / elapsed.Seconds()
+	res.p50 = lat[len(lat)/2].Round(time.Microsecond)
+	res.p99 = lat[len(lat)*99/100].Round(time.Microsecond)
+	return res, nil
 }
 
 // idleStreams opens n streams through loopguard that each receive one event

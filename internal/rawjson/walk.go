@@ -29,29 +29,35 @@ func ValueEnd(s string, i int) int {
 	case '"':
 		return StringEnd(s, i)
 	case '{', '[':
-		depth := 0
-		for i < len(s) {
-			switch s[i] {
-			case '"':
-				i = StringEnd(s, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(s)
+		return CloseEnd(s, i, 0)
 	default:
 		for i < len(s) && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t' {
 			i++
 		}
 		return i
 	}
+}
+
+// CloseEnd returns the index just past the bracket that closes the
+// container s[i] is in, depth containers deep (0 when s[i] opens it):
+// ValueEnd of an object or array, or the end of an array walked partway.
+func CloseEnd(s string, i, depth int) int {
+	for i < len(s) {
+		switch s[i] {
+		case '"':
+			i = StringEnd(s, i)
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+		i++
+	}
+	return len(s)
 }
 
 // StringEnd returns the index just past the string starting at i (a quote).

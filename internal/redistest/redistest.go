@@ -9,7 +9,6 @@ package redistest
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loopguard/loopguard/internal/testproc"
 )
 
 // EnvBinary names the redis-server binary to run instead of the one on PATH.
@@ -33,19 +34,19 @@ const EnvRequire = "LOOPGUARD_REQUIRE_REDIS"
 type Server struct {
 	// Addr is host:port on loopback.
 	Addr string
-	cmd  *exec.Cmd
-	log  string
-	// done is closed when the process has exited; its goroutine (the
-	// only one) waits on the process and ends with it.
-	done chan struct{}
+	bin  string
+	dir  string
+	args []string // extra server arguments, kept for Restart
+	proc *testproc.Process
 }
 
 // URL returns the server's redis:// URL for database db.
 func (s *Server) URL(db int) string { return "redis://" + s.Addr + "/" + strconv.Itoa(db) }
 
 // Start launches a redis-server for tb and registers its shutdown with
-// tb.Cleanup.
-func Start(tb testing.TB) *Server {
+// tb.Cleanup. args are passed to the server after loopguard's own, e.g.
+// "--requirepass", "secret".
+func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
 	bin := os.Getenv(EnvBinary)
 	if bin == "" {
@@ -61,87 +62,75 @@ func Start(tb testing.TB) *Server {
 	var lastErr error
 	// A free port can be taken between probing and binding; try a few.
 	for range 5 {
-		s, err := start(bin, dir)
-		if err == nil {
+		port, err := testproc.FreePort()
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, dir: dir, args: args}
+		if lastErr = s.start(); lastErr == nil {
 			tb.Cleanup(s.Stop)
 			return s
 		}
-		lastErr = err
 	}
 	tb.Fatalf("redistest: %v", lastErr)
 	return nil
 }
 
-func start(bin, dir string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log")}
-	s.cmd = exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+func (s *Server) start() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	// Without --logfile redis logs to stdout, which goes to the log file.
+	proc, err := testproc.Start(s.bin, append([]string{
+		"--port", port, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", s.log,
-		"--protected-mode", "yes")
-	// No pipes: output goes to the log file, so exec starts no copying
-	// goroutines (goleak stays quiet).
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		"--dir", s.dir,
+		"--protected-mode", "yes"}, s.args...), filepath.Join(s.dir, "redis-"+port+".log"))
+	if err != nil {
+		return err
 	}
-	s.done = make(chan struct{})
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
-	if err := s.waitPing(10 * time.Second); err != nil {
+	s.proc = proc
+	if err := proc.WaitReady(10*time.Second, 20*time.Millisecond, func() error { return ping(s.Addr) }); err != nil {
 		s.Stop()
-		b, _ := os.ReadFile(s.log)
-		return nil, fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, strings.TrimSpace(string(b)))
+		return fmt.Errorf("redis-server on %s: %w; log: %s", s.Addr, err, proc.LogTail(4000))
 	}
-	return s, nil
+	return nil
+}
+
+// Restart starts a server stopped with Stop again on the same port and
+// directory, with the same arguments, as after an outage of the redis
+// host. It comes back empty unless Start's args turned persistence on
+// ("--appendonly", "yes"). It fails tb when the port was taken since.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	if s.proc != nil {
+		tb.Fatal("redistest: Restart of a running server")
+	}
+	if err := s.start(); err != nil {
+		tb.Fatalf("redistest: restart: %v", err)
+	}
 }
 
 // Stop kills the server and waits for it. It is safe to call twice.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.proc == nil {
 		return
 	}
 	s.Resume() // let a paused server run its exit path
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
+	s.proc.Stop()
+	s.proc = nil
 }
 
 // Pause freezes the server (SIGSTOP): connections stay open and nothing
 // answers, as with a server stuck in a slow command.
 func (s *Server) Pause() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGSTOP)
+	if s.proc != nil {
+		s.proc.Signal(syscall.SIGSTOP)
 	}
 }
 
 // Resume undoes Pause.
 func (s *Server) Resume() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-}
-
-func (s *Server) waitPing(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := ping(s.Addr)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", limit, err)
-		}
-		select {
-		case <-s.done:
-			return errors.New("exited before answering PING (port taken?)")
-		case <-time.After(20 * time.Millisecond):
-		}
+	if s.proc != nil {
+		s.proc.Signal(syscall.SIGCONT)
 	}
 }
 
@@ -159,17 +148,9 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(line) != "+PONG" {
+	// A server with --requirepass answers NOAUTH: it is up all the same.
+	if l := strings.TrimSpace(line); l != "+PONG" && !strings.HasPrefix(l, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 	}
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

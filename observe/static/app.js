@@ -198,6 +198,8 @@ function entryItem(e) {
     default:
       what.append(el("span", { class: "badge" }, "admin"), el("span", {}, e.note || ""));
   }
+  // Replicas sharing a redis store show each other's entries: say whose.
+  if (e.replica) what.append(el("span", { class: "muted mono replica", "data-replica": e.replica, title: "replica" }, "@" + e.replica));
   return el("li", { class: cls.join(" "), "data-kind": e.kind, "data-seq": e.seq }, el("span", { class: "muted mono" }, clock(e.at)), what);
 }
 

@@ -1,0 +1,134 @@
+package agentrun
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/loopguard/loopguard/proxy"
+)
+
+const base = "http://127.0.0.1:4000/s/run-1"
+
+// TestEnvironFamilies: each family of base-URL variables gets the session's
+// URL in the form its readers expect, and everything else passes through.
+func TestEnvironFamilies(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string // the environment before
+		want []string // entries that must be in the result
+		none []string // variable names that must not be set
+	}{
+		{name: "OpenAI SDKs, Codex, Qwen Code, LiteLLM: OPENAI_BASE_URL with /v1",
+			give: []string{"OPENAI_BASE_URL=http://vllm:8000/v1"}, want: []string{"OPENAI_BASE_URL=" + base + "/v1"}},
+		{name: "aider, LiteLLM, LangChain: OPENAI_API_BASE with /v1",
+			give: []string{"OPENAI_API_BASE=http://vllm:8000/v1"}, want: []string{"OPENAI_API_BASE=" + base + "/v1"}},
+		{name: "Claude Code, Anthropic SDKs: ANTHROPIC_BASE_URL without /v1",
+			give: []string{"ANTHROPIC_BASE_URL=https://gw.example"}, want: []string{"ANTHROPIC_BASE_URL=" + base}},
+		{name: "aider, LiteLLM on Anthropic: ANTHROPIC_API_BASE without /v1",
+			give: []string{"ANTHROPIC_API_BASE=https://gw.example"}, want: []string{"ANTHROPIC_API_BASE=" + base}},
+		{name: "unset common variables are set",
+			give: nil, want: []string{"OPENAI_BASE_URL=" + base + "/v1", "OPENAI_API_BASE=" + base + "/v1", "ANTHROPIC_BASE_URL=" + base, "ANTHROPIC_API_BASE=" + base},
+			none: []string{"LLM_BASE_URL"}},
+		{name: "OpenHands: LLM_BASE_URL only when it was set",
+			give: []string{"LLM_BASE_URL=http://vllm:8000/v1"}, want: []string{"LLM_BASE_URL=" + base + "/v1"}},
+		{name: "keys and other variables pass through untouched",
+			give: []string{"OPENAI_API_KEY=sk-1", "ANTHROPIC_API_KEY=sk-ant-2", "PATH=/bin", "OPENAI_BASE_URL_X=y"},
+			want: []string{"OPENAI_API_KEY=sk-1", "ANTHROPIC_API_KEY=sk-ant-2", "PATH=/bin", "OPENAI_BASE_URL_X=y"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Environ(tt.give, base+"/")
+			for _, w := range tt.want {
+				if !slices.Contains(got, w) {
+					t.Errorf("Environ(%q) = %q; want it to hold %q", tt.give, got, w)
+				}
+			}
+			for _, kv := range got {
+				name, _, _ := strings.Cut(kv, "=")
+				if slices.Contains(tt.none, name) {
+					t.Errorf("Environ(%q) sets %s", tt.give, kv)
+				}
+			}
+			seen := map[string]bool{}
+			for _, kv := range got {
+				name, _, _ := strings.Cut(kv, "=")
+				if _, ok := variable(name); ok && seen[name] {
+					t.Errorf("Environ(%q) sets %s twice", tt.give, name)
+				}
+				seen[name] = true
+			}
+		})
+	}
+}
+
+func TestUpstreams(t *testing.T) {
+	env := map[string]string{
+		"OPENAI_API_BASE":    "http://second:8000/v1",
+		"OPENAI_BASE_URL":    " http://first:8000/v1 ",
+		"ANTHROPIC_API_BASE": "https://litellm.example",
+	}
+	got := Upstreams(func(k string) string { return env[k] })
+	if got[OpenAI] != "http://first:8000/v1" || got[Anthropic] != "https://litellm.example" {
+		t.Fatalf("Upstreams = %v; want OPENAI_BASE_URL first, ANTHROPIC_API_BASE for anthropic", got)
+	}
+	if got := Upstreams(func(string) string { return "" }); len(got) != 0 {
+		t.Fatalf("Upstreams of an empty environment = %v; want none", got)
+	}
+}
+
+func TestResolveUpstreams(t *testing.T) {
+	fromEnv := map[Wire]string{OpenAI: "http://vllm:8000/v1"}
+	tests := []struct {
+		name    string
+		flag    string
+		env     map[Wire]string
+		cfg     proxy.UpstreamConfig
+		openai  string
+		anthrop string
+	}{
+		{"the flag wins for both", "http://flag:1", fromEnv, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://flag:1", "http://flag:1"},
+		{"the environment, then the vendor", "", fromEnv, proxy.UpstreamConfig{}, "http://vllm:8000/v1", PublicUpstream[Anthropic]},
+		{"the environment before the config", "", fromEnv, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://vllm:8000/v1", "http://cfg:1"},
+		{"the config's anthropic_url", "", nil, proxy.UpstreamConfig{URL: "http://cfg:1", AnthropicURL: "http://ant:1"}, "http://cfg:1", "http://ant:1"},
+		{"nothing: the vendors' APIs", "", nil, proxy.UpstreamConfig{}, PublicUpstream[OpenAI], PublicUpstream[Anthropic]},
+	}
+	for _, tt := range tests {
+		got := ResolveUpstreams(tt.flag, tt.env, tt.cfg)
+		if got[OpenAI] != tt.openai || got[Anthropic] != tt.anthrop {
+			t.Errorf("%s: ResolveUpstreams = %v; want openai %s, anthropic %s", tt.name, got, tt.openai, tt.anthrop)
+		}
+	}
+}
+
+func TestHint(t *testing.T) {
+	tests := []struct{ command, want string }{
+		{"opencode", `"baseURL": "` + base + `/v1"`},
+		{"/usr/local/bin/crush", `"base_url": "` + base + `/v1"`},
+		{"pi", `"baseUrl": "` + base + `/v1"`},
+		{"cn", `apiBase: ` + base + `/v1`},
+		{"claude", ""},
+		{"aider", ""},
+	}
+	for _, tt := range tests {
+		got := Hint(tt.command, base)
+		if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+			t.Errorf("Hint(%q) = %q; want %q in it", tt.command, got, tt.want)
+		}
+	}
+}
+
+func TestArgs(t *testing.T) {
+	tests := []struct {
+		give, want []string
+	}{
+		{[]string{"codex", "exec", "fix it"}, []string{"codex", "-c", `openai_base_url="` + base + `/v1"`, "exec", "fix it"}},
+		{[]string{"/opt/bin/codex"}, []string{"/opt/bin/codex", "-c", `openai_base_url="` + base + `/v1"`}},
+		{[]string{"claude", "-p", "fix it"}, []string{"claude", "-p", "fix it"}},
+	}
+	for _, tt := range tests {
+		if got := Args(tt.give, base); !slices.Equal(got, tt.want) {
+			t.Errorf("Args(%q) = %q; want %q", tt.give, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,277 @@
+package agentrun
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/loopguard/loopguard/proxy"
+	"github.com/rs/zerolog"
+)
+
+// Options configures one guarded run.
+type Options struct {
+	// Config is the configuration of the loopguard that Run starts; its
+	// listen address and upstreams are set by Run. Unused with ProxyURL.
+	Config proxy.Config
+	// Upstream, when set, is the upstream of every wire API (-upstream),
+	// above what the environment's base-URL variables held.
+	Upstream string
+	// ProxyURL, when set, is a running loopguard to guard the run with
+	// instead of starting one; its upstreams are its own.
+	ProxyURL string
+	// Session is the run's session id; empty picks a fresh one.
+	Session string
+	// Command is the command to run and its arguments.
+	Command []string
+	// Env is the environment the command inherits, as os.Environ.
+	Env []string
+	// The command's standard streams.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Notices receives run's own lines: the log path at start, hints.
+	Notices io.Writer
+	// LogDir is where the log (and the timeline of an in-process run) is
+	// written. Empty: os.TempDir().
+	LogDir string
+	// Signals are forwarded to the command while it runs; nil forwards none.
+	Signals <-chan os.Signal
+	// Grace bounds the shutdown of the in-process loopguard. Default 5s.
+	Grace time.Duration
+}
+
+// Run runs the command under loopguard and returns the run's summary. The
+// error is loopguard's own (it could not start, or the command could not be
+// started); the command's failure is its exit code in the summary.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	if len(o.Command) == 0 {
+		return Summary{}, errors.New("no command to run")
+	}
+	id := o.Session
+	if id == "" {
+		id = NewSessionID(time.Now())
+	} else if err := proxy.ValidateSessionID(id); err != nil {
+		return Summary{}, fmt.Errorf("-session %q: %w", id, err)
+	}
+	if o.LogDir == "" {
+		o.LogDir = os.TempDir()
+	}
+	if o.Grace <= 0 {
+		o.Grace = 5 * time.Second
+	}
+	logPath := filepath.Join(o.LogDir, "loopguard-"+id+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return Summary{}, fmt.Errorf("log file: %w", err)
+	}
+	defer logFile.Close()
+	log := zerolog.New(logFile).With().Timestamp().Str("session", id).Logger()
+
+	g := guard{id: id, adminToken: o.Config.Admin.Token}
+	if o.ProxyURL != "" {
+		g.base = strings.TrimSuffix(strings.TrimRight(o.ProxyURL, "/"), "/v1")
+	} else {
+		if err := g.start(o, log); err != nil {
+			return Summary{}, err
+		}
+		defer g.stop(o.Grace, log)
+	}
+	sessionURL := g.base + "/s/" + id
+	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)
+	if len(g.upstreams) > 0 {
+		fmt.Fprintf(o.Notices, "loopguard: upstream %s (chat, Responses), %s (Anthropic)\n",
+			redact(g.upstreams[OpenAI]), redact(g.upstreams[Anthropic]))
+	}
+	if h := Hint(o.Command[0], sessionURL); h != "" {
+		fmt.Fprintf(o.Notices, "loopguard: %s\n", h)
+	}
+
+	o.Command = Args(o.Command, sessionURL)
+	code, err := runCommand(ctx, o, Environ(o.Env, sessionURL))
+	if err != nil {
+		return Summary{}, err
+	}
+	log.Info().Int("exit_code", code).Msg("command ended")
+	sum := Summary{Session: id, ExitCode: code, Loops: []Loop{}, Log: logPath}
+	d, seen, err := g.record(ctx)
+	if err != nil {
+		log.Warn().Err(err).Msg("reading the session's record failed")
+		fmt.Fprintf(o.Notices, "loopguard: cannot read the session's record: %v\n", err)
+	}
+	if seen {
+		fill(&sum, &d)
+	}
+	switch {
+	case o.ProxyURL != "":
+		sum.Timeline = "curl -s " + g.base + "/loopguard/api/sessions/" + id
+	case seen:
+		// The in-process loopguard ends with the run: keep its record in
+		// the admin API's shape.
+		path := filepath.Join(o.LogDir, "loopguard-"+id+".timeline.json")
+		b, _ := json.MarshalIndent(&d, "", "  ")
+		if err := os.WriteFile(path, append(b, '\n'), 0o600); err == nil {
+			sum.Timeline = "cat " + path
+		}
+	}
+	return sum, nil
+}
+
+// guard is the loopguard a run goes through.
+type guard struct {
+	id, base   string
+	adminToken string
+	srv        *proxy.Server
+	served     chan error
+	upstreams  map[Wire]string
+}
+
+// start serves an in-process loopguard on a free loopback port.
+func (g *guard) start(o Options, log zerolog.Logger) error {
+	cfg := o.Config
+	g.upstreams = ResolveUpstreams(o.Upstream, Upstreams(lookupEnv(o.Env)), cfg.Upstream)
+	cfg.Upstream.URL = g.upstreams[OpenAI]
+	cfg.Upstream.AnthropicURL = ""
+	if g.upstreams[Anthropic] != g.upstreams[OpenAI] {
+		cfg.Upstream.AnthropicURL = g.upstreams[Anthropic]
+	}
+	cfg.Server.Listen = "127.0.0.1:0"
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	srv, err := proxy.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return fmt.Errorf("listen: %w", err)
+	}
+	g.srv, g.served = srv, make(chan error, 1)
+	go func() { g.served <- srv.Serve(ln) }()
+	g.base = "http://" + ln.Addr().String()
+	log.Info().Str("listen", ln.Addr().String()).Str("upstream", redact(cfg.Upstream.URL)).
+		Str("anthropic_upstream", redact(cfg.Upstream.AnthropicURL)).Msg("loopguard serving for one run")
+	return nil
+}
+
+// stop shuts the in-process loopguard down, letting answers in flight end.
+func (g *guard) stop(grace time.Duration, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := g.srv.Shutdown(ctx); err != nil {
+		log.Warn().Err(err).Msg("shutdown did not finish within the grace period")
+	}
+	if err := <-g.served; err != nil {
+		log.Error().Err(err).Msg("serve failed")
+	}
+}
+
+// ResolveUpstreams picks each wire format's upstream: flag (-upstream) for
+// all, else what the base-URL variables held (fromEnv), else the
+// configuration's (anthropic_url, then url), else the vendor's public API.
+func ResolveUpstreams(flag string, fromEnv map[Wire]string, cfg proxy.UpstreamConfig) map[Wire]string {
+	ups := map[Wire]string{}
+	for _, w := range []Wire{OpenAI, Anthropic} {
+		configured := cfg.URL
+		if w == Anthropic && cfg.AnthropicURL != "" {
+			configured = cfg.AnthropicURL
+		}
+		ups[w] = firstNonEmpty(flag, fromEnv[w], configured, PublicUpstream[w])
+	}
+	return ups
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func lookupEnv(env []string) func(string) string {
+	return func(name string) string {
+		for i := len(env) - 1; i >= 0; i-- { // the last entry wins, as in exec
+			if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+				return v
+			}
+		}
+		return ""
+	}
+}
+
+// runCommand runs the command to its end and returns its exit code: its own,
+// or 128 plus the signal that ended it, as shells report it.
+func runCommand(ctx context.Context, o Options, env []string) (int, error) {
+	cmd := exec.Command(o.Command[0], o.Command[1:]...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
+	cmd.SysProcAttr = childAttr()
+	// Pdeathsig fires when the thread that started the child exits, not the
+	// process: keep this goroutine on its thread until the child is gone,
+	// so that the Go runtime never retires that thread under it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", o.Command[0], err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var err error
+wait:
+	for {
+		select {
+		case err = <-waited:
+			break wait
+		case sig := <-o.Signals:
+			_ = cmd.Process.Signal(sig)
+		case <-ctx.Done():
+			// The caller gave up: end the command as SIGTERM would.
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			ctx = context.Background() // signal once, then wait for it
+		}
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exit):
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return exit.ExitCode(), nil
+	}
+	return 0, fmt.Errorf("wait %s: %w", o.Command[0], err)
+}
+
+// NewSessionID returns a fresh session id: the start time and random bits,
+// readable in a list of sessions and unique across machines.
+func NewSessionID(now time.Time) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// redact drops a password from a URL for printing.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,154 @@
+package agentrun
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/loopguard/loopguard/observe"
+	"github.com/loopguard/loopguard/policy"
+)
+
+// Summary is what a guarded run did, as read from loopguard's record of its
+// session. Its JSON form is what `loopguard run -json FILE` writes.
+type Summary struct {
+	Session string `json:"session"`
+	// ExitCode is the command's exit code (128 + signal when a signal ended it).
+	ExitCode int `json:"exit_code"`
+	// Calls counts the model calls loopguard saw (chat, Responses and
+	// Anthropic requests).
+	Calls int `json:"model_calls"`
+	// Loops are the loops seen, in order: every request whose history showed
+	// a loop, and every answer cut short. The record keeps the session's
+	// last observe.DefaultTimeline entries; Detections counts them all.
+	Loops         []Loop `json:"loops"`
+	Detections    int    `json:"detections"`
+	Interventions int    `json:"interventions"`
+	// LoopDetected is true when the run's last model call was answered
+	// with LOOP_DETECTED: loopguard ended the loop.
+	LoopDetected bool `json:"ended_with_loop_detected"`
+	// Tokens is the usage the upstream reported for the run; LoopTokens
+	// that of the answers to requests whose history showed a loop.
+	Tokens     observe.Usage `json:"tokens"`
+	LoopTokens observe.Usage `json:"loop_tokens"`
+	// Timeline is the command that shows the session's timeline.
+	Timeline string `json:"timeline,omitempty"`
+	// Log is the file loopguard's log went to.
+	Log string `json:"log"`
+}
+
+// Loop is one loop seen in the run.
+type Loop struct {
+	// Turn is the number of assistant turns in the history when it was seen.
+	Turn     int    `json:"turn"`
+	Category string `json:"category"`
+	// Action is what loopguard did: warn, constrain, reset, terminate,
+	// none (below the ladder or reapplied), shadow, or cut.
+	Action string `json:"action"`
+	Brief  string `json:"brief,omitempty"`
+}
+
+// sessionDetail is a session's record: the admin API's answer for one
+// session, less the policy state.
+type sessionDetail struct {
+	Session  observe.SessionSummary `json:"session"`
+	Timeline []observe.Entry        `json:"timeline"`
+}
+
+// record reads the run's session: from the recorder of the in-process
+// loopguard, else from the admin API of the one at g.base. ok is false when
+// the session was never seen (the command made no model call).
+func (g *guard) record(ctx context.Context) (d sessionDetail, ok bool, err error) {
+	if g.srv != nil {
+		// Read in-process rather than over HTTP: an admin request just
+		// before Shutdown races inside fasthttp (RequestCtx.Done reads
+		// the server's done channel while Shutdown resets it).
+		d.Session, d.Timeline, ok = g.srv.Recorder().Session(g.id)
+		return d, ok, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+"/loopguard/api/sessions/"+g.id, nil)
+	if err != nil {
+		return d, false, err
+	}
+	if g.adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+g.adminToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return d, false, err
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return d, false, nil
+	case resp.StatusCode != http.StatusOK:
+		return d, false, fmt.Errorf("admin API: %s", resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&d); err != nil {
+		return d, false, fmt.Errorf("admin API: %w", err)
+	}
+	return d, true, nil
+}
+
+// fill copies a session's record into sum.
+func fill(sum *Summary, d *sessionDetail) {
+	s := &d.Session
+	sum.Calls, sum.Detections, sum.Interventions = s.Requests, s.Detections, s.Interventions
+	sum.Tokens, sum.LoopTokens = s.Tokens, s.LoopTokens
+	var last *observe.Entry
+	for i := range d.Timeline {
+		e := &d.Timeline[i]
+		switch e.Kind {
+		case observe.KindRequest:
+			last = e
+			if e.Category != "" {
+				sum.Loops = append(sum.Loops, Loop{Turn: e.Steps, Category: string(e.Category), Action: action(e), Brief: e.Brief})
+			}
+		case observe.KindCut:
+			sum.Loops = append(sum.Loops, Loop{Turn: -1, Category: string(e.Category), Action: "cut"})
+		}
+	}
+	sum.LoopDetected = last != nil && last.Action == policy.Terminate
+}
+
+func action(e *observe.Entry) string {
+	if e.Action == "" {
+		return string(policy.None)
+	}
+	return string(e.Action)
+}
+
+// Print writes the summary for people, a few lines.
+func (s *Summary) Print(w io.Writer) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "loopguard: session %s: %d model calls, exit code %d\n", s.Session, s.Calls, s.ExitCode)
+	if len(s.Loops) == 0 {
+		b.WriteString("loopguard: no loop seen\n")
+	}
+	for _, l := range s.Loops {
+		turn := "in the answer"
+		if l.Turn >= 0 {
+			turn = fmt.Sprintf("at turn %d", l.Turn)
+		}
+		fmt.Fprintf(&b, "loopguard: loop %s %s: %s", l.Category, turn, l.Action)
+		if l.Brief != "" {
+			fmt.Fprintf(&b, " (%s)", l.Brief)
+		}
+		b.WriteByte('\n')
+	}
+	if s.LoopDetected {
+		b.WriteString("loopguard: the run was ended with LOOP_DETECTED\n")
+	}
+	fmt.Fprintf(&b, "loopguard: tokens reported by the upstream: %d in, %d out; in loop turns: %d in, %d out\n",
+		s.Tokens.Input, s.Tokens.Output, s.LoopTokens.Input, s.LoopTokens.Output)
+	if s.Timeline != "" {
+		fmt.Fprintf(&b, "loopguard: timeline: %s\n", s.Timeline)
+	}
+	_, _ = io.WriteString(w, b.String())
+}

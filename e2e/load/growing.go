@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// growingSessions is the agent workload: sessions concurrent sessions, each
+// sending its turns 1..turns in order with its own X-Session-ID, every turn
+// the whole history so far plus one tool call and its ~1.3 KB result. It
+// prints loopguard's CPU per request (lg), and that of a second loopguard
+// started from bin with policy mode off (the pass-through the cost is
+// compared with), and the direct latency for reference.
+func growingSessions(cl *http.Client, direct, bin string, lg *loopguard, sessions, turns int) error {
+	bodies := growingBodies(turns)
+	mean := 0
+	for _, b := range bodies {
+		mean += len(b)
+	}
+	mean /= len(bodies)
+	fmt.Printf("\ngrowing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID\n", sessions, turns, mean>>10)
+	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
+	d, err := runSessions(cl, direct, "direct", bodies, sessions)
+	if err != nil {
+		return fmt.Errorf("growing sessions direct: %w", err)
+	}
+	fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", "direct", d.rps, d.p50, d.p99, "")
+	off, err := startLoopguardMode(bin, direct, "off")
+	if err != nil {
+		return err
+	}
+	defer off.stop()
+	for _, p := range []struct {
+		name string
+		lg   *loopguard
+	}{{"mode off", off}, {"loopguard", lg}} {
+		before, err := cpuTime(p.lg.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		r, err := runSessions(cl, p.lg.url, p.name, bodies, sessions)
+		if err != nil {
+			return fmt.Errorf("growing sessions via %s: %w", p.name, err)
+		}
+		after, err := cpuTime(p.lg.cmd.Process.Pid)
+		if err != nil {
+			return err
+		}
+		cpu := fmt.Sprintf("%.0f µs/req", float64((after-before).Microseconds())/float64(sessions*turns))
+		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", p.name, r.rps, r.p50, r.p99, cpu)
+	}
+	return nil
+}
+
+// startLoopguardMode starts loopguard with its policy mode set through the
+// environment (LOOPGUARD_POLICY_MODE), which it reads at start.
+func startLoopguardMode(bin, upstream, mode string) (*loopguard, error) {
+	old, had := os.LookupEnv("LOOPGUARD_POLICY_MODE")
+	os.Setenv("LOOPGUARD_POLICY_MODE", mode)
+	defer func() {
+		if had {
+			os.Setenv("LOOPGUARD_POLICY_MODE", old)
+		} else {
+			os.Unsetenv("LOOPGUARD_POLICY_MODE")
+		}
+	}()
+	return startLoopguard(bin, upstream)
+}
+
+// growingBodies returns the chat request of each turn 1..turns of one
+// healthy tool-using session: every call reads another file.
+func growingBodies(turns int) []string {
+	out := strings.Repeat("line of output with some words 0123\n", 36)
+	msgs := []string{`{"role":"system","content":"You are a coding agent."}`, `{"role":"user","content":"Port the service."}`}
+	bodies := make([]string, turns)
+	for i := range turns {
+		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("sed -n '%d,%dp' src/module_%d.py", i, i+40, i)})
+		call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Looking at the next module.", "tool_calls": []any{
+			map[string]any{"id": fmt.Sprintf("call_%d", i), "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", i), "content": fmt.Sprintf("module %d\n%s", i, out)})
+		msgs = append(msgs, string(call), string(res))
+		bodies[i] = `{"model":"fake-model","stream":false,"messages":[` + strings.Join(msgs, ",") + `]}`
+	}
+	return bodies
+}
+
+// runSessions sends every session's turns in order, the sessions
+// concurrently, under session ids unique to this run.
+func runSessions(cl *http.Client, base, run string, bodies []string, sessions int) (result, error) {
+	lat := make([]time.Duration, 0, sessions*len(bodies))
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("load-%s-%d-%d", run, s, start.UnixNano())
+			sc := &http.Client{Transport: sessionTransport{cl.Transport, id}}
+			for _, body := range bodies {
+				d, err := do(sc, base+"/v1/chat/completions", body, "")
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				lat = append(lat, d)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return result{}, firstErr
+	}
+	return summarize(lat, time.Since(start)), nil
+}
+
+// sessionTransport sends every request with a session's header and fails
+// one that loopguard acted on: the sessions are healthy, and an injection
+// would change what is measured.
+type sessionTransport struct {
+	http.RoundTripper
+	session string
+}
+
+func (t sessionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("X-Session-ID", t.session)
+	resp, err := t.RoundTripper.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if a := resp.Header.Get("X-Loopguard-Action"); a != "" && a != "none" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("loopguard acted (%s) on a healthy session", a)
+	}
+	return resp, nil
+}
+
+// summarize is the result of requests that took lat over elapsed.
+func summarize(lat []time.Duration, elapsed time.Duration) result {
+	slices.Sort(lat)
+	n := len(lat)
+	return result{rps: float64(n) / elapsed.Seconds(), p50: lat[n/2].Round(time.Microsecond), p99: lat[n*99/100].Round(time.Microsecond)}
+}

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopguard/loopguard/fakellm"
+)
+
+// realAgent is an agent CLI from npm, run headless under `loopguard run`
+// against the fake model. Each is found through an environment variable
+// naming its binary and skipped without it: the CLIs are large downloads
+// that the suite does not install.
+type realAgent struct {
+	name string
+	// env names the variable holding the binary's path.
+	env string
+	// args are the arguments of a headless run with prompt.
+	args func(home, prompt string) []string
+	// environ is what the agent needs besides the base URL (keys, homes).
+	environ func(home string) []string
+	// looping and healthy are the fake model's scripts.
+	looping, healthy fakellm.Rule
+	// wantPath is the upstream path of its model calls (POST).
+	wantPath string
+}
+
+func realAgents() []realAgent {
+	return []realAgent{{
+		name: "codex",
+		env:  "LOOPGUARD_E2E_CODEX",
+		args: func(home, prompt string) []string {
+			return []string{"exec", "--skip-git-repo-check", "--ephemeral", "-m", "fake-model", "-C", home, prompt}
+		},
+		environ: func(home string) []string {
+			return []string{"CODEX_HOME=" + home, "OPENAI_API_KEY=" + openAIKey, "CODEX_API_KEY=" + openAIKey}
+		},
+		looping: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses }),
+		healthy: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+			return fakellm.ResponsesAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1/responses",
+	}, {
+		name: "claude",
+		env:  "LOOPGUARD_E2E_CLAUDE",
+		args: func(home, prompt string) []string {
+			return []string{"-p", prompt, "--model", "claude-fake", "--max-turns", "12"}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "ANTHROPIC_API_KEY=" + anthropicKey, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+				"DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1"}
+		},
+		looping: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic }),
+		healthy: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1/messages",
+	}, {
+		name: "qwen",
+		env:  "LOOPGUARD_E2E_QWEN",
+		args: func(home, prompt string) []string { return []string{"-p", prompt} },
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "OPENAI_API_KEY=" + openAIKey, "OPENAI_MODEL=fake-model"}
+		},
+		looping:  agentModel(true),
+		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
+		wantPath: "/v1/chat/completions",
+	}}
+}
+
+// TestRunRealAgents runs real agent CLIs under `loopguard run`, healthy and
+// looping: one session, the agent's own exit code, and the summary.
+func TestRunRealAgents(t *testing.T) {
+	var loopguard string
+	for _, a := range realAgents() {
+		bin := os.Getenv(a.env)
+		if bin == "" {
+			t.Logf("skipping %s: set %s to its binary", a.name, a.env)
+			continue
+		}
+		if loopguard == "" {
+			loopguard, _ = buildRunBinaries(t)
+		}
+		for _, looping := range []bool{false, true} {
+			t.Run(a.name+map[bool]string{false: "/healthy", true: "/looping"}[looping], func(t *testing.T) {
+				rule := a.healthy
+				if looping {
+					rule = a.looping
+				}
+				fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{rule}})
+				home := t.TempDir()
+				jsonPath := filepath.Join(home, "summary.json")
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+				defer cancel()
+				args := append([]string{"run", "-json", jsonPath, "--", bin}, a.args(home, "Make the build pass.")...)
+				cmd := exec.CommandContext(ctx, loopguard, args...)
+				cmd.WaitDelay = 10 * time.Second // the agent may outlive a killed loopguard holding the pipes
+				cmd.Env = append(os.Environ(), append(a.environ(home),
+					"OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL(), "TMPDIR="+home)...)
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				t.Logf("%s stdout:\n%s\nstderr:\n%s", a.name, &stdout, &stderr)
+				if err != nil {
+					t.Fatalf("loopguard run -- %s: %v", a.name, err)
+				}
+				var sum runSummary
+				b, err := os.ReadFile(jsonPath)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := json.Unmarshal(b, &sum); err != nil {
+					t.Fatal(err)
+				}
+				calls := 0
+				for _, r := range fake.Requests() {
+					if strings.Contains(r.Path, "/s/") {
+						t.Fatalf("the upstream saw %s", r.Path)
+					}
+					if r.Method == "POST" && r.Path == a.wantPath {
+						calls++
+					}
+				}
+				want := calls
+				if looping {
+					want++ // LOOP_DETECTED is loopguard's own answer
+				}
+				if sum.Calls != want || sum.ExitCode != 0 || sum.LoopDetected != looping {
+					t.Fatalf("summary %s; want %d model calls in one session, exit code 0, LOOP_DETECTED %v", b, want, looping)
+				}
+			})
+		}
+	}
+}

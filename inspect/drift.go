@@ -1,0 +1,89 @@
+package inspect
+
+// param_drift: the same tool with arguments that barely change.
+
+// paramDrift: the same tool called again and again with slightly changed
+// arguments (or on the same primary target) that keeps failing or
+// returning the same thing. Changing results (paginating, reading other
+// parts of a file) are progress.
+func (in *inspection) paramDrift() (Detection, bool) {
+	evs := in.evs
+	if len(evs) == 0 {
+		return Detection{}, false
+	}
+	L := &evs[len(evs)-1]
+	var idx []int
+	fps := 0
+	lt, ltKnown := uint64(0), false
+	for a := in.win; a < len(evs); a++ {
+		x := &evs[a]
+		if x.c.Name != L.c.Name {
+			continue
+		}
+		if x.fp == L.fp || (L.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == L.c.PrimaryFingerprint) ||
+			in.similarity(x.c.Args, L.c.Args) >= in.lim.DriftSimilarity {
+			if x.c.PrimaryFingerprint != L.c.PrimaryFingerprint {
+				if !ltKnown {
+					lt, ltKnown = targetHash(L.c.Primary), true
+				}
+				if t := targetHash(x.c.Primary); t != lt && t != 0 && lt != 0 {
+					continue // another file: the same tool at other work, not a retry
+				}
+			}
+			idx = append(idx, a)
+			if x.fp != L.fp {
+				fps++
+			}
+		}
+	}
+	thr := in.lim.DriftCount
+	if len(idx) < thr || fps == 0 {
+		return Detection{}, false
+	}
+	known, same, allErr := 0, true, true
+	var ref *ev
+	for _, a := range idx {
+		x := &evs[a]
+		if !x.has {
+			continue
+		}
+		known++
+		if !x.isErr {
+			allErr = false
+		}
+		if ref == nil {
+			ref = x
+		} else if same && !sameOutcome(ref, x) {
+			same = false
+		}
+		if !same && !allErr {
+			// Changing results that are not all failures: progress,
+			// whatever the rest say. Their results need no hashing.
+			return Detection{}, false
+		}
+	}
+	var d Detection
+	switch {
+	case known > 0 && same && (ref.isErr || ref.neg || !ref.ack):
+		d.Score = grow(strongBase, strongStep, len(idx), thr, 1)
+		d.Evidence = in.evidence(idx)
+		d.Evidence.NoProgress = true
+		withOutcome(&d.Evidence, ref.c)
+	case known > 0 && allErr && !L.look:
+		d.Score = grow(0.8, warnStep, len(idx), thr, warnCap)
+		d.Evidence = in.evidence(idx)
+		d.Evidence.Error = ref.c.ErrorText
+	case known == 0:
+		d.Score = grow(warnBase, warnStep, len(idx), thr, warnCap)
+		d.Evidence = in.evidence(idx)
+	default:
+		return Detection{}, false
+	}
+	d.Evidence.Threshold = thr
+	if L.c.Primary != "" {
+		d.Evidence.Element = L.c.Name + "(" + shorten(collapseSpace(L.c.Primary), 40) + ", drifting args)"
+	} else {
+		d.Evidence.Element = L.c.Name + "(drifting args)"
+	}
+	return d, true
+}

@@ -1,0 +1,261 @@
+package inspect
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/tidwall/gjson"
+)
+
+// edit_undo: edits that swap back an earlier edit.
+
+// editPairs are the (old, new) argument names of replace-style edit tools.
+var editPairs = [...][2]string{
+	{"old_str", "new_str"}, {"old_string", "new_string"}, {"oldText", "newText"}, {"old_text", "new_text"},
+	{"search", "replace"}, {"old", "new"}, {"find", "replace"},
+}
+
+var pathKeys = [...]string{"path", "file_path", "filePath", "target_file", "filename", "file", "absolute_path"}
+var contentKeys = [...]string{"content", "file_text", "contents", "text", "code"}
+
+// editKeys are the argument names editUndo reads, each once.
+var editKeys = func() map[string]int {
+	m := map[string]int{}
+	add := func(k string) {
+		if _, ok := m[k]; !ok {
+			m[k] = len(m)
+		}
+	}
+	for _, k := range pathKeys {
+		add(k)
+	}
+	for _, kp := range editPairs {
+		add(kp[0])
+		add(kp[1])
+	}
+	for _, k := range contentKeys {
+		add(k)
+	}
+	return m
+}()
+
+// editFields holds the raw values of editKeys in one arguments object,
+// read in one pass: the first member of each name, as gjson.Get (which
+// this replaced) finds it.
+type editFields struct{ vals [32]string }
+
+func (f *editFields) read(args string) {
+	eachMember(args, func(k, v string) bool {
+		if i, ok := editKeys[jsonString(k)]; ok && f.vals[i] == "" {
+			f.vals[i] = v
+		}
+		return true
+	})
+}
+
+func (f *editFields) get(k string) string { return f.vals[editKeys[k]] }
+
+// jsonString returns the value of a raw JSON string: a view when it has
+// no escapes, else unescaped as gjson does it (a rare case).
+func jsonString(raw string) string {
+	if len(raw) < 2 {
+		return ""
+	}
+	if body := raw[1 : len(raw)-1]; strings.IndexByte(body, '\\') < 0 {
+		return body
+	}
+	return gjson.Parse(raw).Str
+}
+
+// hashJSONString hashes the value of a raw JSON string without allocating
+// in the common case. Escapes other than \u decode the same in
+// appendUnescaped and gjson; \u escapes (lone surrogates differ) go to gjson.
+func (in *inspection) hashJSONString(raw string) uint64 {
+	body := raw[1 : len(raw)-1]
+	if strings.IndexByte(body, '\\') < 0 {
+		return hashString(body)
+	}
+	if strings.Contains(body, `\u`) {
+		return hashString(gjson.Parse(raw).Str)
+	}
+	in.w.tmp = rawjson.AppendUnescaped(in.w.tmp[:0], body)
+	return uint64(newFNV().bytes(in.w.tmp))
+}
+
+type edit struct {
+	a        int // event index
+	path     string
+	old, new uint64 // for replace edits
+	content  uint64 // for whole-file writes
+}
+
+// editUndo: an edit that swaps back an earlier edit of the same file (old
+// and new exchanged), or a file's written content going back to an
+// earlier version. One revert is common (removing a debug print) and only
+// reported; the change applied again after its revert is a loop.
+func (in *inspection) editUndo() (Detection, bool) {
+	evs := in.evs
+	var edits []edit
+	open := "" // the file SWE-agent's editor has open: its edit names none
+	for a := range evs {
+		x := &evs[a]
+		if x.isErr || !strings.Contains(x.c.Args, `"`) {
+			continue
+		}
+		if x.c.Name == "open" && x.c.Primary != "" {
+			open = x.c.Primary
+			continue
+		}
+		if strings.Contains(x.c.Args, patchFile) {
+			edits = appendPatchEdits(edits, a, x.c)
+			continue
+		}
+		// Every pathKeys name spells "path" or "file", unless escaped.
+		if open == "" && !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
+			continue
+		}
+		if rawKind(x.c.Args) != '{' || !rawjson.Valid(rawjson.Bytes(x.c.Args)) {
+			continue
+		}
+		var f editFields
+		f.read(x.c.Args)
+		path := open
+		for _, k := range pathKeys {
+			if v := f.get(k); rawKind(v) == '"' {
+				path = jsonString(v)
+				break
+			}
+		}
+		if path == "" {
+			continue
+		}
+		e := edit{a: a, path: path}
+		for _, kp := range editPairs {
+			o, n := f.get(kp[0]), f.get(kp[1])
+			if rawKind(o) == '"' && rawKind(n) == '"' {
+				e.old, e.new = in.hashJSONString(o)|1, in.hashJSONString(n)|1
+				break
+			}
+		}
+		if e.old == 0 {
+			for _, k := range contentKeys {
+				if v := f.get(k); rawKind(v) == '"' {
+					e.content = in.hashJSONString(v) | 1
+					break
+				}
+			}
+			if e.content == 0 {
+				continue
+			}
+		}
+		edits = append(edits, e)
+	}
+	// Count reverts per file: each edit that swaps back an earlier edit of
+	// its file counts once, so A->B, B->A, A->B is two reverts (the revert
+	// repeated), however many times each direction occurred before.
+	bestPath, best, bestIdx := "", 0, []int(nil)
+	swaps := map[string]int{}
+	swapIdx := map[string][]int{}
+	for j := range edits {
+		ej := &edits[j]
+		reverts := 0
+		var idx []int
+		for i := j - 1; i >= 0 && ej.old != 0; i-- {
+			ei := &edits[i]
+			if ei.path == ej.path && ej.old == ei.new && ej.new == ei.old {
+				swaps[ej.path]++
+				swapIdx[ej.path] = append(swapIdx[ej.path], ei.a, ej.a)
+				reverts = swaps[ej.path]
+				idx = append(idx, swapIdx[ej.path]...)
+				break
+			}
+		}
+		if ej.content != 0 {
+			// content history of this file up to j: A,B,A counts each return
+			var seen []uint64
+			for i := 0; i <= j; i++ {
+				ei := &edits[i]
+				if ei.path != ej.path || ei.content == 0 {
+					continue
+				}
+				if n := len(seen); n > 0 && seen[n-1] != ei.content && slices.Contains(seen[:n-1], ei.content) {
+					reverts++
+				}
+				seen = append(seen, ei.content)
+				idx = append(idx, ei.a)
+			}
+		}
+		if reverts > best {
+			idx = append(idx, ej.a)
+			slices.Sort(idx)
+			best, bestPath, bestIdx = reverts, ej.path, slices.Compact(idx)
+		}
+	}
+	var d Detection
+	thr := in.lim.EditUndoCount
+	if best >= thr {
+		d.Evidence = in.evidence(bestIdx)
+		if best > thr {
+			d.Score = grow(0.93, strongStep, best, thr+1, 1)
+			d.Evidence.NoProgress = true
+		} else {
+			d.Score = 0.5
+		}
+		d.Evidence.Count, d.Evidence.Threshold = best, thr
+		d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
+	}
+	if idx, noProgress := in.stateReturns(); len(idx) >= in.lim.StateReturns {
+		// Returning to one state again and again is a loop whatever the
+		// attempts were; attempts that all failed alike make it certain.
+		r := Detection{Score: 0.8, Evidence: in.evidence(idx)}
+		if noProgress {
+			r.Score = grow(0.93, strongStep, len(idx), in.lim.StateReturns, 1)
+		}
+		r.Evidence.Threshold, r.Evidence.NoProgress = in.lim.StateReturns, noProgress
+		r.Evidence.Element += " restored"
+		withOutcome(&r.Evidence, evs[idx[len(idx)-1]].c)
+		if r.Score > d.Score {
+			d = r
+		}
+	}
+	return d, d.Score > 0
+}
+
+// patchFile starts a file's section in an apply_patch patch (Codex).
+const patchFile = "*** Update File: "
+
+// appendPatchEdits reads the files an apply_patch call changes as
+// replace edits: the removed lines are old, the added lines new, so a
+// patch that puts back what an earlier one took out is a revert.
+func appendPatchEdits(dst []edit, a int, c *Call) []edit {
+	patch := gjson.Get(c.Args, "input").Str
+	if patch == "" {
+		patch = c.Primary // ["apply_patch", "*** Begin Patch ..."]
+	}
+	var e *edit
+	var removed, added fnv
+	flush := func() {
+		if e != nil {
+			e.old, e.new = uint64(removed)|1, uint64(added)|1
+		}
+		e = nil
+	}
+	for _, line := range strings.Split(patch, "\n") {
+		switch {
+		case strings.HasPrefix(line, patchFile):
+			flush()
+			dst = append(dst, edit{a: a, path: strings.TrimSpace(line[len(patchFile):])})
+			e, removed, added = &dst[len(dst)-1], newFNV(), newFNV()
+		case strings.HasPrefix(line, "*** "):
+			flush()
+		case e == nil:
+		case strings.HasPrefix(line, "-"):
+			removed = removed.str(line[1:]).byte('\n')
+		case strings.HasPrefix(line, "+"):
+			added = added.str(line[1:]).byte('\n')
+		}
+	}
+	flush()
+	return dst
+}

@@ -1,0 +1,137 @@
+package inspect
+
+import (
+	"slices"
+	"strings"
+)
+
+// error_cycle: the same error signature again and again.
+
+// recentError returns the index of the latest error among the last three
+// calls, -1 if none: a loop of errors is current only while errors keep
+// coming.
+func (in *inspection) recentError(meaningful bool) int {
+	for a := len(in.evs) - 1; a >= max(0, len(in.evs)-3); a-- {
+		if in.evs[a].isErr && (!meaningful || in.evs[a].meaningful) {
+			return a
+		}
+	}
+	return -1
+}
+
+// errorCycle: the same error signature (type + normalised message) again
+// and again in the window, whatever call produced it.
+func (in *inspection) errorCycle() (Detection, bool) {
+	evs := in.evs
+	r := in.recentError(true)
+	if r < 0 {
+		return Detection{}, false
+	}
+	sig := evs[r].err
+	var idx []int
+	var targets []uint64 // of the calls at idx
+	for a := r; a >= in.win; a-- {
+		x := &evs[a]
+		if x.isErr && x.err == sig {
+			idx = append(idx, a)
+			targets = append(targets, targetHash(x.c.Primary))
+			continue
+		}
+		if x.has && !x.isErr && in.failedBefore(x, idx, targets) {
+			// The call that failed succeeded in between: the failure
+			// that came back is a new attempt's, not the old loop.
+			break
+		}
+	}
+	thr := in.lim.errorCount
+	if len(idx) < thr {
+		return Detection{}, false
+	}
+	slices.Reverse(idx)
+	if in.changingObservation(idx) {
+		return Detection{}, false
+	}
+	d := Detection{Score: grow(strongBase, strongStep, len(idx), thr, 1), Evidence: in.evidence(idx)}
+	d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
+	if in.attemptsDiffer(idx) || in.syntaxErrorMoves(idx) {
+		// Each failure came after a different change: debugging that has
+		// not hit the cause yet, not a loop.
+		d.Score, d.Evidence.NoProgress = progressScore, false
+	}
+	d.Evidence.Error = evs[r].c.ErrorText
+	d.Evidence.Element = shorten(evs[r].c.ErrorText, 80)
+	withOutcome(&d.Evidence, evs[r].c)
+	return d, true
+}
+
+// failedBefore reports whether x is a call that produced one of the
+// errors at idx (whose targetHash are targets): the same call, or the
+// same tool on the same target (`python a.py` after `python a.py -v`).
+func (in *inspection) failedBefore(x *ev, idx []int, targets []uint64) bool {
+	t, known := uint64(0), false
+	for i, a := range idx {
+		e := &in.evs[a]
+		if e.fp == x.fp || e.c.PrimaryFingerprint != 0 && e.c.PrimaryFingerprint == x.c.PrimaryFingerprint {
+			return true
+		}
+		if e.c.Name == x.c.Name && targets[i] != 0 {
+			if !known {
+				t, known = targetHash(x.c.Primary), true
+			}
+			if t == targets[i] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// syntaxErrorMoves reports a syntax error that comes back at another
+// line of code that changed each time (the code is the call's argument,
+// as in a notebook cell): the signature drops line numbers, yet a moving
+// syntax error in new code is debugging progress (OpenHands' stuck tests).
+func (in *inspection) syntaxErrorMoves(idx []int) bool {
+	e := in.evs[idx[len(idx)-1]].c.ErrorText
+	if !strings.Contains(e, "SyntaxError") && !strings.Contains(e, "IndentationError") && !strings.Contains(e, "syntax error") {
+		return false
+	}
+	lines := make([]string, 0, len(idx))
+	for i, a := range idx {
+		x := &in.evs[a]
+		for _, b := range idx[:i] {
+			if in.evs[b].fp == x.fp {
+				return false // the same code failing again
+			}
+		}
+		lines = append(lines, errorLocation(x.c.Result))
+	}
+	for _, l := range lines[1:] {
+		if l != lines[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// errorLocation returns the number after the last "line " of an error
+// output: where the failure is.
+func errorLocation(res string) string {
+	if len(res) > 4096 {
+		res = res[len(res)-4096:]
+	}
+	for rest := res; ; {
+		i := strings.LastIndex(rest, "line ")
+		if i < 0 {
+			return ""
+		}
+		j := i + len("line ")
+		k := j
+		for k < len(rest) && isDigit(rest[k]) {
+			k++
+		}
+		if k > j {
+			return rest[j:k]
+		}
+		rest = rest[:i]
+	}
+}

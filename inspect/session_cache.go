@@ -1,0 +1,397 @@
+package inspect
+
+import (
+	"container/list"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/loopguard/loopguard/internal/rawjson"
+)
+
+// SessionCache keeps, per session, what parsing the session's last request
+// built: its steps and the parser's state after its last message, with a
+// hash of the raw bytes of its history array up to the end of that
+// message. An agent sends its whole history on every turn; a request whose
+// history array begins with exactly those bytes (the hash matches) is
+// parsed from the first new message on, and only what is not those bytes
+// is validated (they were as JSON last time). Any other request (history
+// edited, compacted or cut, another replica answered the last turn,
+// loopguard rewrote it) is parsed in full, so a Trajectory never depends on
+// the cache: ParseSession returns what ParseAPI returns for the same body.
+//
+// The cache is a local LRU bounded by a memory budget. It is safe for
+// concurrent use.
+type SessionCache struct {
+	seed   maphash.Seed
+	budget int64
+	hits   atomic.Uint64
+	misses atomic.Uint64
+
+	mu      sync.Mutex
+	bytes   int64
+	entries map[string]*list.Element // of *cacheEntry
+	lru     list.List                // most recently used first
+}
+
+type CacheStats struct {
+	Hits     uint64 // requests parsed from a cached prefix
+	Misses   uint64 // requests of a session parsed in full
+	Bytes    int64  // memory the cached sessions hold (estimated)
+	Sessions int
+}
+
+// NewSessionCache returns a cache holding at most budget bytes; nil when
+// budget is not positive (ParseSession then always parses in full).
+func NewSessionCache(budget int64) *SessionCache {
+	if budget <= 0 {
+		return nil
+	}
+	return &SessionCache{seed: maphash.MakeSeed(), budget: budget, entries: map[string]*list.Element{}}
+}
+
+// Stats returns the cache's counters; the zero CacheStats for a nil cache.
+func (c *SessionCache) Stats() CacheStats {
+	if c == nil {
+		return CacheStats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Bytes: c.bytes, Sessions: len(c.entries)}
+}
+
+// cacheEntry is one session's parse state after its last request's
+// messages. Its steps are never written again: a request resuming from it
+// copies the steps that parsing on may change (see parser.restore).
+type cacheEntry struct {
+	key  string
+	api  API
+	meta []string
+	// The history array's first prefix bytes, from its '[' to the end of
+	// its last message (message n-1), hash to sum; hash is the hasher's
+	// state after them, to go on with the next messages.
+	n, prefix int
+	sum       uint64
+	hash      maphash.Hash
+	last      [2]int // the last message's offsets in the array
+	steps     []Step
+	start     int
+	calls     int // calls in steps, for the size
+	// The parser's state between messages.
+	lastAssistant, open bool
+	// held is the arena memory the steps' strings keep alive.
+	held  int
+	bytes int64
+}
+
+var (
+	stepSize = int64(unsafe.Sizeof(Step{}))
+	callSize = int64(unsafe.Sizeof(Call{}))
+)
+
+// entryOverhead approximates the key, list element and map slot of an entry.
+const entryOverhead = 512
+
+func (en *cacheEntry) size() int64 {
+	return int64(en.held) + int64(cap(en.steps))*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
+}
+
+// ParseSession is ParseAPI for a request of the given session, resuming
+// from what the session's previous request left in c when the history
+// extends it, and leaving this request's state there for the next one. A
+// nil c or an empty session parses in full, as ParseAPI.
+func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []byte) (*Trajectory, error) {
+	meta := e.cfg.MetadataArgs
+	if meta == nil {
+		meta = defaultMetadataArgs
+	}
+	if c == nil || session == "" {
+		return parseAPI(api, body, meta)
+	}
+	walk, ok := adapters[api]
+	if !ok {
+		api, walk = ChatCompletions, (*parser).chat
+	}
+	sp := &sessionParse{}
+	sp.hash.SetSeed(c.seed)
+	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) {
+		sp.locate(body, api, prev)
+	}
+	t, err := parseBody(body, meta, walk, sp)
+	if err != nil || sp.done == nil {
+		return t, err
+	}
+	if sp.prev != nil {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
+	en := sp.done
+	en.key, en.api, en.meta = session, api, meta
+	c.put(en)
+	return t, nil
+}
+
+func (c *SessionCache) get(key string) *cacheEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el := c.entries[key]
+	if el == nil {
+		return nil
+	}
+	c.lru.MoveToFront(el)
+	return el.Value.(*cacheEntry)
+}
+
+// put stores en as its session's state, evicting the least recently used
+// sessions beyond the budget. An entry larger than the whole budget is
+// not kept.
+func (c *SessionCache) put(en *cacheEntry) {
+	en.bytes = en.size()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el := c.entries[en.key]; el != nil {
+		c.bytes -= el.Value.(*cacheEntry).bytes
+		c.lru.Remove(el)
+		delete(c.entries, en.key)
+	}
+	if en.bytes > c.budget {
+		return
+	}
+	c.entries[en.key] = c.lru.PushFront(en)
+	c.bytes += en.bytes
+	for c.bytes > c.budget {
+		old := c.lru.Back().Value.(*cacheEntry)
+		c.lru.Remove(c.lru.Back())
+		delete(c.entries, old.key)
+		c.bytes -= old.bytes
+	}
+}
+
+// lookBack is how many steps before the last a message can still change:
+// a result is paired with a call of the latest 64 steps (findCall), and
+// the last step takes user-role tool output and further items.
+const lookBack = 64
+
+// sessionParse is one cached parse: the entry it resumes from, if any,
+// and the entry it leaves.
+type sessionParse struct {
+	prev *cacheEntry // the history extends it; nil: parse in full
+	// hist and model are the body's history array and model, found by
+	// locate when prev is set.
+	hist, model string
+	// hash has read the history array up to region, which ends after
+	// message n-1 (last).
+	hash      maphash.Hash
+	region, n int
+	last      [2]int
+	arr       int // the history array's offset in the body
+	base      int // steps taken over from prev
+	held      int // arena memory of those steps' strings
+	calls     int // calls in those steps
+	done      *cacheEntry
+}
+
+// historyKey is the member of a body of api that holds its history.
+func historyKey(api API) string {
+	if api == Responses {
+		return "input"
+	}
+	return "messages"
+}
+
+// locate sets sp.prev to prev when the body's history array begins with
+// prev's bytes. It reads the top-level members as historyAndModel does,
+// without scanning those bytes for where values end: it hashes them
+// instead, then walks the rest of the array. The body is not validated
+// yet: an invalid one is found out by validSkipping, and the parse that
+// follows recovers from anything.
+func (sp *sessionParse) locate(body []byte, api API, prev *cacheEntry) {
+	// The body is not validated yet: should a malformed one trip the walk,
+	// it is parsed in full, which reports it.
+	defer func() {
+		if recover() != nil {
+			sp.prev = nil
+		}
+	}()
+	src := rawjson.View(body)
+	i := rawjson.SkipSpace(src, 0)
+	if i >= len(src) || src[i] != '{' {
+		return
+	}
+	key := historyKey(api)
+	var hist, model string
+	h := sp.hash
+	membersWith(src, i, func(k string, at int) int {
+		if !rawKeyIs(k, key) {
+			e := rawjson.ValueEnd(src, at)
+			if rawKeyIs(k, "model") {
+				model = src[at:e]
+			}
+			return e
+		}
+		if at >= len(src) || src[at] != '[' || len(src)-at < prev.prefix {
+			hist = "-" // not the cached history: ends the walk below
+			return len(src)
+		}
+		h = sp.hash
+		h.WriteString(src[at : at+prev.prefix])
+		if h.Sum64() != prev.sum {
+			hist = "-"
+			return len(src)
+		}
+		e := rawjson.CloseEnd(src, at+prev.prefix, 1)
+		hist = src[at:e]
+		return e
+	})
+	// A second history member wins (as in historyAndModel) if it has the
+	// cached bytes too; any other ends the walk unresumed.
+	if hist == "" || hist == "-" {
+		return
+	}
+	sp.prev, sp.hist, sp.model, sp.hash = prev, hist, model, h
+}
+
+// validSkipping reports whether body is valid JSON, given that the cached
+// prefix of its history array (sp.prev) is: that prefix was an array's
+// opening and whole values then, so the body is valid exactly when it is
+// with the prefix replaced by "[0". Only the rest is read.
+func (sp *sessionParse) validSkipping(body []byte) bool {
+	off := int(uintptr(unsafe.Pointer(unsafe.StringData(sp.hist))) - uintptr(unsafe.Pointer(unsafe.SliceData(body))))
+	bp := validBufs.Get().(*[]byte)
+	b := append(append(append((*bp)[:0], body[:off]...), "[0"...), body[off+sp.prev.prefix:]...)
+	ok := rawjson.Valid(b)
+	if cap(b) <= maxPooledScratch {
+		*bp = b
+		validBufs.Put(bp)
+	}
+	return ok
+}
+
+var validBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// history returns the body's history array and model: the ones locate
+// found, else as historyAndModel finds them.
+func (p *parser) history(root, key string) (hist, model string) {
+	if p.sess != nil && p.sess.prev != nil {
+		return p.sess.hist, p.sess.model
+	}
+	return historyAndModel(root, key)
+}
+
+// resume returns where the walk of the history array arr begins and the
+// index of the message there: past the cached messages, with the parser's
+// state restored, when the request extends its session's last one (last
+// is where the last of them starts and ends in arr); else the first
+// message. It also sizes the arena for what is left to read. Adapters call
+// it before anything is written to the arena or the steps.
+func (p *parser) resume(arr string) (at, idx int, last [2]int) {
+	sp := p.sess
+	if sp == nil {
+		return rawjson.SkipSpace(arr, 1), 0, last
+	}
+	sp.arr = p.offset(arr)
+	if sp.prev == nil {
+		// The cache keeps the arena as long as the session: it grows in
+		// chunks, not sized for the body, most of which (a system prompt,
+		// JSON syntax) it may never hold.
+		p.ar = newArena(min(len(p.src)+1024, arenaChunk))
+		return rawjson.SkipSpace(arr, 1), 0, last
+	}
+	p.restore(sp.prev)
+	// The new messages' strings fit in their own bytes, and the cache
+	// keeps this arena for the session: no 4 KiB minimum per turn, and
+	// small chunks should a turn need more (primary arguments are copies).
+	n := len(arr) - sp.region + len(sp.model) + 64
+	p.ar = &arena{buf: make([]byte, 0, n), held: n, chunk: 1024}
+	return rawjson.SkipSpace(arr, sp.region), sp.n, sp.last
+}
+
+// restore takes over prev's steps and state. The steps are copied, and the
+// calls of the last lookBack steps too, into memory of this parse's own:
+// pairing a result, or adding to the last step, writes there, and prev is
+// shared with other requests of the session.
+func (p *parser) restore(prev *cacheEntry) {
+	sp := p.sess
+	sp.base, sp.held, sp.calls = len(prev.steps), prev.held, prev.calls
+	sp.region, sp.n, sp.last = prev.prefix, prev.n, prev.last
+	steps := make([]Step, len(prev.steps), len(prev.steps)+16)
+	copy(steps, prev.steps)
+	from := max(0, len(steps)-lookBack)
+	n := 0
+	for s := from; s < len(steps); s++ {
+		n += len(steps[s].Calls)
+	}
+	if n > 0 {
+		calls := make([]Call, n)
+		k := 0
+		for s := from; s < len(steps); s++ {
+			src := steps[s].Calls
+			if len(src) == 0 {
+				continue // nil stays nil
+			}
+			for i := range src {
+				src[i].copyTo(&calls[k+i])
+			}
+			steps[s].Calls = calls[k : k+len(src) : k+len(src)]
+			k += len(src)
+		}
+	}
+	p.t.Steps = steps
+	p.t.Start = prev.start
+	p.lastAssistant, p.open = prev.lastAssistant, prev.open
+}
+
+// note adds message raw, a view of the history array, to the hash of
+// the array's bytes so far, for the next request's prefix check.
+func (p *parser) note(raw string) {
+	sp := p.sess
+	if sp == nil {
+		return
+	}
+	start := p.offset(raw) - sp.arr
+	end := start + len(raw)
+	sp.hash.WriteString(p.src[sp.arr+sp.region : sp.arr+end])
+	sp.region, sp.last = end, [2]int{start, end}
+	sp.n++
+}
+
+// finish builds the entry a successful walk leaves in the cache; none for
+// a history with no message.
+func (sp *sessionParse) finish(p *parser) {
+	if sp.n == 0 {
+		return
+	}
+	t := p.t
+	calls := sp.calls
+	for s := sp.base; s < len(t.Steps); s++ {
+		calls += len(t.Steps[s].Calls)
+	}
+	sp.done = &cacheEntry{
+		n:             sp.n,
+		prefix:        sp.region,
+		sum:           sp.hash.Sum64(),
+		hash:          sp.hash,
+		last:          sp.last,
+		steps:         slices.Clip(t.Steps),
+		start:         t.Start,
+		calls:         calls,
+		lastAssistant: p.lastAssistant,
+		open:          p.open,
+		held:          sp.held + p.ar.held,
+	}
+}
+
+// copyTo copies c to dst field by field: c may be in a Trajectory being
+// inspected, whose result fingerprint is written atomically meanwhile.
+func (c *Call) copyTo(dst *Call) {
+	*dst = Call{
+		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
+		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint,
+		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
+		resultFP: atomic.LoadUint64(&c.resultFP),
+		IsError:  c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
+	}
+}

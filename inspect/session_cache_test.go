@@ -1,0 +1,392 @@
+package inspect
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// history is a request body split into its history array and the rest, so
+// that tests can send any list of its messages the way a client would.
+type history struct {
+	api  API
+	key  string // "messages" or "input"
+	rest map[string]json.RawMessage
+	msgs []json.RawMessage
+}
+
+func splitHistory(t testing.TB, api API, body []byte) (history, bool) {
+	t.Helper()
+	h := history{api: api, key: "messages"}
+	if api == Responses {
+		h.key = "input"
+	}
+	if err := json.Unmarshal(body, &h.rest); err != nil {
+		t.Fatal(err)
+	}
+	if json.Unmarshal(h.rest[h.key], &h.msgs) != nil || len(h.msgs) == 0 {
+		return h, false
+	}
+	return h, true
+}
+
+// body renders the request with msgs as its history; the history array is
+// written as a client writes it, one message after another.
+func (h history) body(msgs []json.RawMessage) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"` + h.key + `":[`)
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(m)
+	}
+	b.WriteByte(']')
+	for k, v := range h.rest {
+		if k != h.key {
+			fmt.Fprintf(&b, ",%q:%s", k, v)
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// cacheCase is one history the property test grows and edits.
+type cacheCase struct {
+	name string
+	h    history
+}
+
+func cacheCases(t *testing.T) []cacheCase {
+	var out []cacheCase
+	for _, c := range loadCorpus(t) {
+		if h, ok := splitHistory(t, DetectAPI("", c.Request), c.Request); ok {
+			out = append(out, cacheCase{c.ID, h})
+		}
+	}
+	files, _ := filepath.Glob("testdata/adapters/*.json")
+	for _, f := range files {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		api := API(strings.TrimPrefix(filepath.Ext(strings.TrimSuffix(f, ".json")), "."))
+		if h, ok := splitHistory(t, api, body); ok {
+			out = append(out, cacheCase{filepath.Base(f), h})
+		}
+	}
+	return out
+}
+
+// settle computes every lazily cached field, so that two trajectories
+// compare by what they say, not by what was asked of them before.
+func settle(tr *Trajectory) {
+	for s := range tr.Steps {
+		for k := range tr.Steps[s].Calls {
+			tr.Steps[s].Calls[k].ResultFingerprint()
+		}
+	}
+}
+
+// checkSame parses body with and without the cache and requires the same
+// trajectory and the same verdict, detections and evidence included.
+// It returns the cached parse's trajectory and the full one.
+func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API, body []byte, what string) (got, want *Trajectory) {
+	t.Helper()
+	want, werr := e.ParseAPI(api, body)
+	got, gerr := e.ParseSession(c, session, api, body)
+	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+		t.Fatalf("%s: error %v with the cache, %v without", what, gerr, werr)
+	}
+	if werr != nil {
+		return nil, nil
+	}
+	wv, gv := e.Inspect(want), e.Inspect(got)
+	settle(want)
+	settle(got)
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("%s: trajectories differ: %s", what, trajectoryDiff(got, want))
+	}
+	if !reflect.DeepEqual(wv, gv) {
+		t.Fatalf("%s: verdicts differ:\ncached %+v\nfull   %+v", what, gv, wv)
+	}
+	return got, want
+}
+
+// TestSessionCacheSameVerdicts runs every corpus and adapter history
+// through the cached and the uncached parse: grown turn by turn, then
+// edited, truncated, compacted, re-sent and grown at random. Every request
+// must yield the same trajectory and verdict both ways, and growing turns
+// must be served from the cache.
+func TestSessionCacheSameVerdicts(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(12, 1))
+	var hits uint64
+	cases := cacheCases(t)
+	for _, cc := range cases {
+		c := NewSessionCache(64 << 20)
+		h, n := cc.h, len(cc.h.msgs)
+		// Turn by turn, as an agent sends it.
+		var prevGot, prevWant *Trajectory
+		for k := 1; k <= n; k++ {
+			got, want := checkSame(t, e, c, "s", h.api, h.body(h.msgs[:k]), fmt.Sprintf("%s grown to %d", cc.name, k))
+			// The next turn resumed from this one's state: it must not
+			// have written into this trajectory (pairing a result with
+			// one of its calls, say).
+			if prevGot != nil && !reflect.DeepEqual(prevGot, prevWant) {
+				t.Fatalf("%s: turn %d changed turn %d's trajectory: %s", cc.name, k, k-1, trajectoryDiff(prevGot, prevWant))
+			}
+			prevGot, prevWant = got, want
+		}
+		if st := c.Stats(); st.Hits < uint64(n-1) {
+			t.Errorf("%s: %d hits for %d growing turns; want every turn after the first", cc.name, st.Hits, n-1)
+		}
+		// Random histories from the last one sent.
+		cur := append([]json.RawMessage(nil), h.msgs[:max(1, n/2)]...)
+		for step := 0; step < 40; step++ {
+			what := ""
+			switch op := rng.IntN(7); {
+			case op <= 2 && len(cur) < n: // grow by 1..3
+				cur = append(cur, h.msgs[len(cur):min(n, len(cur)+1+rng.IntN(3))]...)
+				what = "grow"
+			case op == 3 && len(cur) > 1: // truncate
+				cur = cur[:1+rng.IntN(len(cur)-1)]
+				what = "truncate"
+			case op == 4: // edit one message
+				i := rng.IntN(len(cur))
+				cur = append(cur[:i:i], append([]json.RawMessage{editMessage(t, cur[i], rng.IntN(2) == 0)}, cur[i+1:]...)...)
+				what = "edit"
+			case op == 5 && len(cur) > 2: // compact: drop a message
+				i := rng.IntN(len(cur))
+				cur = append(cur[:i:i], cur[i+1:]...)
+				what = "drop"
+			case op == 6: // a broken body that extends the history
+				body := h.body(append(cur[:len(cur):len(cur)], h.msgs[rng.IntN(n)]))
+				checkSame(t, e, c, "s", h.api, corrupt(body, rng), fmt.Sprintf("%s step %d (corrupt)", cc.name, step))
+				continue
+			default: // the same history again (a retry)
+				what = "resend"
+			}
+			checkSame(t, e, c, "s", h.api, h.body(cur), fmt.Sprintf("%s step %d (%s to %d messages)", cc.name, step, what, len(cur)))
+		}
+		// Another session's history under the same key.
+		other := cases[rng.IntN(len(cases))].h
+		checkSame(t, e, c, "s", other.api, other.body(other.msgs), cc.name+" then another history")
+		hits += c.Stats().Hits
+	}
+	if hits == 0 {
+		t.Fatal("no request was served from the cache")
+	}
+}
+
+// editMessage returns message m re-indented (the same message in other bytes) or
+// with its text content changed.
+func editMessage(t *testing.T, m json.RawMessage, reformat bool) json.RawMessage {
+	if reformat {
+		var b bytes.Buffer
+		if err := json.Indent(&b, m, "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	var v map[string]any
+	if err := json.Unmarshal(m, &v); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := v["content"].(string); ok {
+		v["content"] = s + " (edited)"
+	} else {
+		v["content"] = "Fix the failing build."
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// trajectoryDiff names the first difference between a cached and a full
+// parse, without printing whole histories.
+func trajectoryDiff(got, want *Trajectory) string {
+	switch {
+	case got.Model != want.Model || got.Start != want.Start || got.Messages != want.Messages:
+		return fmt.Sprintf("model/start/messages %q/%d/%d, want %q/%d/%d", got.Model, got.Start, got.Messages, want.Model, want.Start, want.Messages)
+	case got.Layout != want.Layout:
+		return fmt.Sprintf("layout %v, want %v", got.Layout, want.Layout)
+	case len(got.Steps) != len(want.Steps):
+		return fmt.Sprintf("%d steps, want %d", len(got.Steps), len(want.Steps))
+	}
+	for i := range got.Steps {
+		if !reflect.DeepEqual(got.Steps[i], want.Steps[i]) {
+			return fmt.Sprintf("step %d:\n%s\nwant\n%s", i, shorten(fmt.Sprintf("%+v", got.Steps[i]), 600), shorten(fmt.Sprintf("%+v", want.Steps[i]), 600))
+		}
+	}
+	return "unexported fields"
+}
+
+// TestSessionCacheBudget checks the LRU: the cache never holds more than
+// its budget, the least recently used session goes first, and a nil cache
+// parses in full.
+func TestSessionCacheBudget(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(20))
+	turn := func(c *SessionCache, session string, k int) {
+		t.Helper()
+		if _, err := e.ParseSession(c, session, ChatCompletions, h.body(h.msgs[:k])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := NewSessionCache(1 << 30)
+	turn(probe, "a", 30)
+	one := probe.Stats().Bytes
+	if one < int64(len(h.body(h.msgs[:30])))/2 {
+		t.Fatalf("one session holds %d bytes by the count, for a %d-byte history: the count misses the strings", one, len(h.body(h.msgs[:30])))
+	}
+	c := NewSessionCache(one*3 + one/2) // room for three sessions
+	for _, s := range []string{"a", "b", "c", "d"} {
+		turn(c, s, 30)
+	}
+	st := c.Stats()
+	if st.Sessions != 3 || st.Bytes > one*3+one/2 || st.Misses != 4 {
+		t.Fatalf("stats %+v; want 3 sessions within %d bytes after 4 misses", st, one*3+one/2)
+	}
+	turn(c, "d", 31) // the newest is kept
+	turn(c, "a", 31) // the oldest was evicted
+	if st := c.Stats(); st.Hits != 1 || st.Misses != 5 {
+		t.Fatalf("stats %+v; want 1 hit (d) and 5 misses (a evicted)", st)
+	}
+	if NewSessionCache(0) != nil || NewSessionCache(0).Stats() != (CacheStats{}) {
+		t.Fatal("a zero budget must turn the cache off")
+	}
+	turn(nil, "a", 31)
+}
+
+// corrupt breaks the end of a body (where a cached prefix does not reach)
+// or repeats its history member.
+func corrupt(body []byte, rng *rand.Rand) []byte {
+	end := bytes.LastIndexByte(body, ']')
+	switch rng.IntN(4) {
+	case 0: // cut short, anywhere
+		return body[:rng.IntN(len(body))]
+	case 1: // a trailing comma
+		return append(append(body[:end:end], ",]"...), body[end+1:]...)
+	case 2: // an element that is not JSON
+		return append(append(body[:end:end], `,{"role":}]`...), body[end+1:]...)
+	}
+	// A second history member after the first: the last one wins.
+	return append(body[:len(body)-1:len(body)-1], `,"messages":[],"input":[]}`...)
+}
+
+// TestSessionCacheConcurrentTurns sends the turns of one session from
+// several goroutines at once, inspecting each trajectory while others
+// resume from it: under -race, a write into a shared step shows, and every
+// verdict must still be the full parse's.
+func TestSessionCacheConcurrentTurns(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(40))
+	c := NewSessionCache(64 << 20)
+	want := make([]Verdict, len(h.msgs)+1)
+	for k := 1; k <= len(h.msgs); k++ {
+		tr, err := e.ParseAPI(ChatCompletions, h.body(h.msgs[:k]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k] = e.Inspect(tr)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 1 + g%3; k <= len(h.msgs); k++ {
+				tr, err := e.ParseSession(c, "s", ChatCompletions, h.body(h.msgs[:k]))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if v := e.Inspect(tr); !reflect.DeepEqual(v, want[k]) {
+					errs <- fmt.Sprintf("turn %d: %v; want %v", k, v.Detections, want[k].Detections)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
+	}
+	if c.Stats().Hits == 0 {
+		t.Error("no turn was served from the cache")
+	}
+}
+
+// TestSessionCacheBytesPerSession: a session cached turn by turn holds
+// about what one parse of its whole history holds, not an arena's
+// minimum per turn.
+func TestSessionCacheBytesPerSession(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(200))
+	grown, once := NewSessionCache(1<<30), NewSessionCache(1<<30)
+	for k := 1; k <= len(h.msgs); k++ {
+		if _, err := e.ParseSession(grown, "s", ChatCompletions, h.body(h.msgs[:k])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.ParseSession(once, "s", ChatCompletions, h.body(h.msgs)); err != nil {
+		t.Fatal(err)
+	}
+	g, o := grown.Stats().Bytes, once.Stats().Bytes
+	t.Logf("%d-byte history: %d bytes cached turn by turn, %d parsed at once", len(h.body(h.msgs)), g, o)
+	if g > o*3/2 {
+		t.Errorf("a session grown turn by turn holds %d bytes, %.1fx what one parse of its history holds (%d)", g, float64(g)/float64(o), o)
+	}
+}
+
+// TestSessionCacheCutBodies sends every prefix of a turn's body to a
+// session whose previous turn is cached: a body cut anywhere (right after
+// the history key, inside the cached bytes, in the new message) must fail
+// or parse as it does uncached, never panic.
+func TestSessionCacheCutBodies(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, api := range []API{ChatCompletions, AnthropicMessages, Responses} {
+		body, err := os.ReadFile("testdata/adapters/repetition." + string(api) + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, _ := splitHistory(t, api, body)
+		c := NewSessionCache(64 << 20)
+		if _, err := e.ParseSession(c, "s", api, h.body(h.msgs[:len(h.msgs)-1])); err != nil {
+			t.Fatal(err)
+		}
+		prev := c.get("s")
+		full := h.body(h.msgs)
+		for i := range full {
+			c.put(prev)
+			checkSame(t, e, c, "s", api, full[:i], fmt.Sprintf("%s cut at %d", api, i))
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// TestSessionPrefixIsStripped: the /s/<id>/ prefix names the session above
+// every header and never reaches the upstream, on guarded and other paths.
+func TestSessionPrefixIsStripped(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, chatAnswer)
+	})
+	tests := []struct {
+		method, path, body string
+		wantURI            string
+		wantSession        string // X-Loopguard-Session; "" on paths that are not guarded
+	}{
+		{"POST", "/s/run-42/v1/chat/completions", loopingHistory(1, false), "/v1/chat/completions", "run-42"},
+		{"POST", "/s/run-42/chat/completions", loopingHistory(1, false), "/chat/completions", "run-42"},
+		{"POST", "/s/run-42/v1/responses", responsesHistory(1, false), "/v1/responses", "run-42"},
+		{"POST", "/s/run-42/responses", responsesHistory(1, false), "/responses", "run-42"},
+		{"POST", "/s/run-42/v1/messages", anthropicHistory(1, false), "/v1/messages", "run-42"},
+		{"POST", "/s/run-42/messages", anthropicHistory(1, false), "/messages", "run-42"},
+		{"POST", "/s/A.b_c-9/v1/chat/completions", loopingHistory(1, false), "/v1/chat/completions", "A.b_c-9"},
+		{"GET", "/s/run-42/v1/models", "", "/v1/models", ""},
+		{"GET", "/s/run-42/v1/models?limit=2", "", "/v1/models?limit=2", ""},
+		{"POST", "/s/run-42/v1/embeddings", `{"input":"x"}`, "/v1/embeddings", ""},
+	}
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Session-ID", "header-loses")
+			req.Header.Set("session-id", "header-loses-too")
+			resp, err := newClient().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d; want 200", resp.StatusCode)
+			}
+			r := <-got
+			if r.uri != tt.wantURI {
+				t.Fatalf("upstream saw %s; want %s", r.uri, tt.wantURI)
+			}
+			if s := resp.Header.Get(HeaderSession); s != tt.wantSession {
+				t.Fatalf("%s = %q; want %q", HeaderSession, s, tt.wantSession)
+			}
+		})
+	}
+}
+
+// TestSessionPrefixMalformed: a bad id is answered 400 with an OpenAI-shaped
+// error and nothing reaches the upstream.
+func TestSessionPrefixMalformed(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, chatAnswer)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	tests := []struct{ name, path, want string }{
+		{"empty id", "/s//v1/chat/completions", "empty id"},
+		{"too long", "/s/" + strings.Repeat("a", 129) + "/v1/chat/completions", "longer than 128"},
+		{"no API path", "/s/run-1", "must be followed by the API path"},
+		{"colon", "/s/h:0123/v1/chat/completions", "only letters, digits"},
+		{"encoded slash", "/s/a%2Fb/v1/chat/completions", "only letters, digits"},
+		{"space", "/s/a%20b/v1/models", "only letters, digits"},
+		{"leading dot", "/s/.x/v1/models", "start with a letter or a digit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := newClient().Post(base+tt.path, "application/json", strings.NewReader(loopingHistory(1, false)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("status %d (%s); want 400", resp.StatusCode, b)
+			}
+			e := gjson.ParseBytes(b).Get("error")
+			if e.Get("type").String() != "invalid_request_error" || e.Get("code").String() != "invalid_session_id" ||
+				!strings.Contains(e.Get("message").String(), tt.want) {
+				t.Fatalf("error %s; want invalid_request_error, invalid_session_id and a message with %q", b, tt.want)
+			}
+		})
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("the upstream was called: %s %s", r.method, r.uri)
+	default:
+	}
+}
+
+// TestSessionHeadersOfRealAgents: six requests of one run are one session
+// whatever the agent sends: its own session header, or nothing at all.
+func TestSessionHeadersOfRealAgents(t *testing.T) {
+	tests := []struct {
+		name, path string
+		history    func(int, bool) string
+		header     http.Header
+		want       string // "" means a derived key
+	}{
+		{"codex on responses", "/v1/responses", responsesHistory,
+			http.Header{"Session-Id": {"0199a213-81c0-7800-8aa1-bbab2a035a53"}}, "0199a213-81c0-7800-8aa1-bbab2a035a53"},
+		{"claude code on messages", "/v1/messages", anthropicHistory,
+			http.Header{"X-Claude-Code-Session-Id": {"54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe"}}, "54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe"},
+		{"pi with session_id", "/v1/chat/completions", loopingHistory, http.Header{"Session_id": {"pi-7"}}, "pi-7"},
+		{"opencode with affinity", "/v1/chat/completions", loopingHistory, http.Header{"X-Session-Affinity": {"ses_1"}}, "ses_1"},
+		{"X-Session-ID before agent headers", "/v1/chat/completions", loopingHistory,
+			http.Header{"X-Session-Id": {"mine"}, "Session-Id": {"codex"}}, "mine"},
+		{"blank header falls through", "/v1/chat/completions", loopingHistory,
+			http.Header{"X-Session-Id": {"  "}, "Session-Id": {"codex"}}, "codex"},
+		{"chat agent without a header", "/v1/chat/completions", loopingHistory, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"id":"x"}`)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			first := ""
+			for n := 0; n < 6; n++ {
+				req, _ := http.NewRequest("POST", base+tt.path, strings.NewReader(tt.history(n, false)))
+				for k, v := range tt.header {
+					req.Header[k] = v
+				}
+				resp, err := newClient().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				s := resp.Header.Get(HeaderSession)
+				if n == 0 {
+					first = s
+					if tt.want != "" && s != tt.want || tt.want == "" && !strings.HasPrefix(s, "h:") {
+						t.Fatalf("request 1: session %q; want %q (\"\" means derived)", s, tt.want)
+					}
+				} else if s != first {
+					t.Fatalf("request %d: session %q; want %q, the first request's", n+1, s, first)
+				}
+			}
+		})
+	}
+}
+
+// TestUpstreamPerWireAPI: with upstream.anthropic_url set, Anthropic traffic
+// (its path or its anthropic-version header) goes there, the rest to url.
+func TestUpstreamPerWireAPI(t *testing.T) {
+	answer := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x"}`)
+	}
+	openai, gotOpenAI := upstreamRecorder(t, answer)
+	anthropic, gotAnthropic := upstreamRecorder(t, answer)
+	_, base := startProxy(t, func(c *Config) {
+		c.Upstream.URL = openai.URL + "/v1"
+		c.Upstream.AnthropicURL = anthropic.URL + "/v1"
+	})
+	tests := []struct {
+		path, body string
+		anthropic  bool // sent with anthropic-version
+		want       <-chan recorded
+		wantURI    string
+	}{
+		{"/s/r1/v1/chat/completions", loopingHistory(1, false), false, gotOpenAI, "/v1/chat/completions"},
+		{"/s/r1/v1/responses", responsesHistory(1, false), false, gotOpenAI, "/v1/responses"},
+		{"/s/r1/v1/messages", anthropicHistory(1, false), true, gotAnthropic, "/v1/messages"},
+		{"/s/r1/messages", anthropicHistory(1, false), false, gotAnthropic, "/v1/messages"},
+		{"/s/r1/v1/messages/count_tokens", anthropicHistory(1, false), true, gotAnthropic, "/v1/messages/count_tokens"},
+		{"/v1/models", "", false, gotOpenAI, "/v1/models"},
+		{"/v1/models", "", true, gotAnthropic, "/v1/models"},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest("POST", base+tt.path, strings.NewReader(tt.body))
+		if tt.anthropic {
+			req.Header.Set("anthropic-version", "2023-06-01")
+		}
+		resp, err := newClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		select {
+		case r := <-tt.want:
+			if r.uri != tt.wantURI {
+				t.Errorf("%s: upstream saw %s; want %s", tt.path, r.uri, tt.wantURI)
+			}
+		default:
+			t.Errorf("%s (anthropic-version %v): the other upstream was called", tt.path, tt.anthropic)
+			select {
+			case <-gotOpenAI:
+			case <-gotAnthropic:
+			}
+		}
+	}
+}

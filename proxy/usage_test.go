@@ -1,0 +1,25 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/loopguard/loopguard/observe"
+)
+
+func TestAnswerUsage(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       observe.Usage
+	}{
+		{"chat", `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`, observe.Usage{Input: 12, Output: 3}},
+		{"responses", `{"output":[],"usage":{"input_tokens":20,"output_tokens":5,"total_tokens":25}}`, observe.Usage{Input: 20, Output: 5}},
+		{"anthropic", `{"content":[],"usage":{"input_tokens":7,"cache_read_input_tokens":100,"output_tokens":2}}`, observe.Usage{Input: 7, Output: 2}},
+		{"none", `{"choices":[]}`, observe.Usage{}},
+		{"not an object", `{"usage":"lots"}`, observe.Usage{}},
+	}
+	for _, tt := range tests {
+		if got := answerUsage([]byte(tt.body)); got != tt.want {
+			t.Errorf("%s: answerUsage = %+v; want %+v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/loopguard/loopguard/agentrun"
+	"github.com/loopguard/loopguard/config"
+	"golang.org/x/sys/unix"
+)
+
+// runAgent is `loopguard run [-config FILE] [-proxy URL] [-upstream URL]
+// [-session ID] [-json FILE] -- COMMAND [ARGS]`. It exits with the command's
+// exit code; 2 for a usage error, 1 when loopguard itself cannot start.
+func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loopguard run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("config", "", "TOML configuration `file` (env LOOPGUARD_CONFIG)")
+	proxyURL := fs.String("proxy", "", "use the loopguard running at `URL` instead of starting one")
+	upstream := fs.String("upstream", "", "upstream base `URL` for every wire API (default: what OPENAI_BASE_URL, ANTHROPIC_BASE_URL... held, else the config's, else the vendors' APIs)")
+	session := fs.String("session", "", "session `id` of this run (default: run-<time>-<random>)")
+	jsonFile := fs.String("json", "", "also write the summary as JSON to `file`")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: loopguard run [-config FILE] [-proxy URL] [-upstream URL] [-session ID] [-json FILE] -- COMMAND [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	cfg, err := config.LoadFileEnv(*file, os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "loopguard run: invalid configuration: %v\n", err)
+		return 2
+	}
+
+	// Until the command ends, SIGINT and SIGTERM are the command's: they are
+	// forwarded to it, and loopguard stays up to serve its last requests
+	// and print the summary. A Ctrl-C typed on the terminal reaches the
+	// command from the terminal itself (it shares loopguard's foreground
+	// process group), so forwarding it as well would deliver it twice, and
+	// agents read a second Ctrl-C as "exit now".
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	forward := make(chan os.Signal, 1)
+	go func() {
+		for sig := range sigs {
+			if sig == syscall.SIGINT && foreground(stdin) {
+				continue
+			}
+			select {
+			case forward <- sig:
+			default: // one is waiting to be delivered already
+			}
+		}
+	}()
+	defer func() {
+		signal.Stop(sigs)
+		close(sigs)
+	}()
+
+	sum, err := agentrun.Run(context.Background(), agentrun.Options{
+		Config:   cfg,
+		Upstream: *upstream,
+		ProxyURL: *proxyURL,
+		Session:  *session,
+		Command:  fs.Args(),
+		Env:      os.Environ(),
+		Stdin:    stdin,
+		Stdout:   stdout,
+		Stderr:   stderr,
+		Notices:  stderr,
+		Signals:  forward,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "loopguard run: %v\n", err)
+		return 1
+	}
+	sum.Print(stderr)
+	if *jsonFile != "" {
+		b, _ := json.MarshalIndent(&sum, "", "  ")
+		if err := os.WriteFile(*jsonFile, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(stderr, "loopguard run: -json: %v\n", err)
+		}
+	}
+	return sum.ExitCode
+}
+
+// foreground reports whether loopguard is in the foreground process group of
+// the terminal r is: a Ctrl-C typed there reaches the command directly.
+func foreground(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
+}
