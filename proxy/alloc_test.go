@@ -40,13 +40,14 @@ func TestRelayEventAllocs(t *testing.T) {
 		{"inspection on", o},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &eventSource{events: events[64:], n: 64}
+			const perStream = 64
+			src := &eventSource{events: events[64:]}
 			rl := streamRelay{obs: tt.obs, rd: sse.NewReader(src, 0)}
 			w := bufio.NewWriterSize(io.Discard, streamBodyBuf)
 			var st relayStats
 			relayed := 0
 			if n := testing.AllocsPerRun(200, func() {
-				src.sent = 0
+				src.left = perStream
 				rl.rd.Reset(src)
 				st = relayStats{}
 				if stop := rl.relay(w, src, time.Now(), &st); stop != nil || st.readErr != nil {
@@ -54,10 +55,10 @@ func TestRelayEventAllocs(t *testing.T) {
 				}
 				relayed += st.events
 			}); n != 0 {
-				t.Errorf("relaying a stream of %d events allocates %.1f times; want 0", src.n, n)
+				t.Errorf("relaying a stream of %d events allocates %.1f times; want 0", perStream, n)
 			}
-			if relayed != 201*src.n {
-				t.Errorf("relayed %d events; want %d", relayed, 201*src.n)
+			if relayed != 201*perStream {
+				t.Errorf("relayed %d events; want %d", relayed, 201*perStream)
 			}
 		})
 	}

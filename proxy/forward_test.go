@@ -491,7 +491,7 @@ func TestRelayWritesPerRead(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &eventSource{events: events[64:], n: 60}
+			src := &eventSource{events: events[64:], left: 60}
 			var rd io.Reader = src
 			if tt.sizes != nil {
 				rd = &sizedReader{b: stream, sizes: tt.sizes}
@@ -594,19 +594,22 @@ func (c *cutAfter) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	return append(out, ev.Raw...), c.seen == c.n
 }
 
-// eventSource is an upstream that delivers n events, one per Read, as a
-// paced stream arrives, then io.EOF.
+// eventSource is an upstream that delivers left events, one per Read, as
+// a paced stream arrives, then io.EOF. The events follow on from where the
+// last stream stopped, so that streams relayed in turn do not repeat one
+// another (which a detector would take for a degenerate answer).
 type eventSource struct {
 	events []sse.Event
-	n      int
-	sent   int
+	next   int
+	left   int
 }
 
 func (s *eventSource) Read(p []byte) (int, error) {
-	if s.sent == s.n {
+	if s.left == 0 {
 		return 0, io.EOF
 	}
-	ev := s.events[s.sent%len(s.events)]
-	s.sent++
+	ev := s.events[s.next%len(s.events)]
+	s.next++
+	s.left--
 	return copy(p, ev.Raw), nil
 }
