@@ -94,7 +94,10 @@ type plan struct {
 	buf        *[]byte    // pooled buffer body was built in, nil if none
 	failOpen   string     // the stage that failed open, "" if none
 	resume     *resumable // how to stop a resumable stream on a cut, nil if none
-	start      time.Time
+	// passive: policy mode shadow or off; the answer is watched, never
+	// changed (no cut, no trimmed or held events).
+	passive bool
+	start   time.Time
 }
 
 // serve handles one chat-completions request.
@@ -162,7 +165,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 			p.obs.FailOpen("panic")
 			p.log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
 			pl = plan{api: api, key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
-				stream: pl.stream, usage: pl.usage, model: pl.model}
+				stream: pl.stream, usage: pl.usage, model: pl.model, passive: pl.passive}
 		}
 	}()
 	pl.readOptions(body)
@@ -180,6 +183,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	pl.key = p.policy.Session(rctx, policy.Identify(api, sessionID(ctx, &pcfg), judged))
 	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
+	pl.passive = mode != policy.ModeEnforce
 	if mode == policy.ModeOff {
 		return pl
 	}

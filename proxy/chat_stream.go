@@ -94,12 +94,16 @@ var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
 func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
 	o.p, o.pl, o.done = p, pl, done
-	if p.cfg.Stream.HoldToolCalls && pl.stream {
+	if p.cfg.Stream.HoldToolCalls && pl.stream && !pl.passive {
 		o.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
 	}
-	o.trim = p.cfg.Stream.Tail == TailTrim && p.cfg.Stream.Cut
+	o.trim = p.cfg.Stream.Tail == TailTrim && o.cuts()
 	return o
 }
+
+// cuts reports whether this answer may be cut: stream.cut is on and the
+// request's policy mode is enforce (shadow and off change nothing).
+func (o *chatObserver) cuts() bool { return o.p.cfg.Stream.Cut && !o.pl.passive }
 
 func (o *chatObserver) abandon() { o.abandoned = true }
 
@@ -155,7 +159,7 @@ func (o *chatObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.trim && o.cut == nil {
 		return o.trimEvent(ev, out)
 	}
-	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut {
+	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.cuts() {
 		return append(out, ev.Raw...), false
 	}
 	if bytes.Contains(ev.Data, toolCallsKey) {
@@ -423,7 +427,7 @@ func (o *chatObserver) body(status int, b []byte) []byte {
 
 // cutBody cuts a degenerate non-streamed answer; nil when it is left alone.
 func (o *chatObserver) cutBody(b []byte) []byte {
-	if !o.p.cfg.Stream.Cut {
+	if !o.cuts() {
 		return nil
 	}
 	if o.pl.api != inspect.ChatCompletions {

@@ -43,10 +43,10 @@ func (o *chatObserver) apiEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 		return o.trimEvent(ev, out)
 	}
 	out = append(out, ev.Raw...)
-	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.p.cfg.Stream.Cut && o.pl.record == nil {
+	if o.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.cuts() && o.pl.record == nil {
 		return out, false
 	}
-	if err := o.accumulate(ev.Data); err != nil || o.cut == nil || !o.p.cfg.Stream.Cut {
+	if err := o.accumulate(ev.Data); err != nil || o.cut == nil || !o.cuts() {
 		return out, false
 	}
 	return o.appendEnd(out)
