@@ -134,7 +134,9 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			if aborted := x.detach(); aborted != nil {
 				return aborted
 			}
-			if reused && tc.read.Load() == readBefore {
+			// A timeout is the upstream being slow, not a dead connection:
+			// the request may be generating, so it is never sent again.
+			if reused && tc.read.Load() == readBefore && !isTimeout(err) {
 				return &staleConnError{err}
 			}
 			return err

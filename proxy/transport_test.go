@@ -383,3 +383,30 @@ func TestLargeInspectedAnswerPassesThrough(t *testing.T) {
 		})
 	}
 }
+
+// A request that times out waiting for the headers on a reused connection
+// reached a live upstream that is slow (a long prompt): it is not sent again.
+func TestHeaderTimeoutOnReusedConnectionNotRetried(t *testing.T) {
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		if _, ok := u.readRequest(br); !ok {
+			return
+		}
+		_, _ = io.WriteString(c, rawJSON)
+		if _, ok := u.readRequest(br); ok {
+			_, _ = br.ReadByte() // never answers the second request
+		}
+	})
+	_, base := startProxy(t, func(c *Config) {
+		c.Upstream.URL = up.url()
+		c.Upstream.HeaderTimeout = 300 * time.Millisecond
+	})
+	if status, _ := postJSON(t, base+"/v1/a", `{}`); status != http.StatusOK {
+		t.Fatalf("first request: status %d", status)
+	}
+	if status, _ := postJSON(t, base+"/v1/a", `{}`); status != http.StatusGatewayTimeout {
+		t.Errorf("second request: status %d; want 504", status)
+	}
+	if got := up.reqs.Load(); got != 2 {
+		t.Errorf("upstream saw %d requests; want 2 (a timed-out request is not sent again)", got)
+	}
+}
