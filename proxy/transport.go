@@ -315,21 +315,15 @@ func (b *upstreamBody) Close(cause error) {
 
 // peerClosed reports, without blocking, whether an idle pooled connection
 // was closed by the upstream (FIN or RST) or has bytes nobody asked for.
-// Either way it must not carry another request.
+// Either way it must not carry another request. Only the goroutine holding
+// the connection from the pool calls it.
 func (c *trackedConn) peerClosed() bool {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
+	if c.raw == nil {
 		return false
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
+	c.dead = false
+	if err := c.raw.Control(c.peek); err != nil {
+		return true // the socket is closed already
 	}
-	dead := false
-	_ = raw.Control(func(fd uintptr) {
-		var buf [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		dead = n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
-	})
-	return dead
+	return c.dead
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -111,10 +112,25 @@ type trackedConn struct {
 	// read counts the bytes received, to tell a failure before the first
 	// response byte from one after it.
 	read atomic.Int64
+	// raw and peek serve peerClosed, made once per connection so that the
+	// check before each reuse allocates nothing; dead is peek's answer.
+	raw  syscall.RawConn
+	peek func(fd uintptr)
+	dead bool
 }
 
 func (r *connRegistry) track(c net.Conn) net.Conn {
 	tc := &trackedConn{Conn: c, reg: r, key: c.LocalAddr().String()}
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			tc.raw = raw
+			tc.peek = func(fd uintptr) {
+				var buf [1]byte
+				n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+				tc.dead = n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
+			}
+		}
+	}
 	r.m.Store(tc.key, tc)
 	return tc
 }
