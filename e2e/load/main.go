@@ -95,16 +95,12 @@ func run() error {
 
 	upstreamURL := o.upstream
 	if upstreamURL == "" {
-		fake := fakellm.New(script(o.events))
-		fake.SetRecording(false)
-		fln, err := net.Listen("tcp", "127.0.0.1:0")
+		url, stop, err := serveFake(script(o.events))
 		if err != nil {
 			return err
 		}
-		go func() { _ = fake.Serve(fln) }()
-		defer fake.Close()
-		// Serve records the URL asynchronously; the listener knows it now.
-		upstreamURL = "http://" + fln.Addr().String()
+		defer stop()
+		upstreamURL = url
 	}
 
 	bin := o.bin
@@ -534,4 +530,18 @@ func repoRoot() (string, error) {
 		return "", errors.New("not inside the loopguard module")
 	}
 	return filepath.Dir(gomod), nil
+}
+
+// serveFake starts the scripted upstream on a loopback port, recording
+// nothing, and returns its URL and how to stop it.
+func serveFake(sc fakellm.Script) (url string, stop func(), err error) {
+	fake := fakellm.New(sc)
+	fake.SetRecording(false)
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	go func() { _ = fake.Serve(fln) }()
+	// Serve records the URL asynchronously; the listener knows it now.
+	return "http://" + fln.Addr().String(), func() { _ = fake.Close() }, nil
 }

@@ -69,19 +69,15 @@ type openTarget struct {
 // against each target, and prints one table.
 func openStreams(bin string, o openOptions) error {
 	chunk := 16
-	fake := fakellm.New(fakellm.Script{Rules: []fakellm.Rule{
+	upstream, stop, err := serveFake(fakellm.Script{Rules: []fakellm.Rule{
 		{Match: func(r *fakellm.Request) bool { return r.Header.Get("X-Load") == "flat" },
 			Response: fakellm.Response{Dialect: fakellm.VLLM, Content: prose(o.events * chunk), ChunkSize: chunk}},
 		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: prose(o.events * chunk), ChunkSize: chunk, Delay: o.pace}},
 	}})
-	fake.SetRecording(false)
-	fln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	go func() { _ = fake.Serve(fln) }()
-	defer fake.Close()
-	upstream := "http://" + fln.Addr().String()
+	defer stop()
 	fmt.Printf("\nopen streams: %d content events each, one every %v (on time: within %v of the previous one)\n",
 		o.events, o.pace, o.pace*3/2)
 	fmt.Printf("%-22s %7s %7s %16s %14s %9s %7s\n", "target", "streams", "peak", "memory/stream", "CPU/event", "on time", "errors")
@@ -89,7 +85,7 @@ func openStreams(bin string, o openOptions) error {
 	// Each run gets fresh proxies: memory a runtime kept from an earlier,
 	// larger run would hide what the streams cost.
 	run := func(n, c int, pace time.Duration, direct bool) error {
-		targets, stop, err := startTargets(bin, o.nginx, fln.Addr().String(), n)
+		targets, stop, err := startTargets(bin, o.nginx, strings.TrimPrefix(upstream, "http://"), n)
 		if err != nil {
 			return err
 		}
