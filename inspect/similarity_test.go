@@ -67,8 +67,32 @@ func FuzzLevenshtein(f *testing.F) {
 	})
 }
 
-func TestEditKeysFit(t *testing.T) {
-	if n, max := len(editKeys), len(editFields{}.vals); n > max {
-		t.Fatalf("len(editKeys) = %d; editFields holds %d", n, max)
+func TestSimilarity(t *testing.T) {
+	long := "the parser splits each record on commas and trims the fields"
+	tests := []struct {
+		name   string
+		a, b   string
+		lo, hi float64 // want lo <= similarity <= hi
+	}{
+		{"equal", `{"path":"a.go"}`, `{"path":"a.go"}`, 1, 1},
+		{"both empty", "", "", 1, 1},
+		{"one character changed in a short string", "foo", "fo0", 0.66, 0.67},
+		{"words in another order", `{"a":"x","b":"y"}`, `{"b":"y","a":"x"}`, 1, 1},
+		{"case ignored", "FooBar", "foobar", 1, 1},
+		{"one word changed in a long text: 10 words of 12", long + " again", long + " twice", 0.83, 0.84},
+		{"unrelated", "grep -rn retry_budget src/", "cat README.md", 0, 0.3},
+		{"non-ASCII bytes belong to words", long + " café", long + " crème", 0.83, 0.84},
+	}
+	in := &inspection{w: &work{}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := in.similarity(tt.a, tt.b)
+			if got < tt.lo || got > tt.hi {
+				t.Errorf("similarity(%q, %q) = %.3f; want %.2f..%.2f", tt.a, tt.b, got, tt.lo, tt.hi)
+			}
+			if back := in.similarity(tt.b, tt.a); back != got {
+				t.Errorf("similarity(%q, %q) = %.3f; want %.3f, as the other way round", tt.b, tt.a, back, got)
+			}
+		})
 	}
 }

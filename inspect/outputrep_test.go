@@ -1,0 +1,59 @@
+package inspect
+
+import "testing"
+
+func TestOutputRepetition(t *testing.T) {
+	const plan = "I will now write the unit tests for the parser and the renderer modules."
+	// Goose #9640: a local model planning the same two files over and over.
+	const schema = "I'll write the schema first. Wait, I'll also write the .env file with the database URL. Actually, I'll write the schema."
+	// Three plans, each one word from the first: reworded, not new.
+	texts := []string{
+		"Next I will update the config loader so that it reads settings.toml first, then merges the environment variables on top, validates the port range and the timeout values, and only then starts the server with the merged settings, so that a bad value fails fast at start-up instead of at the first request.",
+		"Next I will update the config loader so that it reads settings.toml first, then merges the environment variables on top, validates the port number and the timeout values, and only then starts the server with the merged settings, so that a bad value fails fast at start-up instead of at the first request.",
+		"Next I will change the config loader so that it reads settings.toml first, then merges the environment variables on top, validates the port range and the timeout values, and only then starts the server with the merged settings, so that a bad value fails fast at start-up instead of at the first request.",
+	}
+	in := &inspection{w: &work{}}
+	simLast, simTwo := in.textSimilarity(texts[2], texts[1]), min(in.textSimilarity(texts[2], texts[1]), in.textSimilarity(texts[2], texts[0]))
+	if simLast >= 0.95 {
+		t.Fatalf("texts[2] is %.2f similar to texts[1]: the output_similar_two cases need less than output_similar_last", simLast)
+	}
+	// narrate adds three turns with the same long narration beside
+	// different calls.
+	narrate := func(text string) func() *conv {
+		return func() *conv {
+			c := newConv(sysPrompt, "Fix the flaky test")
+			for _, f := range []string{"a.py", "b.py", "c.py"} {
+				c.call(text, "read_file", map[string]any{"path": f}, "x = 1")
+			}
+			return c
+		}
+	}
+	long := "I have looked at the failing test and the fixture it uses. The fixture opens a socket on a fixed port, " +
+		"so two runs in parallel collide. I will read the remaining modules to find where the port is chosen, " +
+		"then make it ask the kernel for a free one and pass it down to the server under test."
+	runFamily(t, OutputRepetition, []familyCase{
+		// The loop it exists for: the same text again (OpenHands' monologue).
+		{name: "monologue", give: []string{"bash:ls=>a", "say:" + plan, "user:continue", "say:" + plan, "user:continue", "say:" + plan}, want: stopped},
+		{name: "the same plan reworded a little, x3", give: []string{"bash:ls=>a", "say:" + texts[0], "user:continue", "say:" + texts[1], "user:continue", "say:" + texts[2]}, want: stopped},
+		{name: "a plan said twice", give: []string{"bash:ls=>a", "say:" + schema, "user:continue", "say:" + schema}, want: warned},
+		{name: "long narration repeated beside different calls", conv: narrate(long), want: stopped},
+
+		// Healthy near-misses.
+		{name: "short answers repeat: summary_loop's, not this rule's", give: []string{"bash:ls=>a", "say:Done.", "user:continue", "say:Done.", "user:continue", "say:Done."}, want: absent},
+		{name: "short narration beside different calls", conv: narrate("Let me read the next module to find where the port is chosen."), want: silent},
+		{name: "different texts", give: []string{"bash:ls=>a", "say:" + plan, "user:continue", "say:" + schema, "user:continue", "say:" + long}, want: absent},
+		{name: "repeated texts followed by work", give: []string{"say:" + plan, "user:continue", "say:" + plan, "bash:ls=>a", "bash:cat a=>x", "bash:cat b=>y"}, want: silent},
+		{name: "the same answer to a genuine new question", give: []string{"bash:ls=>a", "say:" + plan, "user:Thanks. Which modules do the tests cover?", "say:" + plan}, want: absent},
+
+		// Thresholds: a text as similar as output_similar_last to the last
+		// one, or as output_similar_two to two recent ones, fires.
+		{name: "output_similar_two at the texts' similarity", give: []string{"bash:ls=>a", "say:" + texts[0], "user:continue", "say:" + texts[1], "user:continue", "say:" + texts[2]},
+			cfg: func(c *Config) { c.OutputSimilar2 = simTwo }, want: stopped},
+		{name: "output_similar_two above the texts' similarity", give: []string{"bash:ls=>a", "say:" + texts[0], "user:continue", "say:" + texts[1], "user:continue", "say:" + texts[2]},
+			cfg: func(c *Config) { c.OutputSimilar2 = simTwo + 0.01 }, want: absent},
+		{name: "output_similar_last at the texts' similarity", give: []string{"bash:ls=>a", "say:" + texts[1], "user:continue", "say:" + texts[2]},
+			cfg: func(c *Config) { c.OutputSimilarLast = simLast }, want: warned},
+		{name: "output_similar_last above the texts' similarity", give: []string{"bash:ls=>a", "say:" + texts[1], "user:continue", "say:" + texts[2]},
+			cfg: func(c *Config) { c.OutputSimilarLast = simLast + 0.01 }, want: absent},
+	})
+}
