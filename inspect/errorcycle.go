@@ -9,14 +9,31 @@ import (
 
 // recentError returns the index of the latest error among the last three
 // calls, -1 if none: a loop of errors is current only while errors keep
-// coming.
+// coming, and ends when the call that failed has run again and passed
+// (the test fixed after a loop of failing runs is no loop any more).
 func (in *inspection) recentError(meaningful bool) int {
 	for a := len(in.evs) - 1; a >= max(0, len(in.evs)-3); a-- {
 		if in.evs[a].isErr && (!meaningful || in.evs[a].meaningful) {
+			if in.passedSince(a) {
+				return -1
+			}
 			return a
 		}
 	}
 	return -1
+}
+
+// passedSince reports whether the call that failed at a ran again after
+// it (the same call, or the same primary argument) and did not fail.
+func (in *inspection) passedSince(a int) bool {
+	e := &in.evs[a]
+	for b := a + 1; b < len(in.evs); b++ {
+		x := &in.evs[b]
+		if x.has && !x.isErr && (x.fp == e.fp || e.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == e.c.PrimaryFingerprint) {
+			return true
+		}
+	}
+	return false
 }
 
 // errorCycle: the same error signature (type + normalised message) again

@@ -38,6 +38,7 @@ func TestErrorCycle(t *testing.T) {
 			"bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'", `edit_file:{"path":"a.py","old_string":"x = 1","new_string":"x = load()"}=>ok`,
 			"bash:pytest -q=>FAILED t.py::test_x - KeyError: 'id'", `edit_file:{"path":"a.py","old_string":"y = 1","new_string":"y = load()"}=>ok`,
 			"bash:pytest -q=>3 passed"}, want: silent},
+		{name: "same error x3, then the last script runs fine", give: append(sameErr[:3:3], "bash:python c.py=>done: 12 rows"), want: silent},
 		{name: "the errors stopped: three calls since succeeded", give: append(sameErr[:3:3], "bash:ls=>a.py", "bash:cat a.py=>x = 1", "bash:git diff=>+x"), want: silent},
 		{name: "only an exit status, the output changing", give: []string{
 			"bash:make test=>3 tests failed\nexit status 1", "bash:make test V=1=>2 tests failed\nexit status 1", "bash:make check=>1 test failed\nexit status 1"}, want: absent},

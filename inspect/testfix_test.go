@@ -39,6 +39,8 @@ func TestTestFixCycle(t *testing.T) {
 
 		// Healthy near-misses.
 		{name: "a test fixed after a few runs", give: fixAndRun(keyErr, keyErr, "FAILED t.py::test_x - TypeError: x", ""), want: silent},
+		{name: "same error after the same edit x4, then fixed by another", give: append(sameEditRuns(4, keyErr),
+			`edit_file:{"path":"a.py","old_string":"import os","new_string":"import os, json"}=>ok`, "bash:pytest -q=>4 passed"), want: silent},
 		{name: "a new failure after each different edit", give: fixAndRun(keyErr, "FAILED t.py::test_x - TypeError: x",
 			"FAILED t.py::test_x - AttributeError: y", "FAILED t.py::test_x - ValueError: z"), want: healthy},
 		{name: "failures going down, each run only an exit status", give: fixAndRun(rc(1, "3 failed, 7 passed"), rc(1, "2 failed, 8 passed"),

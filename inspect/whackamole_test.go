@@ -36,6 +36,7 @@ func TestWhackAMole(t *testing.T) {
 		// Healthy near-misses.
 		{name: "a new error after each fix: debugging", give: fixAndRun(keyErr, typeErr, attrErr, valErr), want: healthy},
 		{name: "two errors, then fixed", give: fixAndRun(keyErr, typeErr, ""), want: silent},
+		{name: "two errors taking turns x2, then fixed", give: fixAndRun(keyErr, typeErr, keyErr, typeErr, ""), want: silent},
 		{name: "errors of two scripts taking turns: tool_cycle's", give: rep(2, "bash:python a.py=>"+keyErr, "bash:python b.py=>"+typeErr), want: absent},
 		{name: "only exit statuses taking turns", give: fixAndRun("exit status 1", "exit status 2", "exit status 1", "exit status 2"), want: absent},
 
