@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -311,26 +312,35 @@ func TestStreamConfigNormalized(t *testing.T) {
 // TestDegenerationConfigRespected checks that the thresholds are the knobs
 // they claim to be.
 func TestDegenerationConfigRespected(t *testing.T) {
-	unit := "Please wait while I check the logs. " // 36 bytes
+	sentence := "Please wait while I check the logs. " // 36 bytes
 	tests := []struct {
 		name   string
 		cfg    StreamConfig
+		unit   string // "" for sentence
 		copies int
 		want   bool
 	}{
-		{"default repeats 10: 9 copies", StreamConfig{}, 9, false},
-		{"default repeats 10: 11 copies", StreamConfig{}, 11, true},
-		{"repeats 4: 5 copies", StreamConfig{Repeats: 4}, 5, true},
+		{"default repeats 10: 9 copies", StreamConfig{}, "", 9, false},
+		{"default repeats 10: 10 copies", StreamConfig{}, "", 10, true},
+		{"default repeats 10: 11 copies", StreamConfig{}, "", 11, true},
+		{"repeats 4: 3 copies", StreamConfig{Repeats: 4}, "", 3, false},
+		{"repeats 4: 4 copies", StreamConfig{Repeats: 4}, "", 4, true},
+		{"repeats 4: 5 copies", StreamConfig{Repeats: 4}, "", 5, true},
 		// 25 copies are 176 words, fewer than the loose rule's window.
-		{"max phrase below unit", StreamConfig{MaxPhrase: 30}, 25, false},
-		{"max phrase below unit: the loose rule still cuts", StreamConfig{MaxPhrase: 30}, 40, true},
-		{"loose window 256: 36 copies are too few", StreamConfig{MaxPhrase: 30, LooseWindow: 256}, 36, false},
+		{"max phrase below unit", StreamConfig{MaxPhrase: 30}, "", 25, false},
+		{"max phrase below unit: the loose rule still cuts", StreamConfig{MaxPhrase: 30}, "", 40, true},
+		{"loose window 256: 36 copies are too few", StreamConfig{MaxPhrase: 30, LooseWindow: 256}, "", 36, false},
+		{"default char run 100: 99 bytes", StreamConfig{}, "a", 99, false},
+		{"default char run 100: 100 bytes", StreamConfig{}, "a", 100, true},
+		{"char run 150: 149 bytes", StreamConfig{CharRun: 150}, "a", 149, false},
+		{"char run 150: 150 bytes", StreamConfig{CharRun: 150}, "a", 150, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			unit := cmp.Or(tt.unit, sentence)
 			d := NewDegeneration(tt.cfg)
 			if got := d.Write([]byte("Hello. " + strings.Repeat(unit, tt.copies))); got != tt.want {
-				t.Errorf("Write(%d copies) = %v; want %v", tt.copies, got, tt.want)
+				t.Errorf("Write(%d copies of %q) = %v; want %v", tt.copies, unit, got, tt.want)
 			}
 		})
 	}
