@@ -40,6 +40,7 @@ func TestParamDrift(t *testing.T) {
 			`{"url":"https://api.example.com/v1/items","headers":{"Accept":"application/json; v=2"}}`,
 			`{"url":"https://api.example.com/v1/items","headers":{"Accept":"*/*"}}`,
 			`{"url":"https://api.example.com/v1/items","headers":{"Accept":"text/json"}}`), want: stopped},
+		{name: "a long fixture: an Edit whose old_string never matches, x5", fixture: "drift/edit-old-string-never-matches.json", want: stopped},
 		{name: "a query reworded, failing a different way each time", give: []string{
 			`sql:{"query":"SELECT name FROM users WHERE id = 1"}=>ERROR: column \"name\" does not exist`,
 			`sql:{"query":"SELECT username FROM users WHERE id = 1"}=>ERROR: permission denied for table users`,
@@ -48,6 +49,7 @@ func TestParamDrift(t *testing.T) {
 
 		// Healthy near-misses.
 		{name: "paging a file: offsets move, content changes", give: offsets(6, func(i int) string { return fmt.Sprintf("%d: line of part %d", 4000+i, i) }), want: silent},
+		{name: "a long fixture: reading a long file page by page", fixture: "drift/read-file-pages.json", want: silent},
 		{name: "the same edit on many files (gemini-cli #5873)", give: drifting("bash", "",
 			"sed -i 's/old.mod/new.mod/' pkg/a.py", "sed -i 's/old.mod/new.mod/' pkg/b.py", "sed -i 's/old.mod/new.mod/' pkg/c.py",
 			"sed -i 's/old.mod/new.mod/' pkg/d.py", "sed -i 's/old.mod/new.mod/' pkg/e.py"), want: silent},

@@ -54,6 +54,14 @@ func TestToolRepetition(t *testing.T) {
 			}
 			return c
 		}, want: stopped},
+		{name: "one response of 6 identical parallel calls (goose #9136)", conv: func() *conv {
+			c := newConv(sysPrompt, "Run the build")
+			calls := make([]tc, 6)
+			for i := range calls {
+				calls[i] = tc{"shell", map[string]any{"command": "mvn test"}, "[ERROR] Failed to execute goal: There are test failures."}
+			}
+			return c.parallel("", calls...)
+		}, want: stopped},
 		{name: "write with no change x3 (gemini-cli #3919)", give: rep(3, `write_file:{"path":"a.py","content":"x = 1\n"}=>No changes detected.`), want: stopped},
 		{name: "same call x5 in the window, others between", give: interleave(5, "bash:cat status=>"+jobStatus), want: stopped},
 		{name: "a long fixture: the same listing x4 after real work", fixture: "repetition/listing-after-work.json", want: stopped},
