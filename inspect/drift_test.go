@@ -56,7 +56,7 @@ func TestParamDrift(t *testing.T) {
 		{name: "editing different parts of one file", give: []string{
 			`edit_file:{"path":"a.py","old_string":"x = 1","new_string":"x = 2"}=>ok`, `edit_file:{"path":"a.py","old_string":"y = 1","new_string":"y = 2"}=>ok`,
 			`edit_file:{"path":"a.py","old_string":"z = 1","new_string":"z = 2"}=>ok`, `edit_file:{"path":"a.py","old_string":"w = 1","new_string":"w = 2"}=>ok`}, want: silent},
-		{name: "editing different parts of one file, OpenHands' snippets", conv: func() *conv {
+		{name: "editing different parts of one file, OpenHands' snippets", history: func() *conv {
 			c := newConv(sysPrompt, "Rename the settings fields")
 			for _, f := range []string{"host", "port", "user", "password", "timeout"} {
 				c.ohEdit("/w/settings.py", f+" = None", f+": str = \"\"")

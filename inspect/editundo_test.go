@@ -37,7 +37,7 @@ func TestEditUndo(t *testing.T) {
 		{name: "whole-file writes going back and forth", give: []string{
 			`write_file:{"path":"a.py","content":"A = 1\n"}=>ok`, `write_file:{"path":"a.py","content":"B = 2\n"}=>ok`,
 			`write_file:{"path":"a.py","content":"A = 1\n"}=>ok`, `write_file:{"path":"a.py","content":"B = 2\n"}=>ok`}, want: stopped},
-		{name: "Codex apply_patch reverted and applied again", conv: func() *conv {
+		{name: "Codex apply_patch reverted and applied again", history: func() *conv {
 			c := newConv(sysPrompt, "Make the parser accept tabs")
 			c.codexPatch("src/parse.rs", "let sep = ' ';", "let sep = '\\t';")
 			c.codexPatch("src/parse.rs", "let sep = '\\t';", "let sep = ' ';")

@@ -38,7 +38,7 @@ type familyCase struct {
 	// The history is one of: a build script, a conversation, or a request
 	// body under testdata/ (a chat-completions JSON message history).
 	give    []string
-	conv    func() *conv
+	history func() *conv
 	fixture string
 	cfg     func(*Config) // changes to DefaultConfig; nil keeps it
 	want    outcome
@@ -54,8 +54,8 @@ func (tt *familyCase) body(t *testing.T) []byte {
 			t.Fatal(err)
 		}
 		return b
-	case tt.conv != nil:
-		b, err := json.Marshal(tt.conv().request("test-model"))
+	case tt.history != nil:
+		b, err := json.Marshal(tt.history().request("test-model"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,11 +36,11 @@ func TestOutputRepetition(t *testing.T) {
 		{name: "monologue", give: []string{"bash:ls=>a", "say:" + plan, "user:continue", "say:" + plan, "user:continue", "say:" + plan}, want: stopped},
 		{name: "the same plan reworded a little, x3", give: []string{"bash:ls=>a", "say:" + texts[0], "user:continue", "say:" + texts[1], "user:continue", "say:" + texts[2]}, want: stopped},
 		{name: "a plan said twice", give: []string{"bash:ls=>a", "say:" + schema, "user:continue", "say:" + schema}, want: warned},
-		{name: "long narration repeated beside different calls", conv: narrate(long), want: stopped},
+		{name: "long narration repeated beside different calls", history: narrate(long), want: stopped},
 
 		// Healthy near-misses.
 		{name: "short answers repeat: summary_loop's, not this rule's", give: []string{"bash:ls=>a", "say:Done.", "user:continue", "say:Done.", "user:continue", "say:Done."}, want: absent},
-		{name: "short narration beside different calls", conv: narrate("Let me read the next module to find where the port is chosen."), want: silent},
+		{name: "short narration beside different calls", history: narrate("Let me read the next module to find where the port is chosen."), want: silent},
 		{name: "different texts", give: []string{"bash:ls=>a", "say:" + plan, "user:continue", "say:" + schema, "user:continue", "say:" + long}, want: absent},
 		{name: "repeated texts followed by work", give: []string{"say:" + plan, "user:continue", "say:" + plan, "bash:ls=>a", "bash:cat a=>x", "bash:cat b=>y"}, want: silent},
 		{name: "the same answer to a genuine new question", give: []string{"bash:ls=>a", "say:" + plan, "user:Thanks. Which modules do the tests cover?", "say:" + plan}, want: absent},

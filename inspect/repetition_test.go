@@ -47,14 +47,14 @@ func TestToolRepetition(t *testing.T) {
 			`read_file:{"path":"a.go","task_progress":"- [x] read"}=>package a`,
 			`read_file:{"path":"a.go","task_progress":"- [x] read\n- [ ] fix"}=>package a`,
 			`read_file:{"path":"a.go","task_progress":"- [ ] fix"}=>package a`}, want: stopped},
-		{name: "thought text changing beside the same call (OpenHands #15087)", conv: func() *conv {
+		{name: "thought text changing beside the same call (OpenHands #15087)", history: func() *conv {
 			c := newConv(sysPrompt, "Fix the import in main.py")
 			for _, say := range []string{"Let me look at the directory.", "I need to see the files first.", "Checking the directory layout again."} {
 				c.call(say, "execute_bash", map[string]any{"command": "ls -l"}, "total 8\n-rw-r--r-- 1 u u 120 main.py\n-rw-r--r-- 1 u u 80 README.md")
 			}
 			return c
 		}, want: stopped},
-		{name: "one response of 6 identical parallel calls (goose #9136)", conv: func() *conv {
+		{name: "one response of 6 identical parallel calls (goose #9136)", history: func() *conv {
 			c := newConv(sysPrompt, "Run the build")
 			calls := make([]tc, 6)
 			for i := range calls {
