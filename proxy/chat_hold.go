@@ -162,7 +162,7 @@ func (o *chatObserver) replaceHeld(b []byte, t *terminalCall) []byte {
 	o.p.log.Info().Str("session", o.pl.key).Str("category", string(t.constraint.Category)).
 		Str("pattern_key", t.constraint.Pattern).Str("tool", t.constraint.Tool).
 		Msg("held tool call replaced by LOOP_DETECTED")
-	if o.pl.api != inspect.ChatCompletions {
+	if o.pl.api != chatAPI {
 		return o.appendAPIEnd(b, text)
 	}
 

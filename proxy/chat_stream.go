@@ -25,7 +25,7 @@ const maxWatchedChoices = 4
 // reasoning delta feeds a degeneration detector after it was forwarded, and
 // tool calls are compared with the earlier calls of the same answer.
 type chatObserver struct {
-	p  *chatPipeline
+	p  *pipeline
 	pl *plan
 
 	acc     sse.ChatAccumulator
@@ -91,7 +91,7 @@ type arrival struct {
 
 var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
 
-func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
+func newChatObserver(p *pipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
 	o.p, o.pl, o.done = p, pl, done
 	if p.cfg.Stream.HoldToolCalls && pl.stream && !pl.passive {
@@ -150,7 +150,7 @@ func (o *chatObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.encoded {
 		return append(out, ev.Raw...), false
 	}
-	if o.pl.api != inspect.ChatCompletions {
+	if o.pl.api != chatAPI {
 		return o.apiEvent(ev, out)
 	}
 	if len(o.terminal) > 0 && o.cut == nil {
@@ -187,7 +187,7 @@ func (o *chatObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 // accumulate folds one event's data into the accumulator of the request's
 // API, which reports what it added to delta or update.
 func (o *chatObserver) accumulate(data []byte) error {
-	switch o.pl.api {
+	switch o.pl.api.name {
 	case inspect.Responses:
 		return o.racc.Add(data, o.update)
 	case inspect.AnthropicMessages:
@@ -201,9 +201,9 @@ func (o *chatObserver) accumulate(data []byte) error {
 // (cutPending), so the stream goes on.
 func (o *chatObserver) appendEnd(out []byte) ([]byte, bool) {
 	switch {
-	case o.pl.api == inspect.ChatCompletions:
+	case o.pl.api == chatAPI:
 		return o.appendCut(out), true
-	case o.pl.api == inspect.Responses && o.cut.Category == inspect.ToolRepetition:
+	case o.pl.api == responsesAPI && o.cut.Category == inspect.ToolRepetition:
 		o.cutPending = true
 		return out, false
 	}
@@ -430,7 +430,7 @@ func (o *chatObserver) cutBody(b []byte) []byte {
 	if !o.cuts() {
 		return nil
 	}
-	if o.pl.api != inspect.ChatCompletions {
+	if o.pl.api != chatAPI {
 		return o.apiBody(b)
 	}
 	out := b

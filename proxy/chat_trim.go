@@ -47,7 +47,7 @@ func (o *chatObserver) trimEvent(ev *sse.Event, out []byte) ([]byte, bool) {
 		out = o.appendTruncated(out, &o.trimQ[0], int(x-o.trimQ[0].start))
 	}
 	o.trimQ = o.trimQ[:0]
-	if o.pl.api == inspect.Responses {
+	if o.pl.api == responsesAPI {
 		// The cut tail reports the text as the client got it.
 		o.racc.DropText(int(o.text0 - x))
 	}
@@ -83,7 +83,7 @@ func (o *chatObserver) releaseTrimmed(out []byte, upTo int64) []byte {
 // appendTruncated appends a held event with its text cut to keep bytes.
 func (o *chatObserver) appendTruncated(out []byte, t *trimmed, keep int) []byte {
 	data := o.trimBuf[t.data[0]:t.data[1]]
-	path := textDeltaPath[o.pl.api]
+	path := textDeltaPath[o.pl.api.name]
 	content := gjson.GetBytes(data, path).String()
 	if keep <= 0 || keep > len(content) {
 		return out

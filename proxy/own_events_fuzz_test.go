@@ -38,7 +38,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 
 		// The upstream's strings reach loopguard's own events through the
 		// accumulators: its stream is valid JSON, quoted correctly.
-		o := newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true, usage: true, model: model}, nil)
+		o := newChatObserver(p, &plan{api: chatAPI, stream: true, usage: true, model: model}, nil)
 		chunk := `{"id":` + q(id) + `,"object":"chat.completion.chunk","created":1,"model":` + q(model) +
 			`,"choices":[{"index":0,"delta":{"content":` + q(text) + `,"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":` + q(name) + `,"arguments":` + q(text) + `}}]}}]}`
 		_ = o.acc.Add([]byte(chunk), o.delta)
@@ -51,7 +51,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 
 		// With tail = "trim" the event the repetition begins in is cut
 		// short, anywhere in its text.
-		o = newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true}, nil)
+		o = newChatObserver(p, &plan{api: chatAPI, stream: true}, nil)
 		o.trim = true
 		raw := "data: " + chunk + "\n\n"
 		out, _ := o.trimEvent(&sse.Event{Raw: []byte(raw), Data: []byte(chunk)}, nil)
@@ -63,7 +63,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		}
 		o.release()
 
-		o = newChatObserver(p, &plan{api: inspect.Responses, stream: true}, nil)
+		o = newChatObserver(p, &plan{api: responsesAPI, stream: true}, nil)
 		for _, ev := range []string{
 			`{"type":"response.created","sequence_number":0,"response":{"id":` + q(id) + `,"object":"response","created_at":1,"status":"in_progress","model":` + q(model) + `,"output":[]}}`,
 			`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":` + q(id) + `,"type":"message","status":"in_progress","role":"assistant","content":[]}}`,
@@ -76,7 +76,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		written["responses cut"] = o.appendAPICut(nil)
 		o.release()
 
-		o = newChatObserver(p, &plan{api: inspect.AnthropicMessages, stream: true}, nil)
+		o = newChatObserver(p, &plan{api: anthropicAPI, stream: true}, nil)
 		for _, ev := range []string{
 			`{"type":"message_start","message":{"id":` + q(id) + `,"type":"message","role":"assistant","content":[],"model":` + q(model) + `,"usage":{"input_tokens":1,"output_tokens":1}}}`,
 			`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":` + q(name) + `,"input":{}}}`,
@@ -91,16 +91,16 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		loop := inject.Loop{Verdict: inspect.Verdict{Loop: true, Category: inspect.ToolRepetition, PatternKey: "p",
 			Detections: []inspect.Detection{{Category: inspect.ToolRepetition, Score: 1,
 				Evidence: inspect.Evidence{Element: text, Tool: name, Args: text, Count: 5, Threshold: 3}}}}}
-		for api, body := range map[inspect.API]string{
-			inspect.ChatCompletions:   `{"model":` + q(model) + `,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`,
-			inspect.Responses:         `{"model":` + q(model) + `,"stream":true,"input":"hi"}`,
-			inspect.AnthropicMessages: `{"model":` + q(model) + `,"max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		for api, body := range map[*wireAPI]string{
+			chatAPI:      `{"model":` + q(model) + `,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`,
+			responsesAPI: `{"model":` + q(model) + `,"stream":true,"input":"hi"}`,
+			anthropicAPI: `{"model":` + q(model) + `,"max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
 		} {
-			ans, err := p.terminate(api, []byte(body), loop)
+			ans, err := api.terminate(p.inject, []byte(body), loop)
 			if err != nil {
-				t.Fatalf("terminate %s: %v", api, err)
+				t.Fatalf("terminate %s: %v", api.name, err)
 			}
-			written["LOOP_DETECTED "+string(api)] = ans.Body
+			written["LOOP_DETECTED "+string(api.name)] = ans.Body
 		}
 		written["error event"] = sseErrorEvent(errors.New(text))
 

@@ -91,7 +91,7 @@ func (o *chatObserver) update(u sse.Update) {
 // Responses or Anthropic answer, nil if there is none.
 func (o *chatObserver) apiToolCall(pos int) (name, args []byte) {
 	var ok bool
-	if o.pl.api == inspect.Responses {
+	if o.pl.api == responsesAPI {
 		name, args, ok = o.racc.ToolCallBytes(pos)
 	} else {
 		name, args, ok = o.aacc.ToolCallBytes(pos)
@@ -110,7 +110,7 @@ func (o *chatObserver) appendAPICut(b []byte) []byte { return o.appendAPIEnd(b, 
 // held call that began at output item or content block o.holdIndex.
 func (o *chatObserver) appendAPIEnd(b []byte, answer string) []byte {
 	category := string(o.cut.Category)
-	if o.pl.api == inspect.Responses {
+	if o.pl.api == responsesAPI {
 		c := inject.ResponsesCut{
 			Category:  category,
 			ID:        o.racc.ID(),
@@ -166,11 +166,11 @@ func (o *chatObserver) apiBody(b []byte) []byte {
 		return false
 	}
 	items := "content"
-	if o.pl.api == inspect.Responses {
+	if o.pl.api == responsesAPI {
 		items = "output"
 	}
 	gjson.GetBytes(b, items).ForEach(func(i, it gjson.Result) bool {
-		if o.pl.api != inspect.Responses {
+		if o.pl.api != responsesAPI {
 			return it.Get("type").String() != "text" || feed(int(i.Int()), -1, it.Get("text"))
 		}
 		if it.Get("type").String() != "message" {

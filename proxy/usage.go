@@ -15,7 +15,7 @@ func (o *chatObserver) usage() observe.Usage {
 		return o.bodyUsage
 	}
 	var u sse.Usage
-	switch o.pl.api {
+	switch o.pl.api.name {
 	case inspect.Responses:
 		u, _ = o.racc.Usage()
 	case inspect.AnthropicMessages:
