@@ -123,7 +123,7 @@ func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 	if pl.stream {
 		pl.resume = s.resumableOf(ctx)
 	}
-	s.forward(ctx, pl.body, newChatObserver(p, &pl, s.chatDone))
+	s.forward(ctx, pl.body, newAnswerObserver(p, &pl, s.chatDone))
 	// forward has sent the request (a stream is relayed from here on
 	// without it), so the rewritten body's buffer can serve another.
 	pl.releaseBody()

@@ -224,7 +224,7 @@ func testPipeline(tb testing.TB) *pipeline {
 
 // observerAndEvents returns a chat observer past its first events and a
 // stream of varied healthy prose chunks.
-func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
+func observerAndEvents(tb testing.TB) (*answerObserver, []sse.Event) {
 	p := testPipeline(tb)
 	words := strings.Fields(`The proxy reads each event as it passes and forwards its bytes before it looks at
 		them, so a healthy answer reaches the agent as fast as the model writes it while loopguard keeps count of what
@@ -234,7 +234,7 @@ func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
 		data := fmt.Sprintf(`{"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"%s %d "},"finish_reason":null}]}`, words[i%len(words)], i)
 		events[i] = sse.Event{Raw: []byte("data: " + data + "\n\n"), Data: []byte(data)}
 	}
-	o := newChatObserver(p, &plan{api: chatAPI, stream: true}, nil)
+	o := newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
 	for i := range 64 {
 		o.event(&events[i], nil)
 	}

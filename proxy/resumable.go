@@ -146,5 +146,5 @@ func (s *Server) stopGeneration(r *resumable) {
 func (p *pipeline) serveResume(ctx *fasthttp.RequestCtx, s *Server) {
 	pl := plan{api: chatAPI, stream: true, decision: policy.Decision{Action: policy.None}, start: time.Now()}
 	pl.resume = s.resumableOf(ctx)
-	s.forward(ctx, nil, newChatObserver(p, &pl, s.chatDone))
+	s.forward(ctx, nil, newAnswerObserver(p, &pl, s.chatDone))
 }
