@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"unicode/utf8"
+
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -86,11 +88,19 @@ func (t *trimmer) release(out []byte, upTo int64) []byte {
 }
 
 // appendTruncated appends a held event with the text at path in its data
-// cut to keep bytes.
+// cut to keep bytes, or to fewer where keep falls inside a UTF-8 character:
+// the client gets whole characters only. An event left with no text is
+// dropped.
 func (t *trimmer) appendTruncated(out []byte, e *trimmed, keep int, path string) []byte {
 	data := t.buf[e.data[0]:e.data[1]]
 	content := gjson.GetBytes(data, path).String()
 	if keep <= 0 || keep > len(content) {
+		return out
+	}
+	for keep > 0 && keep < len(content) && !utf8.RuneStart(content[keep]) {
+		keep-- // the cut fell inside a character: keep the ones before it
+	}
+	if keep == 0 {
 		return out
 	}
 	chunk, err := sjson.SetBytes(append([]byte(nil), data...), path, content[:keep])
