@@ -18,7 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Response headers on every proxied chat answer (DESIGN.md section 5).
+// Response headers on every answer to a guarded request (DESIGN.md section 5).
 const (
 	HeaderSession = "X-Loopguard-Session"
 	HeaderAction  = "X-Loopguard-Action"
@@ -359,7 +359,7 @@ func (p *pipeline) failOpen(pl *plan, stage string, err error) {
 	p.log.Warn().Str("stage", stage).AnErr("error", err).Msg("fail open: request passed through unchanged")
 }
 
-// setLoopHeaders adds loopguard's headers to a chat answer.
+// setLoopHeaders adds loopguard's headers to the answer to a guarded request.
 func setLoopHeaders(h *fasthttp.ResponseHeader, pl *plan) {
 	if pl.key != "" {
 		h.Set(HeaderSession, pl.key)
