@@ -71,13 +71,13 @@ func (a *anthropicStream) appendReplacement(b []byte, e ending, text string, at 
 	return a.appendCut(b, e, text, at)
 }
 
-// appendCut appends the end of the stream, with answer, when not empty, as
-// a text block in place of the held tool_use block that began at at.
-func (a *anthropicStream) appendCut(b []byte, e ending, answer string, at heldCall) []byte {
+// appendCut appends the end of the stream, with replacement, when not
+// empty, as a text block in place of the held tool_use block that began at at.
+func (a *anthropicStream) appendCut(b []byte, e ending, replacement string, at heldCall) []byte {
 	c := inject.AnthropicCut{Category: string(e.cut.Category), OutputTokens: estimateTokens(e.bytes),
-		Answer: answer, AnswerIndex: at.index}
+		Answer: replacement, AnswerIndex: at.index}
 	c.OpenBlock, c.HasOpen = a.acc.OpenBlock()
-	if e.cut.Category == inspect.ToolRepetition && answer == "" {
+	if e.cut.Category == inspect.ToolRepetition && replacement == "" {
 		// The calls forwarded so far, the first duplicate included, are
 		// complete: let the agent run them.
 		c.StopReason = "tool_use"

@@ -101,9 +101,9 @@ func (a *responsesStream) appendReplacement(b []byte, e ending, text string, at 
 	return a.appendCut(b, e, text, at)
 }
 
-// appendCut appends the events that end the stream, with answer, when not
-// empty, as a message item in place of the held call that began at at.
-func (a *responsesStream) appendCut(b []byte, e ending, answer string, at heldCall) []byte {
+// appendCut appends the events that end the stream, with replacement,
+// when not empty, as a message item in place of the held call that began at at.
+func (a *responsesStream) appendCut(b []byte, e ending, replacement string, at heldCall) []byte {
 	c := inject.ResponsesCut{
 		Category:  string(e.cut.Category),
 		ID:        a.acc.ID(),
@@ -111,12 +111,12 @@ func (a *responsesStream) appendCut(b []byte, e ending, answer string, at heldCa
 		CreatedAt: a.acc.CreatedAt(),
 		Sequence:  a.acc.Sequence(),
 	}
-	if answer == "" {
+	if replacement == "" {
 		c.Output = a.acc.AppendOutput(nil)
 	} else {
 		// The held events were never sent: number on from the last sent.
 		c.Sequence, c.Output = at.sequence, a.acc.AppendOutputBefore(nil, at.index)
-		c.Answer = &inject.OpenMessage{Index: at.index, ID: "msg_loopguard_" + a.acc.ID(), Text: answer}
+		c.Answer = &inject.OpenMessage{Index: at.index, ID: "msg_loopguard_" + a.acc.ID(), Text: replacement}
 	}
 	if idx, id, text, ok := a.acc.OpenMessage(); ok {
 		c.Open = &inject.OpenMessage{Index: idx, ID: string(id), Text: string(text)}
