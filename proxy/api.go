@@ -15,7 +15,7 @@ import (
 // declared in its own file (api_chat.go, api_responses.go,
 // api_anthropic.go) with its answer (see answer); guardedAPI maps request
 // paths to them. Adding an API is one more such file, its inject and sse
-// counterparts, and its tests.
+// counterparts, and its tests. Every hook but history is required.
 type wireAPI struct {
 	// name is the API as inspect and policy know it.
 	name inspect.API
