@@ -77,7 +77,7 @@ func (p *pipeline) Close() error { return p.policy.Close() }
 
 // plan is what the pipeline decided for one request.
 type plan struct {
-	api      *wireAPI
+	api      *wireAPI // the request's wire API
 	key      string
 	decision policy.Decision
 	body     []byte           // the body to send upstream
