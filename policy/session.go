@@ -98,12 +98,39 @@ func Identify(api inspect.API, header, body []byte) Identity {
 	if k := clientKey(stringBytes(f.metadata.Get("session_id"))); k != "" {
 		return Identity{Key: k}
 	}
-	if api == inspect.AnthropicMessages {
-		if k := clientKey(claudeSession(f.metadata.Get("user_id"))); k != "" {
+	shape := conversationShapeOf(api)
+	if shape.userID != nil {
+		if k := clientKey(shape.userID(f.metadata.Get("user_id"))); k != "" {
 			return Identity{Key: k}
 		}
 	}
-	return derivedIdentity(api, &f)
+	return derivedIdentity(shape.opening(&f), &f)
+}
+
+// conversationShape is how the requests of one API carry what identifies
+// their conversation.
+type conversationShape struct {
+	// opening reads the conversation's first turns from the history.
+	opening func(*topFields) opening
+	// userID, if not nil, returns the session id a client keeps in
+	// metadata.user_id, nil if there is none.
+	userID func(gjson.Result) []byte
+}
+
+// conversationShapes holds the shape of each API loopguard guards.
+var conversationShapes = map[inspect.API]conversationShape{
+	inspect.ChatCompletions:   {opening: chatOpening},
+	inspect.Responses:         {opening: responsesOpening},
+	inspect.AnthropicMessages: {opening: anthropicOpening, userID: claudeSession},
+}
+
+// conversationShapeOf returns api's shape; chat's for an API it does not
+// know.
+func conversationShapeOf(api inspect.API) conversationShape {
+	if shape, ok := conversationShapes[api]; ok {
+		return shape
+	}
+	return conversationShapes[inspect.ChatCompletions]
 }
 
 // claudeSession returns the session id in Claude Code's metadata.user_id,
@@ -180,10 +207,10 @@ func printable(b []byte) bool {
 	return true
 }
 
-// derivedIdentity hashes the opening of the conversation. Each field is
+// derivedIdentity hashes the opening o of the conversation. Each field is
 // written with its length so that moving bytes between fields changes the
 // hash.
-func derivedIdentity(api inspect.API, f *topFields) Identity {
+func derivedIdentity(o opening, f *topFields) Identity {
 	h := fnv.New64a()
 	var n [8]byte
 	field := func(s string) {
@@ -192,15 +219,6 @@ func derivedIdentity(api inspect.API, f *topFields) Identity {
 		h.Write([]byte(s))
 	}
 	field(f.model)
-	var o opening
-	switch api {
-	case inspect.Responses:
-		o = responsesOpening(f)
-	case inspect.AnthropicMessages:
-		o = anthropicOpening(f)
-	default:
-		o = chatOpening(f)
-	}
 	field(o.system)
 	field(o.user)
 	id := Identity{Key: derivedPrefix + hex16(h.Sum64())}

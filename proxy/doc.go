@@ -6,16 +6,24 @@
 //
 // Files follow the request: server.go routes and serves loopguard's own
 // endpoints; session.go takes off a /s/<id>/ session prefix and finds the
-// client's session id; chat.go decides (session, verdict, ladder, rewrite or
-// LOOP_DETECTED); forward.go relays the request and answer over
+// client's session id; pipeline.go decides (session, verdict, ladder,
+// rewrite or LOOP_DETECTED); forward.go relays the request and answer over
 // transport.go's exchange with the upstream (upstream.go: its address and
 // connection pool; clientwatch.go: a client that leaves); streambody.go
 // and http10.go write streams to the client; failsafe.go keeps the stream
-// path failing open; chat_stream.go, chat_hold.go, chat_trim.go and
-// stream_apis.go inspect answers on the way back, usage.go reads the tokens
-// they report; responses_record.go keeps server-side Responses histories in
-// view; resumable.go stops llama.cpp's resumable generations that a cut
-// ended.
+// path failing open; resumable.go stops llama.cpp's resumable generations
+// that a cut ended.
+//
+// What differs between the guarded APIs lies behind one wireAPI each
+// (api.go): api_chat.go, api_responses.go and api_anthropic.go apply
+// rewrites, answer LOOP_DETECTED, read a streamed answer and write the end
+// of a cut one in their API's shape; api_body.go cuts non-streamed answers
+// whose text lies in items. answer_observer.go watches an answer on the
+// way back, composed of parts: answer_cut.go (degeneration and the cut),
+// answer_dedup.go (duplicate tool calls), answer_hold.go
+// (stream.hold_tool_calls), answer_trim.go (tail = "trim") and
+// answer_record.go with responses_record.go (the Responses history record).
+// usage.go reads the tokens answers report.
 //
 // proxy is the only package that speaks HTTP (fasthttp on both sides); a
 // fasthttp.RequestCtx never leaves it. Whatever fails inside the pipeline, the

@@ -112,46 +112,46 @@ func observedProxy(t *testing.T, cfg Config, log zerolog.Logger, observer func(*
 // held back included; the failure is counted and logged once, without
 // content, and the proxy keeps serving.
 func TestStreamObserverPanicFailsOpen(t *testing.T) {
-	apis := map[inspect.API]string{}
+	apis := map[*wireAPI]string{}
 	for _, a := range streamAPIs(t) {
 		switch a.name {
 		case "chat":
-			apis[inspect.ChatCompletions] = a.healthy
+			apis[chatAPI] = a.healthy
 		case "responses":
-			apis[inspect.Responses] = a.healthy
+			apis[responsesAPI] = a.healthy
 		case "anthropic":
-			apis[inspect.AnthropicMessages] = a.healthy
+			apis[anthropicAPI] = a.healthy
 		}
 	}
 	// brokenDetector makes the text detector of choice 0 panic on its first
 	// byte, as a detector bug would: a zero Degeneration has no ring buffer.
-	brokenDetector := func(o *chatObserver) responseObserver {
-		o.content[0] = &inspect.Degeneration{}
+	brokenDetector := func(o *answerObserver) responseObserver {
+		o.watch.content[0] = &inspect.Degeneration{}
 		return o
 	}
 	tests := []struct {
 		name       string
-		api        inspect.API
+		api        *wireAPI
 		trim, hold bool
-		wrap       func(*chatObserver) responseObserver
+		wrap       func(*answerObserver) responseObserver
 	}{
-		{"chat detector", inspect.ChatCompletions, false, false, brokenDetector},
-		{"chat detector with trim holding events", inspect.ChatCompletions, true, false, brokenDetector},
-		{"responses detector", inspect.Responses, false, false, brokenDetector},
-		{"anthropic detector", inspect.AnthropicMessages, false, false, brokenDetector},
-		{"observer event with trim holding events", inspect.ChatCompletions, true, false, func(o *chatObserver) responseObserver {
+		{"chat detector", chatAPI, false, false, brokenDetector},
+		{"chat detector with trim holding events", chatAPI, true, false, brokenDetector},
+		{"responses detector", responsesAPI, false, false, brokenDetector},
+		{"anthropic detector", anthropicAPI, false, false, brokenDetector},
+		{"observer event with trim holding events", chatAPI, true, false, func(o *answerObserver) responseObserver {
 			return &panicking{responseObserver: o, in: "event", marker: `"finish_reason":"tool_calls"`}
 		}},
-		{"observer event with tool calls held", inspect.ChatCompletions, false, true, func(o *chatObserver) responseObserver {
+		{"observer event with tool calls held", chatAPI, false, true, func(o *answerObserver) responseObserver {
 			// A terminal call of another command: the stream's call is held
 			// until it completes.
-			o.terminal = []terminalCall{{key: 1}}
+			o.holder.terminal = []terminalCall{{key: 1}}
 			return &panicking{responseObserver: o, in: "event", marker: `"finish_reason":"tool_calls"`}
 		}},
-		{"observer header", inspect.ChatCompletions, false, false, func(o *chatObserver) responseObserver {
+		{"observer header", chatAPI, false, false, func(o *answerObserver) responseObserver {
 			return &panicking{responseObserver: o, in: "header"}
 		}},
-		{"observer finish", inspect.ChatCompletions, false, false, func(o *chatObserver) responseObserver {
+		{"observer finish", chatAPI, false, false, func(o *answerObserver) responseObserver {
 			return &panicking{responseObserver: o, in: "finish"}
 		}},
 	}
@@ -170,7 +170,7 @@ func TestStreamObserverPanicFailsOpen(t *testing.T) {
 			var logs syncBuffer
 			var served atomic.Int32
 			_, base := observedProxy(t, cfg, zerolog.New(&logs), func(s *Server) responseObserver {
-				o := newChatObserver(s.chat, &plan{api: tt.api, stream: true}, nil)
+				o := newAnswerObserver(s.pipeline, &plan{api: tt.api, stream: true}, nil)
 				if served.Add(1) > 1 {
 					return o // the request after: a healthy observer
 				}

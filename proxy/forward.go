@@ -15,7 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// responseObserver sees an upstream response as it passes. The chat pipeline
+// responseObserver sees an upstream response as it passes. answerObserver
 // implements it; plain pass-through uses none. The proxy calls it through
 // the recovers of failsafe.go: a panic in it costs the client no byte.
 type responseObserver interface {

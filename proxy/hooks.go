@@ -7,8 +7,9 @@ import (
 	"github.com/loopguard/loopguard/policy"
 )
 
-// ChatEvent is what the proxy did with one chat-completions request. It is
-// handed to the ChatDone hook once the answer has ended.
+// ChatEvent is what the proxy did with one request of a guarded API (chat
+// completions, the Responses API, Anthropic Messages). It is handed to the
+// ChatDone hook once the answer has ended.
 type ChatEvent struct {
 	Session  string
 	Model    string
@@ -36,7 +37,7 @@ type ChatEvent struct {
 // Option configures a Server.
 type Option func(*Server)
 
-// WithChatDone registers fn to be called once per chat-completions request
+// WithChatDone registers fn to be called once per request of a guarded API
 // after its answer ended, from the goroutine that served it. fn must not
 // block: it runs on the request path. The event must not be retained.
 func WithChatDone(fn func(*ChatEvent)) Option {

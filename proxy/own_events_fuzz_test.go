@@ -38,69 +38,69 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 
 		// The upstream's strings reach loopguard's own events through the
 		// accumulators: its stream is valid JSON, quoted correctly.
-		o := newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true, usage: true, model: model}, nil)
+		o := newAnswerObserver(p, &plan{api: chatAPI, stream: true, usage: true, model: model}, nil)
 		chunk := `{"id":` + q(id) + `,"object":"chat.completion.chunk","created":1,"model":` + q(model) +
 			`,"choices":[{"index":0,"delta":{"content":` + q(text) + `,"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":` + q(name) + `,"arguments":` + q(text) + `}}]}}]}`
-		_ = o.acc.Add([]byte(chunk), o.delta)
-		o.cut = cut
-		written["chat cut"] = o.appendCut(nil)
-		o.cut = nil
-		written["held call replaced"] = o.replaceHeld(nil, &terminalCall{constraint: policy.Constraint{
+		_ = o.answer.add([]byte(chunk), o)
+		o.watch.cut = cut
+		written["chat cut"], _ = o.appendEnd(nil)
+		o.watch.cut = nil
+		written["held call replaced"] = o.holder.replace(o, nil, &terminalCall{constraint: policy.Constraint{
 			Category: inspect.ToolRepetition, Brief: text, Tool: name, Args: text, Pattern: "p"}})
 		o.release()
 
 		// With tail = "trim" the event the repetition begins in is cut
 		// short, anywhere in its text.
-		o = newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true}, nil)
-		o.trim = true
+		o = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
+		o.trimmer.on = true
 		raw := "data: " + chunk + "\n\n"
-		out, _ := o.trimEvent(&sse.Event{Raw: []byte(raw), Data: []byte(chunk)}, nil)
-		if len(out) > 0 || len(o.trimQ) != 1 {
-			t.Fatalf("trim released %q with %d events held; want the event held", out, len(o.trimQ))
+		out, _ := o.trimmer.event(o, &sse.Event{Raw: []byte(raw), Data: []byte(chunk)}, nil)
+		if len(out) > 0 || len(o.trimmer.queue) != 1 {
+			t.Fatalf("trim released %q with %d events held; want the event held", out, len(o.trimmer.queue))
 		}
 		for keep := 1; keep < len(text); keep++ {
-			written["trimmed event"] = o.appendTruncated(written["trimmed event"], &o.trimQ[0], keep)
+			written["trimmed event"] = o.trimmer.appendTruncated(written["trimmed event"], &o.trimmer.queue[0], keep, o.answer.textPath())
 		}
 		o.release()
 
-		o = newChatObserver(p, &plan{api: inspect.Responses, stream: true}, nil)
+		o = newAnswerObserver(p, &plan{api: responsesAPI, stream: true}, nil)
 		for _, ev := range []string{
 			`{"type":"response.created","sequence_number":0,"response":{"id":` + q(id) + `,"object":"response","created_at":1,"status":"in_progress","model":` + q(model) + `,"output":[]}}`,
 			`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":` + q(id) + `,"type":"message","status":"in_progress","role":"assistant","content":[]}}`,
 			`{"type":"response.output_text.delta","sequence_number":2,"item_id":` + q(id) + `,"output_index":0,"content_index":0,"delta":` + q(text) + `}`,
 			`{"type":"response.output_item.done","sequence_number":3,"output_index":1,"item":{"id":"fc","type":"function_call","status":"completed","call_id":"c","name":` + q(name) + `,"arguments":` + q(text) + `}}`,
 		} {
-			_ = o.racc.Add([]byte(ev), o.update)
+			_ = o.answer.add([]byte(ev), o)
 		}
-		o.cut = cut
-		written["responses cut"] = o.appendAPICut(nil)
+		o.watch.cut = cut
+		written["responses cut"], _ = o.appendEnd(nil)
 		o.release()
 
-		o = newChatObserver(p, &plan{api: inspect.AnthropicMessages, stream: true}, nil)
+		o = newAnswerObserver(p, &plan{api: anthropicAPI, stream: true}, nil)
 		for _, ev := range []string{
 			`{"type":"message_start","message":{"id":` + q(id) + `,"type":"message","role":"assistant","content":[],"model":` + q(model) + `,"usage":{"input_tokens":1,"output_tokens":1}}}`,
 			`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":` + q(name) + `,"input":{}}}`,
 			`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":` + q(text) + `}}`,
 		} {
-			_ = o.aacc.Add([]byte(ev), o.update)
+			_ = o.answer.add([]byte(ev), o)
 		}
-		o.cut = cut
-		written["anthropic cut"] = o.appendAPICut(nil)
+		o.watch.cut = cut
+		written["anthropic cut"], _ = o.appendEnd(nil)
 		o.release()
 
 		loop := inject.Loop{Verdict: inspect.Verdict{Loop: true, Category: inspect.ToolRepetition, PatternKey: "p",
 			Detections: []inspect.Detection{{Category: inspect.ToolRepetition, Score: 1,
 				Evidence: inspect.Evidence{Element: text, Tool: name, Args: text, Count: 5, Threshold: 3}}}}}
-		for api, body := range map[inspect.API]string{
-			inspect.ChatCompletions:   `{"model":` + q(model) + `,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`,
-			inspect.Responses:         `{"model":` + q(model) + `,"stream":true,"input":"hi"}`,
-			inspect.AnthropicMessages: `{"model":` + q(model) + `,"max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		for api, body := range map[*wireAPI]string{
+			chatAPI:      `{"model":` + q(model) + `,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`,
+			responsesAPI: `{"model":` + q(model) + `,"stream":true,"input":"hi"}`,
+			anthropicAPI: `{"model":` + q(model) + `,"max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
 		} {
-			ans, err := p.terminate(api, []byte(body), loop)
+			ans, err := api.terminate(p.inject, []byte(body), loop)
 			if err != nil {
-				t.Fatalf("terminate %s: %v", api, err)
+				t.Fatalf("terminate %s: %v", api.name, err)
 			}
-			written["LOOP_DETECTED "+string(api)] = ans.Body
+			written["LOOP_DETECTED "+string(api.name)] = ans.Body
 		}
 		written["error event"] = sseErrorEvent(errors.New(text))
 

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/redistest"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
@@ -166,7 +165,7 @@ func BenchmarkCutLatency(b *testing.B) {
 func BenchmarkResponsesRecord(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.Upstream.URL = "http://127.0.0.1:1"
-	p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
+	p, err := newPipeline(cfg, zerolog.Nop(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -212,10 +211,10 @@ func BenchmarkObserveEvent(b *testing.B) {
 
 // testPipeline is a chat pipeline with the default configuration, closed
 // when the test ends.
-func testPipeline(tb testing.TB) *chatPipeline {
+func testPipeline(tb testing.TB) *pipeline {
 	cfg := DefaultConfig()
 	cfg.Upstream.URL = "http://127.0.0.1:1"
-	p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
+	p, err := newPipeline(cfg, zerolog.Nop(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -225,7 +224,7 @@ func testPipeline(tb testing.TB) *chatPipeline {
 
 // observerAndEvents returns a chat observer past its first events and a
 // stream of varied healthy prose chunks.
-func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
+func observerAndEvents(tb testing.TB) (*answerObserver, []sse.Event) {
 	p := testPipeline(tb)
 	words := strings.Fields(`The proxy reads each event as it passes and forwards its bytes before it looks at
 		them, so a healthy answer reaches the agent as fast as the model writes it while loopguard keeps count of what
@@ -235,7 +234,7 @@ func observerAndEvents(tb testing.TB) (*chatObserver, []sse.Event) {
 		data := fmt.Sprintf(`{"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"%s %d "},"finish_reason":null}]}`, words[i%len(words)], i)
 		events[i] = sse.Event{Raw: []byte("data: " + data + "\n\n"), Data: []byte(data)}
 	}
-	o := newChatObserver(p, &plan{api: inspect.ChatCompletions, stream: true}, nil)
+	o := newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
 	for i := range 64 {
 		o.event(&events[i], nil)
 	}
@@ -256,7 +255,7 @@ func BenchmarkDecideAndInject(b *testing.B) {
 				cfg.Policy.Store = policy.StoreRedis
 				cfg.Policy.RedisURL = redistest.Start(b).URL(0)
 			}
-			p, err := newChatPipeline(cfg, zerolog.Nop(), nil)
+			p, err := newPipeline(cfg, zerolog.Nop(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -281,7 +280,7 @@ func BenchmarkDecideAndInject(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				// 64 sessions in turn: after the first round each request is
 				// a retry that re-applies its warning, as agents retry.
-				pl := plan{api: inspect.ChatCompletions, key: sessionKeys[i%len(sessionKeys)], model: "m", layout: traj.Layout}
+				pl := plan{api: chatAPI, key: sessionKeys[i%len(sessionKeys)], model: "m", layout: traj.Layout}
 				d, err := p.policy.Decide(ctx, pl.key, v, traj, policy.ModeEnforce)
 				if err != nil || d.Action != policy.Warn {
 					b.Fatalf("Decide = %v, %v; want warn", d.Action, err)

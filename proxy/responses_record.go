@@ -31,7 +31,7 @@ const maxChainStart = 4
 // the body to judge: the recorded items followed by the request's input.
 // body is returned as it is when the request neither continues nor may start
 // a recorded history.
-func (p *chatPipeline) prepareRecord(ctx context.Context, pl *plan, body []byte) []byte {
+func (p *pipeline) prepareRecord(ctx context.Context, pl *plan, body []byte) []byte {
 	prev := gjson.GetBytes(body, "previous_response_id").String()
 	conv := gjson.GetBytes(body, "conversation")
 	if conv.IsObject() {
@@ -97,7 +97,7 @@ func inputItems(input gjson.Result) []string {
 
 // saveRecord extends the record with the request's input and the answer's
 // output items, under the key the next request of the history will name.
-func (p *chatPipeline) saveRecord(pl *plan, responseID string, output gjson.Result) {
+func (p *pipeline) saveRecord(pl *plan, responseID string, output gjson.Result) {
 	rp := pl.record
 	if rp == nil || responseID == "" && rp.conv == "" {
 		return

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/valyala/fasthttp"
 )
@@ -144,8 +143,8 @@ func (s *Server) stopGeneration(r *resumable) {
 // serveResume relays GET /v1/stream/<id>, a resumed chat stream, through
 // the stream inspection of chat answers: it has no request history, so no
 // ladder applies, but a degenerate answer is cut as on its first delivery.
-func (p *chatPipeline) serveResume(ctx *fasthttp.RequestCtx, s *Server) {
-	pl := plan{api: inspect.ChatCompletions, stream: true, decision: policy.Decision{Action: policy.None}, start: time.Now()}
+func (p *pipeline) serveResume(ctx *fasthttp.RequestCtx, s *Server) {
+	pl := plan{api: chatAPI, stream: true, decision: policy.Decision{Action: policy.None}, start: time.Now()}
 	pl.resume = s.resumableOf(ctx)
-	s.forward(ctx, nil, newChatObserver(p, &pl, s.chatDone))
+	s.forward(ctx, nil, newAnswerObserver(p, &pl, s.chatDone))
 }

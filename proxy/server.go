@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -30,7 +29,7 @@ type Server struct {
 	// is set; nil otherwise (up serves everything).
 	anthropic *upstream
 	http      *fasthttp.Server
-	chat      *chatPipeline
+	pipeline  *pipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
 	// resume stops cut resumable streams upstream (resumable.go).
@@ -76,14 +75,14 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.chat, err = newChatPipeline(cfg, log, s.obs)
+	s.pipeline, err = newPipeline(cfg, log, s.obs)
 	if err != nil {
 		return nil, err
 	}
 	admin, err := observe.NewAdmin(s.obs.Recorder(), observe.AdminOptions{
 		Token:   cfg.Admin.Token,
-		Control: s.chat.policy,
-		States:  s.chat.policy.Store(),
+		Control: s.pipeline.policy,
+		States:  s.pipeline.policy.Store(),
 		Config:  cfg,
 	})
 	if err != nil {
@@ -116,7 +115,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		Logger:                fasthttpLogger{log},
 	}
 	// A store that replicas share also carries their common admin view.
-	if feed, ok := s.chat.policy.Store().(observe.SharedFeed); ok {
+	if feed, ok := s.pipeline.policy.Store().(observe.SharedFeed); ok {
 		s.cluster = observe.StartCluster(s.obs.Recorder(), feed, log, 0)
 	}
 	return s, nil
@@ -192,7 +191,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cluster != nil {
 		s.cluster.Close() // before the store it writes to
 	}
-	if cerr := s.chat.Close(); err == nil {
+	if cerr := s.pipeline.Close(); err == nil {
 		err = cerr
 	}
 	return err
@@ -241,31 +240,32 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metrics(ctx)
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
-	case ctx.IsPost() && guardedAPI(path) != "":
-		s.chat.serve(ctx, s, guardedAPI(path))
+	case ctx.IsPost() && guardedAPI(path) != nil:
+		s.pipeline.guard(ctx, s, guardedAPI(path))
 	case isResume(ctx):
 		// A resumed stream is a chat answer like the first delivery.
-		s.chat.serveResume(ctx, s)
+		s.pipeline.serveResume(ctx, s)
 	default:
 		s.forward(ctx, ctx.Request.Body(), nil)
 	}
 }
 
-// guardedAPI names the API of the endpoints loopguard inspects, under any
+// guardedAPI returns the API of the endpoints loopguard inspects, under any
 // prefix (/v1/chat/completions, /chat/completions, /openai/v1/responses,
-// /anthropic/v1/messages), and "" for everything else, which passes through.
+// /anthropic/v1/messages), and nil for everything else, which passes
+// through. It is the one place that maps paths to APIs.
 // Messages are matched only as /v1/messages or /messages so that OpenAI's
 // /v1/threads/{id}/messages is not mistaken for Anthropic's.
-func guardedAPI(p []byte) inspect.API {
+func guardedAPI(p []byte) *wireAPI {
 	switch {
 	case hasSuffixBytes(p, "/chat/completions"):
-		return inspect.ChatCompletions
+		return chatAPI
 	case hasSuffixBytes(p, "/v1/responses") || string(p) == "/responses":
-		return inspect.Responses
+		return responsesAPI
 	case hasSuffixBytes(p, "/v1/messages") || string(p) == "/messages":
-		return inspect.AnthropicMessages
+		return anthropicAPI
 	}
-	return ""
+	return nil
 }
 
 // ambiguousFraming reports a request that carried both Content-Length and
@@ -296,7 +296,7 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 // routes the paths beside /v1/messages (count_tokens, models).
 func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
 	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
-		guardedAPI(ctx.Path()) == inspect.AnthropicMessages) {
+		guardedAPI(ctx.Path()) == anthropicAPI) {
 		return s.anthropic
 	}
 	return s.up

@@ -18,7 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Response headers on every proxied chat answer (DESIGN.md section 5).
+// Response headers on every answer to a guarded request (DESIGN.md section 5).
 const (
 	HeaderSession = "X-Loopguard-Session"
 	HeaderAction  = "X-Loopguard-Action"
@@ -26,8 +26,9 @@ const (
 	headerMode    = "X-Loopguard-Mode"
 )
 
-// chatPipeline runs policy, inspect and inject on chat-completion requests.
-type chatPipeline struct {
+// pipeline runs policy, inspect and inject on the requests of the guarded
+// APIs, and watches their answers (answerObserver).
+type pipeline struct {
 	cfg    Config
 	log    zerolog.Logger
 	engine *inspect.Engine
@@ -41,7 +42,7 @@ type chatPipeline struct {
 	storeTimeout time.Duration
 }
 
-func newChatPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*chatPipeline, error) {
+func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeline, error) {
 	engine, err := inspect.NewEngine(cfg.Detect)
 	if err != nil {
 		return nil, fmt.Errorf("detect: %w", err)
@@ -59,7 +60,7 @@ func newChatPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*ch
 	if cache != nil {
 		obs.WatchSessionCache(cache.Stats)
 	}
-	return &chatPipeline{
+	return &pipeline{
 		cfg:          cfg,
 		log:          log,
 		engine:       engine,
@@ -72,11 +73,11 @@ func newChatPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*ch
 }
 
 // Close releases the session store.
-func (p *chatPipeline) Close() error { return p.policy.Close() }
+func (p *pipeline) Close() error { return p.policy.Close() }
 
 // plan is what the pipeline decided for one request.
 type plan struct {
-	api      inspect.API
+	api      *wireAPI // the request's wire API
 	key      string
 	decision policy.Decision
 	body     []byte           // the body to send upstream
@@ -100,8 +101,10 @@ type plan struct {
 	start   time.Time
 }
 
-// serve handles one chat-completions request.
-func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server, api inspect.API) {
+// guard serves one request of a guarded API: it decides, then answers
+// LOOP_DETECTED itself or forwards the (rewritten) request and watches the
+// answer.
+func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 	body := ctx.Request.Body()
 	pl := p.decide(ctx, api, body)
 	pl.start = time.Now()
@@ -120,7 +123,7 @@ func (p *chatPipeline) serve(ctx *fasthttp.RequestCtx, s *Server, api inspect.AP
 	if pl.stream {
 		pl.resume = s.resumableOf(ctx)
 	}
-	s.forward(ctx, pl.body, newChatObserver(p, &pl, s.chatDone))
+	s.forward(ctx, pl.body, newAnswerObserver(p, &pl, s.chatDone))
 	// forward has sent the request (a stream is relayed from here on
 	// without it), so the rewritten body's buffer can serve another.
 	pl.releaseBody()
@@ -156,7 +159,7 @@ func (pl *plan) event() ChatEvent {
 
 // decide runs the pipeline up to the upstream call. It fails open: whatever
 // goes wrong, the plan falls back to sending the original body unchanged.
-func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []byte) (pl plan) {
+func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (pl plan) {
 	pl.api = api
 	pl.body = body
 	pl.decision.Action = policy.None
@@ -176,11 +179,11 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	// time.
 	rctx, cancelRecord := context.WithTimeout(context.Background(), p.storeTimeout)
 	judged := body // the history to judge
-	if api == inspect.Responses {
-		judged = p.prepareRecord(rctx, &pl, body)
+	if api.history != nil {
+		judged = api.history(p, rctx, &pl, body)
 	}
 	pcfg := p.policy.Config()
-	pl.key = p.policy.Session(rctx, policy.Identify(api, sessionID(ctx, &pcfg), judged))
+	pl.key = p.policy.Session(rctx, policy.Identify(api.name, sessionID(ctx, &pcfg), judged))
 	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	pl.passive = mode != policy.ModeEnforce
@@ -189,7 +192,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 	}
 
 	t0 := time.Now()
-	traj, err := p.engine.ParseSession(p.cache, pl.key, api, judged)
+	traj, err := p.engine.ParseSession(p.cache, pl.key, api.name, judged)
 	if err != nil {
 		p.failOpen(&pl, "unreadable_history", err)
 		return pl
@@ -230,7 +233,7 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 
 	switch d.Action {
 	case policy.Terminate:
-		ans, err := p.terminate(api, body, loopOf(&d, false))
+		ans, err := api.terminate(p.inject, body, loopOf(&d, false))
 		if err != nil {
 			p.failOpen(&pl, "terminate", err)
 			pl.decision.Action = policy.None
@@ -272,20 +275,9 @@ func (pl *plan) readOptions(body []byte) {
 	}
 }
 
-// terminate renders LOOP_DETECTED in the request's own API.
-func (p *chatPipeline) terminate(api inspect.API, body []byte, l inject.Loop) (inject.Response, error) {
-	switch api {
-	case inspect.Responses:
-		return p.inject.TerminateResponses(body, l)
-	case inspect.AnthropicMessages:
-		return p.inject.TerminateAnthropic(body, l)
-	}
-	return p.inject.Terminate(body, l)
-}
-
 // rewrite applies the decision's texts to body, or returns body unchanged
 // when inject cannot patch it.
-func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
+func (p *pipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
 	buf := bodyBufs.Get().(*[]byte)
 	e := inject.Edit{Model: pl.model, Layout: pl.layout, Dst: *buf}
 	if d.Cut != nil {
@@ -313,16 +305,7 @@ func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte
 			e.Constraints = append(e.Constraints, loopOf(d, collapse))
 		}
 	}
-	var res inject.Result
-	var err error
-	switch pl.api {
-	case inspect.Responses:
-		res, err = p.inject.ApplyResponses(body, e)
-	case inspect.AnthropicMessages:
-		res, err = p.inject.ApplyAnthropic(body, e)
-	default:
-		res, err = p.inject.Apply(body, e)
-	}
+	res, err := pl.api.apply(p.inject, body, e)
 	if err != nil {
 		bodyBufs.Put(buf)
 		p.failOpen(pl, "inject", err)
@@ -330,7 +313,7 @@ func (p *chatPipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte
 	}
 	if len(res.Body) > 0 && len(body) > 0 && &res.Body[0] != &body[0] {
 		// A body of our own, built in buf or newly allocated: it goes back
-		// to the pool once the upstream call has sent it (serve).
+		// to the pool once the upstream call has sent it (guard).
 		*buf = res.Body
 		pl.buf = buf
 	} else {
@@ -368,7 +351,7 @@ func activeConstraint(c policy.Constraint) inject.Loop {
 	}}
 }
 
-func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {
+func (p *pipeline) failOpen(pl *plan, stage string, err error) {
 	if pl != nil {
 		pl.failOpen = stage
 	}
@@ -376,7 +359,7 @@ func (p *chatPipeline) failOpen(pl *plan, stage string, err error) {
 	p.log.Warn().Str("stage", stage).AnErr("error", err).Msg("fail open: request passed through unchanged")
 }
 
-// setLoopHeaders adds loopguard's headers to a chat answer.
+// setLoopHeaders adds loopguard's headers to the answer to a guarded request.
 func setLoopHeaders(h *fasthttp.ResponseHeader, pl *plan) {
 	if pl.key != "" {
 		h.Set(HeaderSession, pl.key)

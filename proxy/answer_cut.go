@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/loopguard/loopguard/inspect"
+)
+
+// maxWatchedChoices bounds the choices (n > 1) whose text is inspected.
+const maxWatchedChoices = 4
+
+// cutWatch decides when an answer degenerated: it feeds the text and
+// reasoning of each watched choice to a degeneration detector after it was
+// forwarded, and keeps the cut, whichever part of the observer found it,
+// with when the first degenerate byte arrived.
+type cutWatch struct {
+	cfg     *inspect.StreamConfig
+	content [maxWatchedChoices]*inspect.Degeneration
+	reason  [maxWatchedChoices]*inspect.Degeneration
+	// bytes is the text generated so far, all watched choices.
+	bytes int64
+	// text and reasoning are choice 0's content and reasoning bytes so far.
+	text, reasoning int64
+
+	// arrivals remembers when recent events came and how far choice 0's
+	// content and reasoning had got, to time a cut from the arrival of the
+	// first degenerate byte.
+	arrivals  [128]arrival
+	nArrivals int
+
+	// cut is what ended the answer, nil while it goes on.
+	cut *inspect.Detection
+	// offset is where in the text the degeneration began.
+	offset int64
+	at     time.Time
+	// slot is 1 when the cut came from choice 0's content, 2 from its
+	// reasoning, 0 from elsewhere.
+	slot int
+}
+
+type arrival struct {
+	at                 int64 // unix nanoseconds
+	content, reasoning int64
+}
+
+// add feeds what one event added to a watched choice and reports whether
+// it degenerated.
+func (w *cutWatch) add(u answerUpdate) bool {
+	w.bytes += int64(len(u.text) + len(u.reasoning))
+	if u.choice == 0 {
+		w.text += int64(len(u.text))
+		w.reasoning += int64(len(u.reasoning))
+		w.arrive()
+	}
+	if len(u.text) > 0 && w.watch(&w.content[u.choice], u.text) {
+		if u.choice == 0 {
+			w.slot = 1
+		}
+		return true
+	}
+	if len(u.reasoning) > 0 && w.watch(&w.reason[u.choice], u.reasoning) {
+		if u.choice == 0 {
+			w.slot = 2
+		}
+		return true
+	}
+	return false
+}
+
+// arrive notes the time and choice 0's text offsets after an event.
+func (w *cutWatch) arrive() {
+	w.arrivals[w.nArrivals%len(w.arrivals)] = arrival{at: time.Now().UnixNano(), content: w.text, reasoning: w.reasoning}
+	w.nArrivals++
+}
+
+// watch feeds text to a (lazily created) detector and records a cut.
+func (w *cutWatch) watch(slot **inspect.Degeneration, text []byte) bool {
+	if *slot == nil {
+		*slot = inspect.NewDegeneration(*w.cfg)
+	}
+	if !(*slot).Write(text) {
+		return false
+	}
+	w.cutAt((*slot).Detection(), (*slot).Offset())
+	return true
+}
+
+// textDetector returns the (lazily created) detector of choice's text, for
+// a non-streamed answer.
+func (w *cutWatch) textDetector(choice int) *inspect.Degeneration {
+	if w.content[choice] == nil {
+		w.content[choice] = inspect.NewDegeneration(*w.cfg)
+	}
+	return w.content[choice]
+}
+
+// cutAt records the cut det, which found the degeneration beginning at
+// offset in the text.
+func (w *cutWatch) cutAt(det inspect.Detection, offset int64) {
+	w.cut, w.offset, w.at = &det, offset, time.Now()
+}
+
+// delay is the time from the arrival of the first degenerate byte to the
+// cut, or 0 when the cut was not in choice 0's text. When that byte is
+// older than the remembered events, the oldest one bounds it from below.
+func (w *cutWatch) delay() time.Duration {
+	if w.slot == 0 || w.nArrivals == 0 {
+		return 0
+	}
+	n := min(w.nArrivals, len(w.arrivals))
+	first := w.arrivals[(w.nArrivals-n)%len(w.arrivals)].at
+	for i := w.nArrivals - n; i < w.nArrivals; i++ {
+		a := w.arrivals[i%len(w.arrivals)]
+		end := a.content
+		if w.slot == 2 {
+			end = a.reasoning
+		}
+		if end > w.offset {
+			first = a.at
+			break
+		}
+	}
+	return w.at.Sub(time.Unix(0, first))
+}
+
+// reset readies w for another answer, keeping its detectors.
+func (w *cutWatch) reset() {
+	for i := range w.content {
+		if d := w.content[i]; d != nil {
+			d.Reset()
+		}
+		if d := w.reason[i]; d != nil {
+			d.Reset()
+		}
+	}
+	w.cfg, w.bytes, w.text, w.reasoning, w.nArrivals = nil, 0, 0, 0, 0
+	w.cut, w.offset, w.at, w.slot = nil, 0, time.Time{}, 0
+}

@@ -1,0 +1,260 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/observe"
+	"github.com/loopguard/loopguard/policy"
+	"github.com/loopguard/loopguard/sse"
+	"github.com/valyala/fasthttp"
+)
+
+// answerObserver watches the answer to one guarded request as it passes:
+// its API's answer reads each event, and small parts, each owning its
+// state, act on what it read:
+//
+//   - watch (answer_cut.go): degeneration of the text, and the cut;
+//   - dedup (answer_dedup.go): duplicate tool calls in one answer;
+//   - holder (answer_hold.go): stream.hold_tool_calls;
+//   - trimmer (answer_trim.go): stream.tail = "trim";
+//   - record (answer_record.go): the Responses history record.
+//
+// The API's answer writes the end of a cut stream in its own shape
+// (api_chat.go, api_responses.go, api_anthropic.go). Observers are pooled.
+type answerObserver struct {
+	pipeline *pipeline
+	plan     *plan
+	done     func(*ChatEvent)
+	answer   answer
+
+	watch   cutWatch
+	dedup   callDedup
+	holder  callHolder
+	trimmer trimmer
+	record  answerRecord
+
+	status int
+	// endPending: the cut's end waits for an event (deferredEnd).
+	endPending bool
+	encoded    bool // the answer is compressed: forward it uninspected
+	abandoned  bool // a call panicked: not returned to the pool
+
+	bodyUsage observe.Usage // the usage of a non-streamed answer
+}
+
+var observerPool = sync.Pool{New: func() any { return new(answerObserver) }}
+
+func newAnswerObserver(p *pipeline, pl *plan, done func(*ChatEvent)) *answerObserver {
+	o := observerPool.Get().(*answerObserver)
+	o.pipeline, o.plan, o.done = p, pl, done
+	o.answer = pl.api.newAnswer()
+	o.watch.cfg = &p.cfg.Detect.Stream
+	o.record.start(p, pl, o.answer)
+	if p.cfg.Stream.HoldToolCalls && pl.stream && !pl.passive {
+		o.holder.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
+	}
+	o.trimmer.on = p.cfg.Stream.Tail == TailTrim && o.cuts()
+	return o
+}
+
+// cuts reports whether this answer may be cut: stream.cut is on and the
+// request's policy mode is enforce (shadow and off change nothing).
+func (o *answerObserver) cuts() bool { return o.pipeline.cfg.Stream.Cut && !o.plan.passive }
+
+func (o *answerObserver) abandon() { o.abandoned = true }
+
+// release returns o, its parts and its answer to their pools, unless a
+// panic left them in a state no other answer should inherit.
+func (o *answerObserver) release() {
+	if o.abandoned {
+		return
+	}
+	o.answer.release()
+	o.watch.reset()
+	o.dedup.reset()
+	o.holder.reset()
+	o.trimmer.reset()
+	o.record.reset()
+	o.pipeline, o.plan, o.done, o.answer = nil, nil, nil, nil
+	o.status, o.endPending, o.encoded = 0, false, false
+	o.bodyUsage = observe.Usage{}
+	observerPool.Put(o)
+}
+
+func (o *answerObserver) header(status int, h *fasthttp.ResponseHeader) {
+	o.status = status
+	setLoopHeaders(h, o.plan)
+	// We asked for identity; an upstream that compresses anyway is passed
+	// through uninspected rather than parsed as garbage (proxy-notes P2).
+	if ce := h.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !asciiEqualFold(ce, "identity") {
+		o.encoded = true
+	}
+}
+
+// event handles one event: the parts that hold events back (holder,
+// trimmer) take it while they are on; otherwise it is forwarded, then read
+// (or read first, where the answer says so), and a cut ends the stream in
+// the answer's shape.
+func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
+	if o.encoded {
+		return append(out, ev.Raw...), false
+	}
+	if o.watch.cut == nil {
+		switch {
+		case o.record.completes(ev):
+			return o.recordAnswer(ev, out), false
+		case o.holder.holding():
+			return o.plan.api.holdEvent(&o.holder, o, ev, out)
+		case o.trimmer.on:
+			return o.trimmer.event(o, ev, out)
+		}
+	} else if o.endPending {
+		return o.answer.(deferredEnd).appendDeferredEnd(ev, out, o.ending()), true
+	}
+	if o.watch.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.cuts() && !o.record.active() {
+		return append(out, ev.Raw...), false
+	}
+	if o.answer.readFirst(ev.Data) {
+		_ = o.answer.add(ev.Data, o)
+		if o.watch.cut != nil && o.cuts() {
+			return o.appendEnd(out)
+		}
+		return append(out, ev.Raw...), false
+	}
+	// Forward first: inspection never holds back content.
+	out = append(out, ev.Raw...)
+	if err := o.answer.add(ev.Data, o); err != nil || o.watch.cut == nil || !o.cuts() {
+		return out, false // an upstream error event or a chunk we cannot read: forward only
+	}
+	return o.appendEnd(out)
+}
+
+// recordAnswer reads the event that completes a recorded answer and saves
+// the record before the agent sees the end.
+func (o *answerObserver) recordAnswer(ev *sse.Event, out []byte) []byte {
+	out = o.end(out)
+	if o.answer.add(ev.Data, o) == nil {
+		o.record.save()
+	}
+	return append(out, ev.Raw...)
+}
+
+// update is told what each event added to the answer (updateSink): the
+// watched text goes to the cut watch, choice 0's tool calls to the holder
+// and the call dedup.
+func (o *answerObserver) update(u answerUpdate) {
+	if o.watch.cut != nil || u.choice < 0 || u.choice >= maxWatchedChoices {
+		return
+	}
+	if o.watch.add(u) {
+		return
+	}
+	if u.choice == 0 {
+		o.holder.note(u)
+		o.dedup.note(u, o.answer, &o.watch)
+	}
+}
+
+// appendEnd appends the end of a cut stream in the answer's shape; stop
+// false when the answer ends it after a further event (deferredEnd).
+func (o *answerObserver) appendEnd(out []byte) ([]byte, bool) {
+	out, stop := o.answer.appendEnd(out, o.ending())
+	o.endPending = !stop
+	return out, stop
+}
+
+// ending is what the end of a cut stream reports beside the answer.
+func (o *answerObserver) ending() ending {
+	return ending{
+		cut:          o.watch.cut,
+		offset:       o.watch.offset,
+		bytes:        o.watch.bytes,
+		finishReason: o.pipeline.cfg.Stream.FinishReason,
+		usage:        o.plan.usage,
+		model:        o.plan.model,
+	}
+}
+
+// end releases what the observer still holds when the stream is over
+// without a cut (the upstream finished, failed or went idle): the events
+// tail = "trim" keeps back and the held tool-call events. Held events wait
+// for what follows them; at the end nothing follows, and the client must
+// get every byte the upstream sent (issue 10).
+func (o *answerObserver) end(out []byte) []byte {
+	out = o.trimmer.release(out, 1<<62)
+	return o.holder.release(out)
+}
+
+// body inspects a non-streamed answer: a degenerate text is cut at the
+// offset where the repetition began, in the API's shape (wireAPI.cutBody).
+func (o *answerObserver) body(status int, b []byte) []byte {
+	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
+		return nil
+	}
+	o.bodyUsage = answerUsage(b)
+	var out []byte
+	if o.cuts() {
+		out = o.plan.api.cutBody(&o.watch, b, o.pipeline.cfg.Stream.FinishReason)
+	}
+	// The record holds the output as the agent got it.
+	o.record.body(b, out)
+	return out
+}
+
+// usage returns the token usage the upstream reported for the answer: from
+// the body for a plain answer (read by body), else from the stream.
+func (o *answerObserver) usage() observe.Usage {
+	if o.bodyUsage != (observe.Usage{}) {
+		return o.bodyUsage
+	}
+	u := o.answer.usage()
+	return observe.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+}
+
+// finish records a cut in the session, so the next request tells the model
+// its answer degenerated, and returns o to the pool.
+func (o *answerObserver) finish(cause error, info *observe.ResponseInfo) {
+	w := &o.watch
+	saved := 0
+	if w.cut != nil && o.plan.maxTok > 0 {
+		saved = max(0, int(o.plan.maxTok)-estimateTokens(w.bytes))
+	}
+	info.Session = o.plan.key
+	info.Usage = o.usage()
+	if info.Status == fasthttp.StatusOK {
+		o.record.finish()
+	}
+	if w.cut != nil && !o.holder.replaced {
+		info.Cut = policy.Cut{Category: w.cut.Category, Offset: w.offset, TokensSaved: saved, At: w.at}
+		info.CutDelay = w.delay()
+		if o.plan.key != "" {
+			t := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), o.pipeline.storeTimeout)
+			if err := o.pipeline.policy.RecordCut(ctx, o.plan.key, info.Cut); err != nil {
+				o.pipeline.failOpen(nil, "store", err)
+			}
+			cancel()
+			info.CutStoreDuration = time.Since(t)
+		}
+	}
+	if errors.Is(cause, errCut) {
+		// Closing the connection does not stop a resumable stream.
+		o.plan.resume.stop()
+	}
+	if o.done != nil {
+		ev := o.plan.event()
+		ev.Status = info.Status
+		ev.Cut, ev.CutOffset, ev.TokensSaved = w.cut, w.offset, saved
+		o.done(&ev)
+	}
+	o.release()
+}
+
+var (
+	_ responseObserver = (*answerObserver)(nil)
+	_ updateSink       = (*answerObserver)(nil)
+)

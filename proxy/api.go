@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/sse"
+)
+
+// wireAPI is what the request flow needs to know about one wire API that
+// loopguard guards (chat completions, the Responses API, Anthropic
+// Messages). Its hooks are fields, as httputil.ReverseProxy's are: the flow
+// calls them and never asks which API it serves. Each API is one value,
+// declared in its own file (api_chat.go, api_responses.go,
+// api_anthropic.go) with its answer (see answer); guardedAPI maps request
+// paths to them. Adding an API is one more such file, its inject and sse
+// counterparts, and its tests. Every hook but history is required.
+type wireAPI struct {
+	// name is the API as inspect and policy know it.
+	name inspect.API
+	// apply writes a decision's warnings, constraints and collapse into a
+	// request body (inject.Injector's Apply and its kin).
+	apply func(in *inject.Injector, body []byte, e inject.Edit) (inject.Result, error)
+	// terminate renders LOOP_DETECTED as the API answers it: a message, a
+	// stream or an error, as the request asked.
+	terminate func(in *inject.Injector, body []byte, l inject.Loop) (inject.Response, error)
+	// history, if not nil, returns the history to judge when a request may
+	// continue one the upstream keeps (Responses: responses_record.go), and
+	// sets pl.record to extend it with the answer. Nil: the request carries
+	// its whole history.
+	history func(p *pipeline, ctx context.Context, pl *plan, body []byte) []byte
+	// newAnswer returns a reader of one streamed answer, from the API's
+	// pool; its release puts it back.
+	newAnswer func() answer
+	// holdEvent is how the API's tool calls are held (answer_hold.go):
+	// (*callHolder).chunkEvent where a call ends when the next begins or
+	// the choice finishes (chat), (*callHolder).itemEvent where each call
+	// opens and closes with events of its own.
+	holdEvent func(h *callHolder, o *answerObserver, ev *sse.Event, out []byte) ([]byte, bool)
+	// cutBody cuts a degenerate non-streamed answer where w's detectors
+	// find the repetition began, and records the cut in w; nil when the
+	// answer is left alone. finish is stream.finish_reason.
+	cutBody func(w *cutWatch, b []byte, finish string) []byte
+}
+
+// answer reads one streamed answer in its API's shape as it passes, and
+// writes the events loopguard ends it with in that shape. It holds the
+// API's accumulator from sse; the observer holds one per request.
+type answer interface {
+	// add folds one event's data into the answer and tells to what it
+	// added; data it cannot read returns an error and changes nothing.
+	add(data []byte, to updateSink) error
+	// readFirst reports whether an event must be read before it is
+	// forwarded, because a cut it shows replaces it (chat: a chunk that
+	// opens a tool call may show the call before it a duplicate).
+	readFirst(data []byte) bool
+	// toolCall returns the name and arguments of the answer's pos-th tool
+	// call (chat: of choice 0), ok false if there is none.
+	toolCall(pos int) (name, args []byte, ok bool)
+	// usage is the token usage the upstream reported, zero if none.
+	usage() sse.Usage
+	// textPath is where an event's data carries the text it adds to the
+	// answer (chat: choice 0's content), for tail = "trim".
+	textPath() string
+	// dropText takes the last n bytes of text off the answer: the client
+	// never got them (tail = "trim").
+	dropText(n int)
+	// appendEnd appends the events that end the stream after the cut e
+	// describes. stop false: the end waits for a further event, handled by
+	// the answer's deferredEnd.
+	appendEnd(b []byte, e ending) (_ []byte, stop bool)
+	// appendReplacement ends the stream with text, the LOOP_DETECTED
+	// answer, in place of the held tool call that began at at.
+	appendReplacement(b []byte, e ending, text string, at heldCall) []byte
+	// release empties the answer and returns it to its API's pool.
+	release()
+}
+
+// deferredEnd is an answer whose end after a cut may wait for one more
+// event (Responses: a duplicate call's output_item.done, so that the stream
+// shows whole calls only).
+type deferredEnd interface {
+	// appendDeferredEnd handles the event after a cut whose appendEnd did
+	// not stop, and appends the end.
+	appendDeferredEnd(ev *sse.Event, out []byte, e ending) []byte
+}
+
+// recordedAnswer is an answer whose output loopguard records for the
+// requests that continue it (Responses: responses_record.go).
+type recordedAnswer interface {
+	// responseID is the answer's id, "" before the stream named it.
+	responseID() string
+	// appendOutput appends the answer's output items as a JSON array.
+	appendOutput(dst []byte) []byte
+}
+
+// updateSink is told what each event added to an answer.
+type updateSink interface{ update(answerUpdate) }
+
+// answerUpdate is what one event added to a streamed answer, whatever its
+// API. Its slices alias the answer's buffers until the next add.
+type answerUpdate struct {
+	// choice is chat's choice index; 0 in the other APIs.
+	choice int
+	// text and reasoning are the decoded text the event added.
+	text, reasoning []byte
+	// toolCall: the chat chunk carried tool-call deltas for the choice.
+	toolCall bool
+	// finish: the chat chunk finished the choice, so each of its calls is
+	// complete.
+	finish bool
+	// callStarted is where the first tool call the event began sits in the
+	// API's own numbering (chat: its position among the choice's calls,
+	// each one before it being complete; Responses: its output_index;
+	// Anthropic: its content block index), -1 if none began.
+	callStarted int
+	// callDone is the position of the tool call the event completed
+	// (Responses, Anthropic), -1 if none.
+	callDone int
+	// sequence is the last sequence_number before the event (Responses).
+	sequence int
+}
+
+// ending is what the events that end a cut answer report beside what the
+// answer read itself.
+type ending struct {
+	cut *inspect.Detection
+	// offset is where in the answer's text the degeneration began.
+	offset int64
+	// bytes is the text generated: the output tokens, estimated.
+	bytes int64
+	// finishReason is stream.finish_reason.
+	finishReason string
+	// usage: the request asked for a usage chunk (chat's
+	// stream_options.include_usage).
+	usage bool
+	// model is the request's model, for a stream that named none.
+	model string
+}
+
+// heldCall is where a held tool call began: its output_index or content
+// block index, and the last sequence_number sent before it (Responses).
+type heldCall struct{ index, sequence int }
+
+// estimateTokens turns generated text bytes into tokens at about four bytes a token.
+func estimateTokens(n int64) int { return int((n + 3) / 4) }

@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/sse"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// chatAPI is OpenAI's chat completions (POST /v1/chat/completions), which
+// most servers speak: every request carries the whole history.
+var chatAPI = &wireAPI{
+	name:      inspect.ChatCompletions,
+	apply:     (*inject.Injector).Apply,
+	terminate: (*inject.Injector).Terminate,
+	newAnswer: func() answer { return chatStreams.Get().(*chatStream) },
+	holdEvent: (*callHolder).chunkEvent,
+	cutBody:   cutChatBody,
+}
+
+// chatStream is a streamed chat completion: chunks of choices whose tool
+// calls end only when the next begins or the choice finishes.
+type chatStream struct {
+	acc sse.ChatAccumulator
+	to  updateSink // of the add in progress
+}
+
+var chatStreams = sync.Pool{New: func() any { return new(chatStream) }}
+
+func (a *chatStream) add(data []byte, to updateSink) error {
+	a.to = to
+	return a.acc.Add(data, a.delta)
+}
+
+// delta tells the sink what one chunk added to one choice.
+func (a *chatStream) delta(d sse.Delta) {
+	a.to.update(answerUpdate{
+		choice:      d.Choice,
+		text:        d.Content,
+		reasoning:   d.Reasoning,
+		toolCall:    d.ToolCall,
+		finish:      d.FinishReason != nil,
+		callStarted: d.ToolCallStarted,
+		callDone:    -1,
+	})
+}
+
+// toolCallsKey marks chunks that carry tool calls or finish them.
+var toolCallsKey = []byte(`"tool_calls"`)
+
+// readFirst: a chunk that may open a tool call or finish the calls is read
+// before it is forwarded: when it shows that the call before it was a
+// duplicate, the cut replaces it, so the agent never sees the start of a
+// further call (an empty, unrunnable one).
+func (a *chatStream) readFirst(data []byte) bool { return bytes.Contains(data, toolCallsKey) }
+
+func (a *chatStream) toolCall(pos int) (name, args []byte, ok bool) {
+	return a.acc.ToolCallBytes(0, pos)
+}
+
+func (a *chatStream) usage() sse.Usage {
+	u, _ := a.acc.Usage()
+	return u
+}
+
+func (a *chatStream) textPath() string { return "choices.0.delta.content" }
+
+// dropText does nothing: a cut chat stream's end does not repeat the text.
+func (a *chatStream) dropText(int) {}
+
+// appendEnd appends the end of the client's stream after a cut,
+// well-formed: a comment naming the rule, a final chunk per choice carrying
+// the stream's id, model and created, a usage chunk if the request asked
+// for one, and [DONE].
+func (a *chatStream) appendEnd(b []byte, e ending) ([]byte, bool) {
+	b = append(b, ": loopguard cut category="...)
+	b = append(b, e.cut.Category...)
+	b = append(b, " offset="...)
+	b = strconv.AppendInt(b, e.offset, 10)
+	b = append(b, "\n\n"...)
+
+	finish := e.finishReason
+	if e.cut.Category == inspect.ToolRepetition {
+		finish = "tool_calls"
+	}
+	n := len(a.acc.Choices())
+	if n == 0 {
+		n = 1
+	}
+	for i := 0; i < n; i++ {
+		b = append(b, "data: "...)
+		b = a.appendChunkHead(b, e.model)
+		b = append(b, `"choices":[{"index":`...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, `,"delta":{},"finish_reason":`...)
+		b = rawjson.AppendQuote(b, finish)
+		b = append(b, "}]}\n\n"...)
+	}
+	if e.usage {
+		prompt := 0
+		if u, ok := a.acc.Usage(); ok {
+			prompt = u.PromptTokens
+		}
+		completion := estimateTokens(e.bytes)
+		b = append(b, "data: "...)
+		b = a.appendChunkHead(b, e.model)
+		b = append(b, `"choices":[],"usage":{"prompt_tokens":`...)
+		b = strconv.AppendInt(b, int64(prompt), 10)
+		b = append(b, `,"completion_tokens":`...)
+		b = strconv.AppendInt(b, int64(completion), 10)
+		b = append(b, `,"total_tokens":`...)
+		b = strconv.AppendInt(b, int64(prompt+completion), 10)
+		// completion_tokens is counted by loopguard, not by the model.
+		b = append(b, `,"estimated":true}}`+"\n\n"...)
+	}
+	return append(b, "data: [DONE]\n\n"...), true
+}
+
+// appendReplacement ends the stream with the LOOP_DETECTED text as choice
+// 0's content, in the stream's own id and model.
+func (a *chatStream) appendReplacement(b []byte, e ending, text string, _ heldCall) []byte {
+	b = append(b, "data: "...)
+	b = a.appendChunkHead(b, e.model)
+	b = append(b, `"choices":[{"index":0,"delta":{"role":"assistant","content":`...)
+	b = rawjson.AppendQuote(b, text)
+	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
+	b = append(b, "data: "...)
+	b = a.appendChunkHead(b, e.model)
+	b = append(b, `"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\n"...)
+	return append(b, "data: [DONE]\n\n"...)
+}
+
+// appendChunkHead writes the id, object, created and model members of a
+// chunk of this stream, opening the object; model stands in for a stream
+// that named none.
+func (a *chatStream) appendChunkHead(b []byte, model string) []byte {
+	b = append(b, `{"id":`...)
+	b = rawjson.AppendQuote(b, a.acc.ID())
+	b = append(b, `,"object":"chat.completion.chunk","created":`...)
+	b = strconv.AppendInt(b, a.acc.Created(), 10)
+	b = append(b, `,"model":`...)
+	if m := a.acc.Model(); m != "" {
+		model = m
+	}
+	b = rawjson.AppendQuote(b, model)
+	return append(b, ',')
+}
+
+func (a *chatStream) release() {
+	a.acc.Reset()
+	a.to = nil
+	chatStreams.Put(a)
+}
+
+// cutChatBody cuts a degenerate non-streamed chat answer: each choice's
+// text is cut at the offset where its repetition began, with finish_reason
+// set as for streams.
+func cutChatBody(w *cutWatch, b []byte, finish string) []byte {
+	out := b
+	changed := false
+	gjson.GetBytes(b, "choices").ForEach(func(i, ch gjson.Result) bool {
+		text := ch.Get("message.content")
+		if text.Type != gjson.String || i.Int() >= maxWatchedChoices {
+			return true
+		}
+		d := w.textDetector(min(int(i.Int()), maxWatchedChoices-1))
+		s := text.String()
+		w.bytes += int64(len(s))
+		if !d.Write([]byte(s)) {
+			return true
+		}
+		det := d.Detection()
+		off := d.Offset()
+		if off < 0 || off > int64(len(s)) {
+			off = int64(len(s))
+		}
+		w.cutAt(det, off)
+		idx := strconv.FormatInt(i.Int(), 10)
+		var err error
+		if out, err = sjson.SetBytes(out, "choices."+idx+".message.content", s[:off]); err != nil {
+			return false
+		}
+		if out, err = sjson.SetBytes(out, "choices."+idx+".finish_reason", finish); err != nil {
+			return false
+		}
+		changed = true
+		return true
+	})
+	if !changed {
+		return nil
+	}
+	return out
+}
+
+var _ answer = (*chatStream)(nil)
