@@ -2,13 +2,15 @@ package inspect
 
 import (
 	"container/list"
-	"hash/maphash"
+	"crypto/rand"
+	"encoding/binary"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/zeebo/xxh3"
 )
 
 // SessionCache keeps, per session, what parsing the session's last request
@@ -25,7 +27,8 @@ import (
 // The cache is a local LRU bounded by a memory budget. It is safe for
 // concurrent use.
 type SessionCache struct {
-	seed   maphash.Seed
+	seed uint64 // of the prefix hashes, random: histories are the clients'
+
 	budget int64
 	hits   atomic.Uint64
 	misses atomic.Uint64
@@ -49,7 +52,9 @@ func NewSessionCache(budget int64) *SessionCache {
 	if budget <= 0 {
 		return nil
 	}
-	return &SessionCache{seed: maphash.MakeSeed(), budget: budget, entries: map[string]*list.Element{}}
+	var seed [8]byte
+	rand.Read(seed[:]) // never fails (crypto/rand)
+	return &SessionCache{seed: binary.LittleEndian.Uint64(seed[:]), budget: budget, entries: map[string]*list.Element{}}
 }
 
 // Stats returns the cache's counters; the zero CacheStats for a nil cache.
@@ -70,11 +75,9 @@ type cacheEntry struct {
 	api  API
 	meta []string
 	// The history array's first prefix bytes, from its '[' to the end of
-	// its last message (message n-1), hash to sum; hash is the hasher's
-	// state after them, to go on with the next messages.
+	// its last message (message n-1), hash to sum.
 	n, prefix int
 	sum       uint64
-	hash      maphash.Hash
 	last      [2]int // the last message's offsets in the array
 	steps     []Step
 	start     int
@@ -114,8 +117,7 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	if !ok {
 		api, walk = ChatCompletions, (*parser).chat
 	}
-	sp := &sessionParse{}
-	sp.hash.SetSeed(c.seed)
+	sp := &sessionParse{hash: prefixHash{chain: c.seed}}
 	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) {
 		sp.locate(body, api, prev)
 	}
@@ -182,9 +184,9 @@ type sessionParse struct {
 	// hist and model are the body's history array and model, found by
 	// locate when prev is set.
 	hist, model string
-	// hash has read the history array up to region, which ends after
-	// message n-1 (last).
-	hash      maphash.Hash
+	// hash has read the history array's full blocks of those locate
+	// checked; region ends after message n-1 (last).
+	hash      prefixHash
 	region, n int
 	last      [2]int
 	arr       int // the history array's offset in the body
@@ -236,9 +238,9 @@ func (sp *sessionParse) locate(body []byte, api API, prev *cacheEntry) {
 			hist = "-" // not the cached history: ends the walk below
 			return len(src)
 		}
-		h = sp.hash
-		h.WriteString(src[at : at+prev.prefix])
-		if h.Sum64() != prev.sum {
+		var sum uint64
+		h, sum = sp.hash.extend(src[at : at+prev.prefix])
+		if sum != prev.sum {
 			hist = "-"
 			return len(src)
 		}
@@ -344,8 +346,8 @@ func (p *parser) restore(prev *cacheEntry) {
 	p.lastAssistant, p.open = prev.lastAssistant, prev.open
 }
 
-// note adds message raw, a view of the history array, to the hash of
-// the array's bytes so far, for the next request's prefix check.
+// note records message raw, a view of the history array, as the last one
+// read: the next request's prefix check covers the array up to its end.
 func (p *parser) note(raw string) {
 	sp := p.sess
 	if sp == nil {
@@ -353,7 +355,6 @@ func (p *parser) note(raw string) {
 	}
 	start := p.offset(raw) - sp.arr
 	end := start + len(raw)
-	sp.hash.WriteString(p.src[sp.arr+sp.region : sp.arr+end])
 	sp.region, sp.last = end, [2]int{start, end}
 	sp.n++
 }
@@ -365,6 +366,7 @@ func (sp *sessionParse) finish(p *parser) {
 		return
 	}
 	t := p.t
+	_, sum := sp.hash.extend(p.src[sp.arr : sp.arr+sp.region])
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
 		calls += len(t.Steps[s].Calls)
@@ -372,8 +374,7 @@ func (sp *sessionParse) finish(p *parser) {
 	sp.done = &cacheEntry{
 		n:             sp.n,
 		prefix:        sp.region,
-		sum:           sp.hash.Sum64(),
-		hash:          sp.hash,
+		sum:           sum,
 		last:          sp.last,
 		steps:         slices.Clip(t.Steps),
 		start:         t.Start,
@@ -382,6 +383,32 @@ func (sp *sessionParse) finish(p *parser) {
 		open:          p.open,
 		held:          sp.held + p.ar.held,
 	}
+}
+
+// hashBlock is the size of the blocks prefixHash hashes one at a time: at
+// memory speed (xxh3 one-shot), and small enough that re-reading the
+// partial last block of a prefix costs next to nothing.
+const hashBlock = 64 << 10
+
+// prefixHash hashes a history array's first bytes as a chain of xxh3
+// hashes of its full hashBlock-byte blocks, each seeded with the hash
+// before it (the first with the cache's seed), and of the partial block
+// left. The chain after the full blocks is kept, so a longer prefix of
+// the same array is hashed from there: one pass over the array per
+// request, whatever its length.
+type prefixHash struct {
+	blocks int    // full blocks hashed
+	chain  uint64 // the hash after them
+}
+
+// extend returns the state after the full blocks of prefix, which begins
+// with the h.blocks blocks h has hashed, and the hash of the whole prefix.
+func (h prefixHash) extend(prefix string) (prefixHash, uint64) {
+	for end := (h.blocks + 1) * hashBlock; end <= len(prefix); end += hashBlock {
+		h.chain = xxh3.HashStringSeed(prefix[end-hashBlock:end], h.chain)
+		h.blocks++
+	}
+	return h, xxh3.HashStringSeed(prefix[h.blocks*hashBlock:], h.chain)
 }
 
 // copyTo copies c to dst field by field: c may be in a Trajectory being

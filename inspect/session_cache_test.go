@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -388,5 +389,84 @@ func TestSessionCacheCutBodies(t *testing.T) {
 			c.put(prev)
 			checkSame(t, e, c, "s", api, full[:i], fmt.Sprintf("%s cut at %d", api, i))
 		}
+	}
+}
+
+// TestPrefixHashChain: hashing a prefix in several extensions gives the
+// one-pass hash and state, over block boundaries; any changed byte, in a
+// full block or in the partial one, changes the hash.
+func TestPrefixHashChain(t *testing.T) {
+	src := make([]byte, 3*hashBlock+777)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range src {
+		src[i] = byte(rng.IntN(256))
+	}
+	s := string(src)
+	for _, tt := range []struct {
+		name  string
+		steps []int // prefix lengths, growing
+	}{
+		{"within a block", []int{10, 100, hashBlock - 1}},
+		{"onto a boundary", []int{hashBlock - 5, hashBlock, 2 * hashBlock}},
+		{"over blocks", []int{1, hashBlock + 1, 3*hashBlock + 700, len(s)}},
+		{"empty first", []int{0, 2*hashBlock + 3}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := prefixHash{chain: 42}
+			for _, n := range tt.steps {
+				var sum uint64
+				h, sum = h.extend(s[:n])
+				once, want := prefixHash{chain: 42}.extend(s[:n])
+				if h != once || sum != want {
+					t.Fatalf("prefix %d: state %+v sum %x extended, %+v %x at once", n, h, sum, once, want)
+				}
+				if h.blocks != n/hashBlock {
+					t.Fatalf("prefix %d: %d full blocks, want %d", n, h.blocks, n/hashBlock)
+				}
+			}
+		})
+	}
+	_, want := prefixHash{chain: 42}.extend(s)
+	for _, at := range []int{0, hashBlock - 1, hashBlock, 2*hashBlock + 5, len(s) - 1} {
+		b := []byte(s)
+		b[at]++
+		if _, sum := (prefixHash{chain: 42}).extend(string(b)); sum == want {
+			t.Errorf("byte %d changed, same hash", at)
+		}
+	}
+	if _, sum := (prefixHash{chain: 43}).extend(s); sum == want {
+		t.Error("another seed, same hash")
+	}
+}
+
+// TestSessionCacheLongHistory grows a history of several hash blocks turn
+// by turn, then edits one message early in it (in the first block) and
+// one late (in the partial block): every turn must parse and judge as
+// uncached, growing turns must hit, and edits must miss.
+func TestSessionCacheLongHistory(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(120))
+	if n := len(h.body(h.msgs)); n < 3*hashBlock {
+		t.Fatalf("history of %d bytes: want several hash blocks", n)
+	}
+	c := NewSessionCache(64 << 20)
+	for k := 1; k <= len(h.msgs); k++ {
+		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
+	}
+	if st := c.Stats(); st.Hits != uint64(len(h.msgs)-1) || st.Misses != 1 {
+		t.Fatalf("stats %+v after %d growing turns; want every turn after the first to hit", st, len(h.msgs))
+	}
+	for _, i := range []int{3, len(h.msgs) - 2} {
+		msgs := slices.Clone(h.msgs)
+		msgs[i] = editMessage(t, msgs[i], false)
+		before := c.Stats().Misses
+		checkSame(t, e, c, "s", ChatCompletions, h.body(msgs), fmt.Sprintf("message %d edited", i))
+		if c.Stats().Misses != before+1 {
+			t.Errorf("message %d edited: served from the cache", i)
+		}
+		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs), "the original again") // a miss, then the cache holds it
 	}
 }
