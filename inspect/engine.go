@@ -225,12 +225,9 @@ func (in *inspection) collect() {
 				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
 				// A call that only looks and shows content (a log tail with
 				// an ERROR line in it) did not fail: what it shows may change.
-				if x.isErr && readOnly(c) {
-					out := outputText(c.Result)
-					x.look = strings.Count(out[:min(len(out), 2048)], "\n") >= 3
-				}
-				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
-				x.ack = !x.isErr && !x.neg && isAck(c.Result)
+				x.look = x.isErr && readOnly(c) && c.showsLines()
+				x.neg = !x.isErr && searchLike(c) && c.negativeResult() || x.isErr && !x.meaningful && c.negativeResult()
+				x.ack = !x.isErr && !x.neg && c.isAck()
 			}
 			evs = append(evs, x)
 		}
@@ -372,12 +369,15 @@ func withOutcome(ev *Evidence, c *Call) {
 	if c.IsError {
 		ev.Error = c.ErrorText
 	}
-	ev.Result = shorten(collapseSpace(normalizedText(resultText(c.Result))), 300)
+	ev.Result = c.outcome()
 }
 
+// maxNormalizedText is how much of a text normalizedText reads.
+const maxNormalizedText = 4096
+
 func normalizedText(s string) string {
-	if len(s) > 4096 {
-		s = s[:4096]
+	if len(s) > maxNormalizedText {
+		s = s[:maxNormalizedText]
 	}
 	return string(appendNormalized(nil, s))
 }

@@ -27,8 +27,7 @@ import (
 // The cache is a local LRU bounded by a memory budget. It is safe for
 // concurrent use.
 type SessionCache struct {
-	seed uint64 // of the prefix hashes, random: histories are the clients'
-
+	seed   uint64 // of the prefix hashes, random: histories are the clients'
 	budget int64
 	hits   atomic.Uint64
 	misses atomic.Uint64
@@ -84,6 +83,8 @@ type cacheEntry struct {
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
+	// digested: the steps' results are digests (see compact).
+	digested bool
 	// held is the arena memory the steps' strings keep alive.
 	held  int
 	bytes int64
@@ -117,8 +118,10 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	if !ok {
 		api, walk = ChatCompletions, (*parser).chat
 	}
-	sp := &sessionParse{hash: prefixHash{chain: c.seed}}
-	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) {
+	// Results are digested unless a rule reads all their text: an error
+	// pattern of the configuration.
+	sp := &sessionParse{hash: prefixHash{chain: c.seed}, digest: len(e.patterns) == 0}
+	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) && prev.digested == sp.digest {
 		sp.locate(body, api, prev)
 	}
 	t, err := parseBody(body, meta, walk, sp)
@@ -191,8 +194,9 @@ type sessionParse struct {
 	last      [2]int
 	arr       int // the history array's offset in the body
 	base      int // steps taken over from prev
-	held      int // arena memory of those steps' strings
+	held      int // memory of those steps' strings
 	calls     int // calls in those steps
+	digest    bool
 	done      *cacheEntry
 }
 
@@ -367,6 +371,18 @@ func (sp *sessionParse) finish(p *parser) {
 	}
 	t := p.t
 	_, sum := sp.hash.extend(p.src[sp.arr : sp.arr+sp.region])
+	held := sp.held + p.ar.held
+	if sp.digest {
+		// The steps this parse wrote: the new ones and the restored ones
+		// it may have changed.
+		lo := 0
+		var prev []Step
+		if sp.prev != nil {
+			lo = max(0, sp.base-lookBack)
+			prev = sp.prev.steps[lo:]
+		}
+		held = sp.held + compact(t.Steps[lo:], prev)
+	}
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
 		calls += len(t.Steps[s].Calls)
@@ -381,8 +397,82 @@ func (sp *sessionParse) finish(p *parser) {
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
 		open:          p.open,
-		held:          sp.held + p.ar.held,
+		digested:      sp.digest,
+		held:          held,
 	}
+}
+
+// compact digests the results of steps (see digestResult), drops their
+// reasoning (no rule reads it) and moves the strings they got from this
+// parse into one allocation of their size, so that the cache keeps
+// neither the parse's arena nor the tool output in it. A string of step i
+// that is prev[i]'s (a restored step) is already the cache's. It returns
+// the memory the steps' new strings and digests hold.
+func compact(steps, prev []Step) int {
+	n := 0
+	each := func(own func(*string)) {
+		for i := range steps {
+			st := &steps[i]
+			var ps *Step
+			if i < len(prev) {
+				ps = &prev[i]
+			}
+			st.Reasoning = ""
+			if ps == nil || !sameString(st.Text, ps.Text) {
+				own(&st.Text)
+			}
+			for k := range st.Calls {
+				fs := st.Calls[k].strings()
+				if ps == nil || k >= len(ps.Calls) {
+					for _, f := range fs {
+						own(f)
+					}
+					continue
+				}
+				was := ps.Calls[k].strings()
+				for j, f := range fs {
+					if !sameString(*f, *was[j]) {
+						own(f)
+					}
+				}
+			}
+		}
+	}
+	digests := 0
+	for i := range steps {
+		for k := range steps[i].Calls {
+			c := &steps[i].Calls[k]
+			if c.HasResult && c.digest == nil {
+				digestResult(c)
+				if c.digest != nil {
+					digests += int(digestSize) + len(c.digest.evidence)
+				}
+			}
+		}
+	}
+	each(func(s *string) { n += len(*s) })
+	buf := make([]byte, 0, n)
+	each(func(s *string) {
+		if *s == "" {
+			return
+		}
+		m := len(buf)
+		buf = append(buf, *s...)
+		*s = unsafe.String(&buf[m], len(*s))
+	})
+	return n + digests
+}
+
+var digestSize = unsafe.Sizeof(resultDigest{})
+
+// strings are the call's string fields.
+func (c *Call) strings() [6]*string {
+	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, &c.ErrorText}
+}
+
+// sameString reports whether a and b are the same bytes in memory.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (a == "" || unsafe.StringData(a) == unsafe.StringData(b))
 }
 
 // hashBlock is the size of the blocks prefixHash hashes one at a time: at
@@ -418,7 +508,7 @@ func (c *Call) copyTo(dst *Call) {
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
 		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
-		resultFP: atomic.LoadUint64(&c.resultFP),
-		IsError:  c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
+		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest,
+		IsError: c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
 	}
 }

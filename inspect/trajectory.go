@@ -65,7 +65,9 @@ type Call struct {
 	// resultFP caches ResultFingerprint (0: not computed yet). It is read
 	// and written atomically: Trajectories may be inspected concurrently.
 	resultFP uint64
-	IsError  bool
+	// digest stands for Result when a SessionCache dropped its text.
+	digest  *resultDigest
+	IsError bool
 	// ErrorSignature hashes the normalised error (type + message); 0 if not an error.
 	ErrorSignature uint64
 	ErrorText      string // the normalised error line, shortened
@@ -79,6 +81,9 @@ type Call struct {
 func (c *Call) ResultFingerprint() uint64 {
 	if !c.HasResult {
 		return 0
+	}
+	if c.digest != nil {
+		return c.digest.fp
 	}
 	if h := atomic.LoadUint64(&c.resultFP); h != 0 {
 		return h

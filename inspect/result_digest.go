@@ -1,0 +1,126 @@
+package inspect
+
+import (
+	"strings"
+	"unicode"
+	"unsafe"
+)
+
+// resultDigest is everything the detectors read of a tool result, kept
+// by the session cache instead of the result's text: tool output is most
+// of a history, and a cached session would otherwise hold a copy of it.
+// Each field is what a rule computes from Call.Result, computed once.
+type resultDigest struct {
+	fp       uint64 // ResultFingerprint
+	evidence string // the Evidence.Result withOutcome reports for the call
+	negative bool   // negativeResult
+	ack      bool   // isAck
+	lines    bool   // the output's first 2 KiB show 3 lines or more (a looking call's content)
+}
+
+// digestResult replaces c's result text by its digest. A result some rule
+// reads beyond the digest keeps its text (see keepsResult).
+func digestResult(c *Call) {
+	if !c.HasResult || c.digest != nil || keepsResult(c) {
+		return
+	}
+	d := &resultDigest{
+		negative: negativeResult(c.Result),
+		ack:      isAck(c.Result),
+		lines:    showsLines(outputText(c.Result)),
+	}
+	// One normalisation serves the fingerprint and the evidence when the
+	// text is no longer than what the evidence normalises (normalizedText).
+	rt := resultText(c.Result)
+	bp := normBufs.Get().(*[]byte)
+	b := appendNormalized((*bp)[:0], rt)
+	d.fp = uint64(newFNV().bytes(b))
+	if len(rt) <= maxNormalizedText {
+		d.evidence = strings.Clone(shortCollapsed(unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
+	} else {
+		d.evidence = outcomeText(c.Result)
+	}
+	if cap(b) <= 1<<20 {
+		*bp = b[:0]
+		normBufs.Put(bp)
+	}
+	c.digest = d
+	c.Result = ""
+}
+
+// keepsResult reports a result whose text a rule reads beyond the digest:
+// the error locations of syntax errors (inspection.syntaxErrorMoves).
+func keepsResult(c *Call) bool {
+	e := c.ErrorText
+	return c.IsError && (strings.Contains(e, "SyntaxError") || strings.Contains(e, "IndentationError") || strings.Contains(e, "syntax error"))
+}
+
+// showsLines reports output whose first 2 KiB hold 3 lines or more.
+func showsLines(out string) bool {
+	return strings.Count(out[:min(len(out), 2048)], "\n") >= 3
+}
+
+// negativeResult, isAck and showsLines of the call's result, from its
+// digest when the text was dropped.
+func (c *Call) negativeResult() bool {
+	if d := c.digest; d != nil {
+		return d.negative
+	}
+	return negativeResult(c.Result)
+}
+
+func (c *Call) isAck() bool {
+	if d := c.digest; d != nil {
+		return d.ack
+	}
+	return isAck(c.Result)
+}
+
+func (c *Call) showsLines() bool {
+	if d := c.digest; d != nil {
+		return d.lines
+	}
+	return showsLines(outputText(c.Result))
+}
+
+// outcome is the result as Evidence.Result reports it.
+func (c *Call) outcome() string {
+	if d := c.digest; d != nil {
+		return d.evidence
+	}
+	return outcomeText(c.Result)
+}
+
+func outcomeText(res string) string {
+	return shortCollapsed(normalizedText(resultText(res)), maxOutcome)
+}
+
+// maxOutcome is the length of Evidence.Result.
+const maxOutcome = 300
+
+// shortCollapsed is shorten(collapseSpace(s), n), reading s only as far as
+// the first n+1 bytes of the collapsed text: a tool's output is long, and
+// the evidence shows its beginning.
+func shortCollapsed(s string, n int) string {
+	if !strings.Contains(s, "  ") && !strings.ContainsAny(s, "\t\r\n") {
+		return shorten(s, n) // collapseSpace leaves it as it is
+	}
+	// strings.Join(strings.Fields(s), " ") up to n+1 bytes.
+	b := make([]byte, 0, n+1)
+	for len(b) <= n {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+		if s == "" {
+			break
+		}
+		end := strings.IndexFunc(s, unicode.IsSpace)
+		if end < 0 {
+			end = len(s)
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, s[:min(end, n+1-len(b))]...)
+		s = s[end:]
+	}
+	return shorten(string(b), n)
+}
