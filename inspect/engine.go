@@ -178,20 +178,7 @@ func (in *inspection) collect() {
 	evs := w.evs[:0]
 	start := max(0, min(t.Start, len(t.Steps)))
 	winStart := max(start, len(t.Steps)-in.lim.Window)
-	// Only the latest maxEvents calls count: find the step they begin at,
-	// walking back, so that a long history costs no more than a short one.
-	from, skip := start, 0
-	for s, n := len(t.Steps)-1, 0; s >= start; s-- {
-		for k := range t.Steps[s].Calls {
-			if !in.e.cfg.ignored(t.Steps[s].Calls[k].Name) {
-				n++
-			}
-		}
-		if n >= maxEvents {
-			from, skip = s, n-maxEvents
-			break
-		}
-	}
+	from, skip := in.e.reach(t)
 	in.win = -1
 	recanon := !slices.Equal(t.meta, in.metadata())
 	for s := from; s < len(t.Steps); s++ {
@@ -237,6 +224,27 @@ func (in *inspection) collect() {
 	}
 	w.evs = evs
 	in.evs = evs
+}
+
+// reach returns where the calls the detectors read begin: the step of the
+// latest maxEvents counted calls from t.Start on, and how many counted
+// calls of that step come before them. Only these calls count, found
+// walking back, so that a long history costs no more than a short one;
+// and as a history grows, its reach only moves on (the session cache
+// drops the results before it).
+func (e *Engine) reach(t *Trajectory) (from, skip int) {
+	start := max(0, min(t.Start, len(t.Steps)))
+	for s, n := len(t.Steps)-1, 0; s >= start; s-- {
+		for k := range t.Steps[s].Calls {
+			if !e.cfg.ignored(t.Steps[s].Calls[k].Name) {
+				n++
+			}
+		}
+		if n >= maxEvents {
+			return s, n - maxEvents
+		}
+	}
+	return start, 0
 }
 
 func (in *inspection) metadata() []string {

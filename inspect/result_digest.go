@@ -48,6 +48,14 @@ func digestResult(c *Call) {
 	c.Result = ""
 }
 
+// size is the memory d holds; 0 for nil.
+func (d *resultDigest) size() int {
+	if d == nil {
+		return 0
+	}
+	return int(unsafe.Sizeof(*d)) + len(d.evidence)
+}
+
 // keepsResult reports a result whose text a rule reads beyond the digest:
 // the error locations of syntax errors (inspection.syntaxErrorMoves).
 func keepsResult(c *Call) bool {

@@ -83,8 +83,11 @@ type cacheEntry struct {
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
-	// digested: the steps' results are digests (see compact).
+	// engine made the entry, digesting its results (see compact) unless
+	// it has error patterns; from is its reach (Engine.reach).
+	engine   *Engine
 	digested bool
+	from     int
 	// held is the arena memory the steps' strings keep alive.
 	held  int
 	bytes int64
@@ -120,8 +123,10 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	}
 	// Results are digested unless a rule reads all their text: an error
 	// pattern of the configuration.
-	sp := &sessionParse{hash: prefixHash{chain: c.seed}, digest: len(e.patterns) == 0}
-	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) && prev.digested == sp.digest {
+	// A digest is of the engine's rules: another engine (a new
+	// configuration) parses in full.
+	sp := &sessionParse{hash: prefixHash{chain: c.seed}, engine: e, digest: len(e.patterns) == 0}
+	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) && prev.engine == e {
 		sp.locate(body, api, prev)
 	}
 	t, err := parseBody(body, meta, walk, sp)
@@ -196,6 +201,7 @@ type sessionParse struct {
 	base      int // steps taken over from prev
 	held      int // memory of those steps' strings
 	calls     int // calls in those steps
+	engine    *Engine
 	digest    bool
 	done      *cacheEntry
 }
@@ -371,17 +377,22 @@ func (sp *sessionParse) finish(p *parser) {
 	}
 	t := p.t
 	_, sum := sp.hash.extend(p.src[sp.arr : sp.arr+sp.region])
-	held := sp.held + p.ar.held
+	held, from := sp.held+p.ar.held, 0
 	if sp.digest {
 		// The steps this parse wrote: the new ones and the restored ones
-		// it may have changed.
-		lo := 0
+		// it may have changed; before them, the cache's steps whose
+		// results left the reach.
+		lo, prevFrom := 0, 0
 		var prev []Step
 		if sp.prev != nil {
-			lo = max(0, sp.base-lookBack)
+			lo, prevFrom = max(0, sp.base-lookBack), sp.prev.from
 			prev = sp.prev.steps[lo:]
 		}
-		held = sp.held + compact(t.Steps[lo:], prev)
+		from, _ = sp.engine.reach(t)
+		held = sp.held + compact(t.Steps[lo:], prev, from-lo)
+		if end := min(from, lo); prevFrom < end {
+			held -= forget(t.Steps[prevFrom:end])
+		}
 	}
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
@@ -397,18 +408,22 @@ func (sp *sessionParse) finish(p *parser) {
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
 		open:          p.open,
+		engine:        sp.engine,
 		digested:      sp.digest,
+		from:          from,
 		held:          held,
 	}
 }
 
-// compact digests the results of steps (see digestResult), drops their
-// reasoning (no rule reads it) and moves the strings they got from this
-// parse into one allocation of their size, so that the cache keeps
-// neither the parse's arena nor the tool output in it. A string of step i
-// that is prev[i]'s (a restored step) is already the cache's. It returns
-// the memory the steps' new strings and digests hold.
-func compact(steps, prev []Step) int {
+// compact digests the results of steps from on (see digestResult), drops
+// those before, which no rule reads (they are out of the reach), and the
+// steps' reasoning (no rule reads it); then it moves the strings the
+// steps got from this parse into one allocation of their size, so that
+// the cache keeps neither the parse's arena nor the tool output in it. A
+// string of step i that is prev[i]'s (a restored step) is already the
+// cache's. It returns the memory the steps' new strings and digests hold,
+// less that of the digests dropped.
+func compact(steps, prev []Step, from int) int {
 	n := 0
 	each := func(own func(*string)) {
 		for i := range steps {
@@ -442,11 +457,13 @@ func compact(steps, prev []Step) int {
 	for i := range steps {
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
-			if c.HasResult && c.digest == nil {
+			switch {
+			case i < from:
+				digests -= c.digest.size()
+				c.Result, c.digest = "", nil
+			case c.HasResult && c.digest == nil:
 				digestResult(c)
-				if c.digest != nil {
-					digests += int(digestSize) + len(c.digest.evidence)
-				}
+				digests += c.digest.size()
 			}
 		}
 	}
@@ -463,7 +480,30 @@ func compact(steps, prev []Step) int {
 	return n + digests
 }
 
-var digestSize = unsafe.Sizeof(resultDigest{})
+// forget drops the results of steps the cache shares with the previous
+// turn, which left the reach: their calls are replaced, not written. It
+// returns the memory of the digests dropped.
+func forget(steps []Step) int {
+	freed := 0
+	for i := range steps {
+		st := &steps[i]
+		kept := false
+		for k := range st.Calls {
+			kept = kept || st.Calls[k].digest != nil || st.Calls[k].Result != ""
+		}
+		if !kept {
+			continue
+		}
+		calls := make([]Call, len(st.Calls))
+		for k := range st.Calls {
+			st.Calls[k].copyTo(&calls[k])
+			freed += calls[k].digest.size()
+			calls[k].Result, calls[k].digest = "", nil
+		}
+		st.Calls = calls
+	}
+	return freed
+}
 
 // strings are the call's string fields.
 func (c *Call) strings() [6]*string {

@@ -110,7 +110,7 @@ func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API
 		return nil, nil
 	}
 	wv, gv := e.Inspect(want), e.Inspect(got)
-	if diff := cachedSame(got, want); diff != "" {
+	if diff := cachedSame(e, got, want); diff != "" {
 		t.Fatalf("%s: trajectories differ: %s", what, diff)
 	}
 	if !reflect.DeepEqual(wv, gv) {
@@ -143,7 +143,7 @@ func TestSessionCacheSameVerdicts(t *testing.T) {
 			// have written into this trajectory (pairing a result with
 			// one of its calls, say).
 			if prevGot != nil {
-				if diff := cachedSame(prevGot, prevWant); diff != "" {
+				if diff := cachedSame(e, prevGot, prevWant); diff != "" {
 					t.Fatalf("%s: turn %d changed turn %d's trajectory: %s", cc.name, k, k-1, diff)
 				}
 			}
@@ -218,10 +218,12 @@ func editMessage(t *testing.T, m json.RawMessage, reformat bool) json.RawMessage
 
 // cachedSame compares a cached parse with the full one: equal but for
 // what the cache drops, results it replaced by their digest (which must
-// be the digest of the full parse's result) and reasoning texts. It
-// returns "" when they are, else the first difference.
-func cachedSame(got, want *Trajectory) string {
+// be the digest of the full parse's result), results before the reach of
+// e's detectors and reasoning texts. It returns "" when they are, else
+// the first difference.
+func cachedSame(e *Engine, got, want *Trajectory) string {
 	settle(want)
+	from, _ := e.reach(want)
 	g := *got
 	g.Steps = slices.Clone(got.Steps)
 	for s := range g.Steps {
@@ -236,6 +238,10 @@ func cachedSame(got, want *Trajectory) string {
 		}
 		for k := range gs.Calls {
 			gc := &gs.Calls[k]
+			if k < len(ws.Calls) && s < from && gc.digest == nil && gc.Result == "" {
+				gc.Result = ws.Calls[k].Result // dropped
+				continue
+			}
 			if gc.digest == nil || k >= len(ws.Calls) {
 				continue
 			}
@@ -540,6 +546,46 @@ func TestShortCollapsed(t *testing.T) {
 		for _, n := range []int{maxOutcome, 5, 40} {
 			if got, want := shortCollapsed(s, n), shorten(collapseSpace(s), n); got != want {
 				t.Fatalf("shortCollapsed(%q, %d) = %q, want %q", s, n, got, want)
+			}
+		}
+	}
+}
+
+// TestSessionCacheReach grows a history past the detectors' reach
+// (maxEvents calls) and ends it in a loop: every turn must judge as
+// uncached, the loop included, while the cache holds no result before
+// the reach and a digest for each one in it.
+func TestSessionCacheReach(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(maxEvents+40))
+	msgs := slices.Clone(h.msgs)
+	call, res := string(msgs[len(msgs)-2]), string(msgs[len(msgs)-1])
+	id := fmt.Sprintf("call_%d", maxEvents+39)
+	for j := 0; j < 8; j++ { // the last call again and again, answered alike
+		r := fmt.Sprintf("call_r%d", j)
+		msgs = append(msgs, json.RawMessage(strings.ReplaceAll(call, id, r)), json.RawMessage(strings.ReplaceAll(res, id, r)))
+	}
+	c := NewSessionCache(64 << 20)
+	var last Verdict
+	for k := 2 * (maxEvents - 20); k <= len(msgs); k++ {
+		got, _ := checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+		last = e.Inspect(got)
+	}
+	if !last.Loop {
+		t.Fatalf("the repeated call is no loop: %+v", last)
+	}
+	en := c.get("s")
+	from, _ := e.reach(&Trajectory{Steps: en.steps, Start: en.start})
+	if from < 40 || en.from != from {
+		t.Fatalf("reach from step %d, entry says %d: want past the first 40 steps", from, en.from)
+	}
+	for s, st := range en.steps {
+		for _, c := range st.Calls {
+			if c.Result != "" || (s < from) != (c.digest == nil) {
+				t.Fatalf("step %d (reach from %d): result %d bytes, digest %v", s, from, len(c.Result), c.digest != nil)
 			}
 		}
 	}
