@@ -21,8 +21,12 @@ import (
 // parsed from the first new message on, and only what is not those bytes
 // is validated (they were as JSON last time). Any other request (history
 // edited, compacted or cut, another replica answered the last turn,
-// loopguard rewrote it) is parsed in full, so a Trajectory never depends on
-// the cache: ParseSession returns what ParseAPI returns for the same body.
+// loopguard rewrote it) is parsed in full, so a verdict never depends on
+// the cache: ParseSession returns what ParseAPI returns for the same body,
+// but for what no rule of its engine reads (see compact): the text of the
+// tool results, each replaced by a digest of what the rules read of it
+// (none before the detectors' reach), and the reasoning. Tool output is
+// most of a history: the cache holds about a quarter of it.
 //
 // The cache is a local LRU bounded by a memory budget. It is safe for
 // concurrent use.
@@ -83,12 +87,10 @@ type cacheEntry struct {
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
-	// engine made the entry, digesting its results (see compact) unless
-	// it has error patterns; from is its reach (Engine.reach).
-	engine   *Engine
-	digested bool
-	from     int
-	// held is the arena memory the steps' strings keep alive.
+	// engine made the entry; from is its reach (Engine.reach).
+	engine *Engine
+	from   int
+	// held is the memory the steps' strings and digests keep alive.
 	held  int
 	bytes int64
 }
@@ -108,7 +110,8 @@ func (en *cacheEntry) size() int64 {
 // ParseSession is ParseAPI for a request of the given session, resuming
 // from what the session's previous request left in c when the history
 // extends it, and leaving this request's state there for the next one. A
-// nil c or an empty session parses in full, as ParseAPI.
+// nil c or an empty session parses in full, as ParseAPI. The Trajectory
+// is for e's Inspect: its results are digests (see SessionCache).
 func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []byte) (*Trajectory, error) {
 	meta := e.cfg.MetadataArgs
 	if meta == nil {
@@ -121,10 +124,9 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	if !ok {
 		api, walk = ChatCompletions, (*parser).chat
 	}
-	// Results are digested unless a rule reads all their text: an error
-	// pattern of the configuration.
-	// A digest is of the engine's rules: another engine (a new
-	// configuration) parses in full.
+	// Results are digested unless a rule reads all their text (an error
+	// pattern of the configuration). A digest is of the engine's rules:
+	// another engine (a new configuration) parses in full.
 	sp := &sessionParse{hash: prefixHash{chain: c.seed}, engine: e, digest: len(e.patterns) == 0}
 	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) && prev.engine == e {
 		sp.locate(body, api, prev)
@@ -409,7 +411,6 @@ func (sp *sessionParse) finish(p *parser) {
 		lastAssistant: p.lastAssistant,
 		open:          p.open,
 		engine:        sp.engine,
-		digested:      sp.digest,
 		from:          from,
 		held:          held,
 	}

@@ -590,3 +590,36 @@ func TestSessionCacheReach(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionCacheErrorPatterns: an engine with error patterns reads
+// whole results, so its cache keeps their text; an entry of another
+// engine (a reloaded configuration) is not resumed.
+func TestSessionCacheErrorPatterns(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ErrorPatterns = []string{`line of output with some words 0123\n.*\n.*words`}
+	e, err := NewEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(30))
+	c := NewSessionCache(64 << 20)
+	for k := 1; k <= len(h.msgs); k++ {
+		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
+	}
+	for s, st := range c.get("s").steps {
+		for _, c := range st.Calls {
+			if c.digest != nil || c.HasResult && c.Result == "" {
+				t.Fatalf("step %d: result dropped for an engine with error patterns", s)
+			}
+		}
+	}
+	other, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats()
+	checkSame(t, other, c, "s", ChatCompletions, h.body(h.msgs), "another engine")
+	if st := c.Stats(); st.Hits != before.Hits || st.Misses != before.Misses+1 {
+		t.Fatalf("stats %+v after %+v: another engine's turn must be a miss", st, before)
+	}
+}

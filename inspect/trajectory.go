@@ -58,8 +58,10 @@ type Call struct {
 	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
 	PrimaryFingerprint uint64
 
-	HasResult bool   // a tool message answered this call
-	Result    string // the result text as sent (content string or text parts joined)
+	HasResult bool // a tool message answered this call
+	// Result is the result text as sent (content string or text parts
+	// joined); "" where a SessionCache keeps a digest instead.
+	Result string
 	// ResultMessage is the index of the tool message in request.messages, -1 if none.
 	ResultMessage int
 	// resultFP caches ResultFingerprint (0: not computed yet). It is read
