@@ -3,6 +3,7 @@ package inspect
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -110,25 +111,29 @@ const maxOutcome = 300
 // the first n+1 bytes of the collapsed text: a tool's output is long, and
 // the evidence shows its beginning.
 func shortCollapsed(s string, n int) string {
-	if !strings.Contains(s, "  ") && !strings.ContainsAny(s, "\t\r\n") {
+	// collapseSpace's test, a line break first: output has one early,
+	// and a long text without one is read to its end.
+	if !strings.ContainsAny(s, "\t\r\n") && !strings.Contains(s, "  ") {
 		return shorten(s, n) // collapseSpace leaves it as it is
 	}
 	// strings.Join(strings.Fields(s), " ") up to n+1 bytes.
-	b := make([]byte, 0, n+1)
-	for len(b) <= n {
-		s = strings.TrimLeftFunc(s, unicode.IsSpace)
-		if s == "" {
-			break
+	b := make([]byte, 0, n+utf8.UTFMax+1)
+	space := false // a space is due before the next field
+	for i := 0; i < len(s) && len(b) <= n; {
+		r, size := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(s[i:])
 		}
-		end := strings.IndexFunc(s, unicode.IsSpace)
-		if end < 0 {
-			end = len(s)
+		if unicode.IsSpace(r) {
+			space = len(b) > 0
+		} else {
+			if space {
+				b = append(b, ' ')
+				space = false
+			}
+			b = append(b, s[i:i+size]...)
 		}
-		if len(b) > 0 {
-			b = append(b, ' ')
-		}
-		b = append(b, s[:min(end, n+1-len(b))]...)
-		s = s[end:]
+		i += size
 	}
 	return shorten(string(b), n)
 }
