@@ -117,23 +117,31 @@ func shortCollapsed(s string, n int) string {
 		return shorten(s, n) // collapseSpace leaves it as it is
 	}
 	// strings.Join(strings.Fields(s), " ") up to n+1 bytes.
-	b := make([]byte, 0, n+utf8.UTFMax+1)
+	b := make([]byte, 0, 2*n+utf8.UTFMax+2)
 	space := false // a space is due before the next field
 	for i := 0; i < len(s) && len(b) <= n; {
-		r, size := rune(s[i]), 1
-		if r >= utf8.RuneSelf {
-			r, size = utf8.DecodeRuneInString(s[i:])
+		// A run of ASCII bytes that are no space, else one rune.
+		end, isSpace := i, false
+		for end < len(s) && s[end] < utf8.RuneSelf && !asciiSpace[s[end]] && end-i <= n {
+			end++
 		}
-		if unicode.IsSpace(r) {
+		if end == i {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			end, isSpace = i+size, unicode.IsSpace(r)
+		}
+		switch {
+		case isSpace:
 			space = len(b) > 0
-		} else {
-			if space {
-				b = append(b, ' ')
-				space = false
-			}
-			b = append(b, s[i:i+size]...)
+		case space:
+			b = append(append(b, ' '), s[i:end]...)
+			space = false
+		default:
+			b = append(b, s[i:end]...)
 		}
-		i += size
+		i = end
 	}
 	return shorten(string(b), n)
 }
+
+// asciiSpace marks the ASCII bytes unicode.IsSpace reports.
+var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
