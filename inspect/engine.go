@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Engine runs the detectors with one configuration. It is safe for
@@ -18,6 +19,9 @@ type Engine struct {
 	cfg      Config
 	patterns []*regexp.Regexp
 	pool     sync.Pool // *work
+	// ignoreLower holds Config.Ignore's names lowered, when they are all
+	// ASCII (see ignored); nil otherwise.
+	ignoreLower map[string]bool
 }
 
 // NewEngine validates cfg and returns an engine. All problems are reported
@@ -31,7 +35,44 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.patterns = append(e.patterns, regexp.MustCompile(p)) // validated above
 	}
 	e.pool.New = func() any { return &work{} }
+	if !slices.ContainsFunc(cfg.Ignore, func(n string) bool { return !isASCII(n) }) {
+		e.ignoreLower = map[string]bool{}
+		for _, n := range cfg.Ignore {
+			e.ignoreLower[strings.ToLower(n)] = true
+		}
+	}
 	return e, nil
+}
+
+// ignored is Config.ignored without folding the name against each ignored
+// one: the detectors ask it of every call they read, on every request. An
+// ASCII name equals an ASCII one folded exactly when lowered.
+func (e *Engine) ignored(tool string) bool {
+	var buf [64]byte
+	if e.ignoreLower == nil || len(tool) > len(buf) || !isASCII(tool) {
+		return e.cfg.ignored(tool)
+	}
+	if o, ok := e.cfg.Tools[tool]; ok && o.Ignore {
+		return true
+	}
+	b := buf[:len(tool)]
+	for i := range len(tool) {
+		c := tool[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	return e.ignoreLower[string(b)]
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // Config returns the engine's configuration.
@@ -188,7 +229,7 @@ func (in *inspection) collect() {
 		st := &t.Steps[s]
 		for k := range st.Calls {
 			c := &st.Calls[k]
-			if in.e.cfg.ignored(c.Name) {
+			if in.e.ignored(c.Name) {
 				continue
 			}
 			if skip > 0 {
@@ -236,7 +277,7 @@ func (e *Engine) reach(t *Trajectory) (from, skip int) {
 	start := max(0, min(t.Start, len(t.Steps)))
 	for s, n := len(t.Steps)-1, 0; s >= start; s-- {
 		for k := range t.Steps[s].Calls {
-			if !e.cfg.ignored(t.Steps[s].Calls[k].Name) {
+			if !e.ignored(t.Steps[s].Calls[k].Name) {
 				n++
 			}
 		}
