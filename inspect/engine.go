@@ -20,8 +20,10 @@ type Engine struct {
 	patterns []*regexp.Regexp
 	pool     sync.Pool // *work
 	// ignoreLower holds Config.Ignore's names lowered, when they are all
-	// ASCII (see ignored); nil otherwise.
+	// ASCII (see ignored); nil otherwise. ignoreLens has bit n set when
+	// one is n bytes long.
 	ignoreLower map[string]bool
+	ignoreLens  uint64
 }
 
 // NewEngine validates cfg and returns an engine. All problems are reported
@@ -39,6 +41,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.ignoreLower = map[string]bool{}
 		for _, n := range cfg.Ignore {
 			e.ignoreLower[strings.ToLower(n)] = true
+			e.ignoreLens |= 1 << min(len(n), 63)
 		}
 	}
 	return e, nil
@@ -48,12 +51,15 @@ func NewEngine(cfg Config) (*Engine, error) {
 // one: the detectors ask it of every call they read, on every request. An
 // ASCII name equals an ASCII one folded exactly when lowered.
 func (e *Engine) ignored(tool string) bool {
-	var buf [64]byte
+	var buf [63]byte
 	if e.ignoreLower == nil || len(tool) > len(buf) || !isASCII(tool) {
 		return e.cfg.ignored(tool)
 	}
 	if o, ok := e.cfg.Tools[tool]; ok && o.Ignore {
 		return true
+	}
+	if e.ignoreLens&(1<<len(tool)) == 0 {
+		return false // no ignored name of its length
 	}
 	b := buf[:len(tool)]
 	for i := range len(tool) {
