@@ -135,9 +135,12 @@ type work struct {
 	evs   []ev
 	toks  []uint64
 	toks2 []uint64
-	tmp   []byte
-	tmp2  []byte
-	cs    canonScratch
+	// simToks holds the word hashes of simB (see similarity).
+	simToks []uint64
+	simB    string
+	tmp     []byte
+	tmp2    []byte
+	cs      canonScratch
 }
 
 // ErrDetector is wrapped by Verdict.Err when a detector panicked.
@@ -159,7 +162,11 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 		}
 	}()
 	w := e.pool.Get().(*work)
-	defer e.pool.Put(w)
+	w.simB, w.simToks = "", w.simToks[:0] // the hashes of "", and no other trajectory's string kept
+	defer func() {
+		w.simB = ""
+		e.pool.Put(w)
+	}()
 	lim := e.cfg.resolve(t.Model)
 	in := &inspection{e: e, t: t, lim: &lim, w: w}
 	in.collect()
