@@ -33,17 +33,14 @@ func digestResult(c *Call) {
 	// One normalisation serves the fingerprint and the evidence when the
 	// text is no longer than what the evidence normalises (normalizedText).
 	rt := resultText(c.Result)
-	bp := normBufs.Get().(*[]byte)
-	b := appendNormalized((*bp)[:0], rt)
-	d.fp = uint64(newFNV().bytes(b))
-	if len(rt) <= maxNormalizedText {
-		d.evidence = strings.Clone(shortCollapsed(unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
-	} else {
+	withNormalized(rt, func(b []byte) {
+		d.fp = normalizedHash(b)
+		if len(rt) <= maxNormalizedText {
+			d.evidence = strings.Clone(shortCollapsed(unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
+		}
+	})
+	if len(rt) > maxNormalizedText {
 		d.evidence = outcomeText(c.Result)
-	}
-	if cap(b) <= 1<<20 {
-		*bp = b[:0]
-		normBufs.Put(bp)
 	}
 	c.digest = d
 	c.Result = ""
@@ -60,8 +57,12 @@ func (d *resultDigest) size() int {
 // keepsResult reports a result whose text a rule reads beyond the digest:
 // the error locations of syntax errors (inspection.syntaxErrorMoves).
 func keepsResult(c *Call) bool {
-	e := c.ErrorText
-	return c.IsError && (strings.Contains(e, "SyntaxError") || strings.Contains(e, "IndentationError") || strings.Contains(e, "syntax error"))
+	return c.IsError && namesSyntaxError(c.ErrorText)
+}
+
+// namesSyntaxError reports an error text that names a syntax error.
+func namesSyntaxError(e string) bool {
+	return strings.Contains(e, "SyntaxError") || strings.Contains(e, "IndentationError") || strings.Contains(e, "syntax error")
 }
 
 // showsLines reports output whose first 2 KiB hold 3 lines or more.

@@ -623,3 +623,36 @@ func TestSessionCacheErrorPatterns(t *testing.T) {
 		t.Fatalf("stats %+v after %+v: another engine's turn must be a miss", st, before)
 	}
 }
+
+// TestSessionCacheSyntaxErrors: a syntax error that moves from line to
+// line as the code changes is debugging, not an error cycle, and telling
+// needs the error's text (errorLocation): the cache keeps the results
+// that name a syntax error, and judges such a history as uncached.
+func TestSessionCacheSyntaxErrors(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []json.RawMessage{json.RawMessage(`{"role":"system","content":"You are a coding agent."}`), json.RawMessage(`{"role":"user","content":"Fix the parser."}`)}
+	for i := 0; i < 8; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("python parser_%d.py", i)})
+		call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Running it again.", "tool_calls": []any{
+			map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": id, "content": fmt.Sprintf(
+			"Traceback (most recent call last):\n  File \"parser_%d.py\", line %d\n    if x = 1:\n         ^\nSyntaxError: invalid syntax", i, 10+7*i)})
+		msgs = append(msgs, call, res)
+	}
+	h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+	c := NewSessionCache(64 << 20)
+	for k := 1; k <= len(msgs); k++ {
+		checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+	}
+	for s, st := range c.get("s").steps {
+		for _, c := range st.Calls {
+			if !c.IsError || c.Result == "" {
+				t.Fatalf("step %d: error %v, result %q: want the syntax error's text kept", s, c.IsError, c.Result)
+			}
+		}
+	}
+}
