@@ -547,7 +547,7 @@ func (h prefixHash) extend(prefix string) (prefixHash, uint64) {
 func (c *Call) copyTo(dst *Call) {
 	*dst = Call{
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
-		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint,
+		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint, argFacts: c.argFacts,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
 		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest,
 		IsError: c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,

@@ -59,6 +59,8 @@ type Call struct {
 	PrimaryFingerprint uint64
 
 	HasResult bool // a tool message answered this call
+	// argFacts are facts of Args and Primary (see factsKnown).
+	argFacts uint8
 	// Result is the result text as sent (content string or text parts
 	// joined); "" where a SessionCache keeps a digest instead.
 	Result string
