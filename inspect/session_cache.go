@@ -323,10 +323,12 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 	return rawjson.SkipSpace(arr, sp.region), sp.n, sp.last
 }
 
-// restore takes over prev's steps and state. The steps are copied, and the
-// calls of the last lookBack steps too, into memory of this parse's own:
-// pairing a result, or adding to the last step, writes there, and prev is
-// shared with other requests of the session.
+// restore takes over prev's steps and state. The steps are copied into
+// memory of this parse's own, and the calls of those it may write too:
+// pairing a result (findCall: a call of the last lookBack steps with none
+// yet) or adding to the last step writes there, and prev is shared with
+// other requests of the session. The calls of other steps stay shared,
+// and nothing writes them (compact, forget).
 func (p *parser) restore(prev *cacheEntry) {
 	sp := p.sess
 	sp.base, sp.held, sp.calls = len(prev.steps), prev.held, prev.calls
@@ -334,16 +336,26 @@ func (p *parser) restore(prev *cacheEntry) {
 	steps := make([]Step, len(prev.steps), len(prev.steps)+16)
 	copy(steps, prev.steps)
 	from := max(0, len(steps)-lookBack)
+	writable := func(s int) bool {
+		for i := range steps[s].Calls {
+			if !steps[s].Calls[i].HasResult {
+				return true
+			}
+		}
+		return s == len(steps)-1
+	}
 	n := 0
 	for s := from; s < len(steps); s++ {
-		n += len(steps[s].Calls)
+		if writable(s) {
+			n += len(steps[s].Calls)
+		}
 	}
 	if n > 0 {
 		calls := make([]Call, n)
 		k := 0
 		for s := from; s < len(steps); s++ {
 			src := steps[s].Calls
-			if len(src) == 0 {
+			if len(src) == 0 || !writable(s) {
 				continue // nil stays nil
 			}
 			for i := range src {
@@ -381,9 +393,9 @@ func (sp *sessionParse) finish(p *parser) {
 	_, sum := sp.hash.extend(p.src[sp.arr : sp.arr+sp.region])
 	held, from := sp.held+p.ar.held, 0
 	if sp.digest {
-		// The steps this parse wrote: the new ones and the restored ones
-		// it may have changed; before them, the cache's steps whose
-		// results left the reach.
+		// The cache's steps whose results left the reach; then the steps
+		// this parse wrote: the new ones and the restored ones it may
+		// have changed.
 		lo, prevFrom := 0, 0
 		var prev []Step
 		if sp.prev != nil {
@@ -391,10 +403,11 @@ func (sp *sessionParse) finish(p *parser) {
 			prev = sp.prev.steps[lo:]
 		}
 		from, _ = sp.engine.reach(t)
-		held = sp.held + compact(t.Steps[lo:], prev, from-lo)
-		if end := min(from, lo); prevFrom < end {
+		held = sp.held
+		if end := min(from, sp.base); prevFrom < end {
 			held -= forget(t.Steps[prevFrom:end])
 		}
+		held += compact(t.Steps[lo:], prev, from-lo)
 	}
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
@@ -460,8 +473,12 @@ func compact(steps, prev []Step, from int) int {
 			c := &steps[i].Calls[k]
 			switch {
 			case i < from:
-				digests -= c.digest.size()
-				c.Result, c.digest = "", nil
+				// Out of reach: forget dropped the results of the calls
+				// restored unwritten, which are the cache's.
+				if c.digest != nil || c.Result != "" {
+					digests -= c.digest.size()
+					c.Result, c.digest = "", nil
+				}
 			case c.HasResult && c.digest == nil:
 				digestResult(c)
 				digests += c.digest.size()
@@ -481,9 +498,9 @@ func compact(steps, prev []Step, from int) int {
 	return n + digests
 }
 
-// forget drops the results of steps the cache shares with the previous
-// turn, which left the reach: their calls are replaced, not written. It
-// returns the memory of the digests dropped.
+// forget drops the results of steps that left the reach: their calls are
+// replaced, not written, as they may be the cache's, shared with other
+// requests. It returns the memory of the digests dropped.
 func forget(steps []Step) int {
 	freed := 0
 	for i := range steps {
