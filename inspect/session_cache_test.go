@@ -401,7 +401,7 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 
 // TestSessionCacheBytesPerSession: a session cached turn by turn holds
 // about what one parse of its whole history holds, not an arena's
-// minimum per turn.
+// minimum per turn, and much less than the history.
 func TestSessionCacheBytesPerSession(t *testing.T) {
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
@@ -421,6 +421,11 @@ func TestSessionCacheBytesPerSession(t *testing.T) {
 	t.Logf("%d-byte history: %d bytes cached turn by turn, %d parsed at once", len(h.body(h.msgs)), g, o)
 	if g > o*3/2 {
 		t.Errorf("a session grown turn by turn holds %d bytes, %.1fx what one parse of its history holds (%d)", g, float64(g)/float64(o), o)
+	}
+	// Tool output is most of the history, and the cache keeps digests of
+	// it, not its text.
+	if n := int64(len(h.body(h.msgs))); g > n/2 {
+		t.Errorf("a session holds %d bytes for a %d-byte history: more than half of it", g, n)
 	}
 }
 
