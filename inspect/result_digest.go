@@ -36,7 +36,8 @@ func digestResult(c *Call) {
 	withNormalized(rt, func(b []byte) {
 		d.fp = normalizedHash(b)
 		if len(rt) <= maxNormalizedText {
-			d.evidence = strings.Clone(shortCollapsed(unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
+			var ev [2*maxOutcome + 6]byte
+			d.evidence = string(appendShortCollapsed(ev[:0], unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
 		}
 	})
 	if len(rt) > maxNormalizedText {
@@ -102,25 +103,27 @@ func (c *Call) outcome() string {
 }
 
 func outcomeText(res string) string {
-	return shortCollapsed(normalizedText(resultText(res)), maxOutcome)
+	return string(appendShortCollapsed(nil, normalizedText(resultText(res)), maxOutcome))
 }
 
 // maxOutcome is the length of Evidence.Result.
 const maxOutcome = 300
 
-// shortCollapsed is shorten(collapseSpace(s), n), reading s only as far as
-// the first n+1 bytes of the collapsed text: a tool's output is long, and
-// the evidence shows its beginning.
-func shortCollapsed(s string, n int) string {
+// appendShortCollapsed appends shorten(collapseSpace(s), n), reading s only
+// as far as the first n+1 bytes of the collapsed text: a tool's output is
+// long, and the evidence shows its beginning. It appends at most 2n+6
+// bytes.
+func appendShortCollapsed(dst []byte, s string, n int) []byte {
+	m := len(dst)
 	// collapseSpace's test, a line break first: output has one early,
 	// and a long text without one is read to its end.
 	if !strings.ContainsAny(s, "\t\r\n") && !strings.Contains(s, "  ") {
-		return shorten(s, n) // collapseSpace leaves it as it is
+		// collapseSpace leaves it as it is.
+		return shortenAt(append(dst, s[:min(len(s), n+1)]...), m, n)
 	}
 	// strings.Join(strings.Fields(s), " ") up to n+1 bytes.
-	b := make([]byte, 0, 2*n+utf8.UTFMax+2)
 	space := false // a space is due before the next field
-	for i := 0; i < len(s) && len(b) <= n; {
+	for i := 0; i < len(s) && len(dst)-m <= n; {
 		// A run of ASCII bytes that are no space, else one rune.
 		end, isSpace := i, false
 		for end < len(s) && s[end] < utf8.RuneSelf && !asciiSpace[s[end]] && end-i <= n {
@@ -132,16 +135,29 @@ func shortCollapsed(s string, n int) string {
 		}
 		switch {
 		case isSpace:
-			space = len(b) > 0
+			space = len(dst) > m
 		case space:
-			b = append(append(b, ' '), s[i:end]...)
+			dst = append(append(dst, ' '), s[i:end]...)
 			space = false
 		default:
-			b = append(b, s[i:end]...)
+			dst = append(dst, s[i:end]...)
 		}
 		i = end
 	}
-	return shorten(string(b), n)
+	return shortenAt(dst, m, n)
+}
+
+// shortenAt is shorten of the text dst[m:], in place.
+func shortenAt(dst []byte, m, n int) []byte {
+	t := dst[m:]
+	if len(t) <= n {
+		return dst
+	}
+	cut := n - len("…")
+	for cut > 0 && cut < len(t) && t[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return append(dst[:m+cut], "…"...)
 }
 
 // asciiSpace marks the ASCII bytes unicode.IsSpace reports.

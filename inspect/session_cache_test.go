@@ -549,8 +549,8 @@ func TestShortCollapsed(t *testing.T) {
 		}
 		s := b.String()
 		for _, n := range []int{maxOutcome, 5, 40} {
-			if got, want := shortCollapsed(s, n), shorten(collapseSpace(s), n); got != want {
-				t.Fatalf("shortCollapsed(%q, %d) = %q, want %q", s, n, got, want)
+			if got, want := string(appendShortCollapsed([]byte("x"), s, n)), "x"+shorten(collapseSpace(s), n); got != want {
+				t.Fatalf("appendShortCollapsed(x, %q, %d) = %q, want %q", s, n, got, want)
 			}
 		}
 	}
