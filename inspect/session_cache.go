@@ -83,6 +83,7 @@ type cacheEntry struct {
 	sum       uint64
 	last      [2]int // the last message's offsets in the array
 	steps     []Step
+	stepsCap  int // of the array steps is in (it is clipped)
 	start     int
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
@@ -104,7 +105,7 @@ var (
 const entryOverhead = 512
 
 func (en *cacheEntry) size() int64 {
-	return int64(en.held) + int64(cap(en.steps))*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
+	return int64(en.held) + int64(en.stepsCap)*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
 }
 
 // ParseSession is ParseAPI for a request of the given session, resuming
@@ -391,6 +392,7 @@ func (sp *sessionParse) finish(p *parser) {
 	}
 	t := p.t
 	_, sum := sp.hash.extend(p.src[sp.arr : sp.arr+sp.region])
+	rehome(t.Steps[sp.base:])
 	held, from := sp.held+p.ar.held, 0
 	if sp.digest {
 		// The cache's steps whose results left the reach; then the steps
@@ -419,6 +421,7 @@ func (sp *sessionParse) finish(p *parser) {
 		sum:           sum,
 		last:          sp.last,
 		steps:         slices.Clip(t.Steps),
+		stepsCap:      cap(t.Steps),
 		start:         t.Start,
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
@@ -496,6 +499,32 @@ func compact(steps, prev []Step, from int) int {
 		*s = unsafe.String(&buf[m], len(*s))
 	})
 	return n + digests
+}
+
+// rehome moves the calls of steps into one array of their number: the
+// parser carves calls from chunks of 64, and a turn's one call would keep
+// its chunk alive in the cache.
+func rehome(steps []Step) {
+	n := 0
+	for i := range steps {
+		n += len(steps[i].Calls)
+	}
+	if n == 0 {
+		return
+	}
+	calls := make([]Call, n)
+	k := 0
+	for i := range steps {
+		src := steps[i].Calls
+		if len(src) == 0 {
+			continue // nil stays nil
+		}
+		for j := range src {
+			src[j].copyTo(&calls[k+j])
+		}
+		steps[i].Calls = calls[k : k+len(src) : k+len(src)]
+		k += len(src)
+	}
 }
 
 // forget drops the results of steps that left the reach: their calls are

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -659,5 +660,46 @@ func TestSessionCacheSyntaxErrors(t *testing.T) {
 				t.Fatalf("step %d: error %v, result %q: want the syntax error's text kept", s, c.IsError, c.Result)
 			}
 		}
+	}
+}
+
+// TestSessionCacheHeapMatchesCount: the bytes the cache counts are the
+// memory its sessions keep alive, whether turns add one step or several
+// (a turn's calls must not keep the parser's chunk of 64 alive).
+func TestSessionCacheHeapMatchesCount(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(60))
+	bodies := make([][]byte, len(h.msgs)+1)
+	for k := 1; k <= len(h.msgs); k++ {
+		bodies[k] = h.body(h.msgs[:k])
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	for _, per := range []int{2, 4} { // messages a turn adds: one step, two
+		t.Run(fmt.Sprintf("%d messages a turn", per), func(t *testing.T) {
+			const sessions = 40
+			c := NewSessionCache(1 << 40)
+			before := heap()
+			for s := 0; s < sessions; s++ {
+				for k := 2; k <= len(h.msgs); k += per {
+					if _, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, bodies[k]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			held, counted := int64(heap()-before), c.Stats().Bytes
+			t.Logf("%d sessions: %d bytes of heap, %d counted", sessions, held, counted)
+			if held > counted*13/10 {
+				t.Errorf("the sessions keep %d bytes alive, %.1fx the %d the cache counts", held, float64(held)/float64(counted), counted)
+			}
+			runtime.KeepAlive(c)
+		})
 	}
 }
