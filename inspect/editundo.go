@@ -100,19 +100,20 @@ func (in *inspection) editUndo() (Detection, bool) {
 	open := "" // the file SWE-agent's editor has open: its edit names none
 	for a := range evs {
 		x := &evs[a]
-		if x.isErr || !strings.Contains(x.c.Args, `"`) {
+		facts := x.c.facts()
+		if x.isErr || facts&argsQuoted == 0 {
 			continue
 		}
 		if x.c.Name == "open" && x.c.Primary != "" {
 			open = x.c.Primary
 			continue
 		}
-		if strings.Contains(x.c.Args, patchFile) {
+		if facts&argsPatch != 0 {
 			edits = appendPatchEdits(edits, a, x.c)
 			continue
 		}
 		// Every pathKeys name spells "path" or "file", unless escaped.
-		if open == "" && !strings.Contains(x.c.Args, "path") && !strings.Contains(x.c.Args, "file") && strings.IndexByte(x.c.Args, '\\') < 0 {
+		if open == "" && facts&argsPathish == 0 {
 			continue
 		}
 		if rawKind(x.c.Args) != '{' || !rawjson.Valid(rawjson.Bytes(x.c.Args)) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Engine runs the detectors with one configuration. It is safe for
@@ -18,6 +19,11 @@ type Engine struct {
 	cfg      Config
 	patterns []*regexp.Regexp
 	pool     sync.Pool // *work
+	// ignoreLower holds Config.Ignore's names lowered, when they are all
+	// ASCII (see ignored); nil otherwise. ignoreLens has bit n set when
+	// one is n bytes long.
+	ignoreLower map[string]bool
+	ignoreLens  uint64
 }
 
 // NewEngine validates cfg and returns an engine. All problems are reported
@@ -31,7 +37,48 @@ func NewEngine(cfg Config) (*Engine, error) {
 		e.patterns = append(e.patterns, regexp.MustCompile(p)) // validated above
 	}
 	e.pool.New = func() any { return &work{} }
+	if !slices.ContainsFunc(cfg.Ignore, func(n string) bool { return !isASCII(n) }) {
+		e.ignoreLower = map[string]bool{}
+		for _, n := range cfg.Ignore {
+			e.ignoreLower[strings.ToLower(n)] = true
+			e.ignoreLens |= 1 << min(len(n), 63)
+		}
+	}
 	return e, nil
+}
+
+// ignored is Config.ignored without folding the name against each ignored
+// one: the detectors ask it of every call they read, on every request. An
+// ASCII name equals an ASCII one folded exactly when lowered.
+func (e *Engine) ignored(tool string) bool {
+	var buf [63]byte
+	if e.ignoreLower == nil || len(tool) > len(buf) || !isASCII(tool) {
+		return e.cfg.ignored(tool)
+	}
+	if o, ok := e.cfg.Tools[tool]; ok && o.Ignore {
+		return true
+	}
+	if e.ignoreLens&(1<<len(tool)) == 0 {
+		return false // no ignored name of its length
+	}
+	b := buf[:len(tool)]
+	for i := range len(tool) {
+		c := tool[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	return e.ignoreLower[string(b)]
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // Config returns the engine's configuration.
@@ -88,9 +135,12 @@ type work struct {
 	evs   []ev
 	toks  []uint64
 	toks2 []uint64
-	tmp   []byte
-	tmp2  []byte
-	cs    canonScratch
+	// simToks holds the word hashes of simB (see similarity).
+	simToks []uint64
+	simB    string
+	tmp     []byte
+	tmp2    []byte
+	cs      canonScratch
 }
 
 // ErrDetector is wrapped by Verdict.Err when a detector panicked.
@@ -112,7 +162,11 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 		}
 	}()
 	w := e.pool.Get().(*work)
-	defer e.pool.Put(w)
+	w.simB, w.simToks = "", w.simToks[:0] // the hashes of "", and no other trajectory's string kept
+	defer func() {
+		w.simB = ""
+		e.pool.Put(w)
+	}()
 	lim := e.cfg.resolve(t.Model)
 	in := &inspection{e: e, t: t, lim: &lim, w: w}
 	in.collect()
@@ -178,20 +232,7 @@ func (in *inspection) collect() {
 	evs := w.evs[:0]
 	start := max(0, min(t.Start, len(t.Steps)))
 	winStart := max(start, len(t.Steps)-in.lim.Window)
-	// Only the latest maxEvents calls count: find the step they begin at,
-	// walking back, so that a long history costs no more than a short one.
-	from, skip := start, 0
-	for s, n := len(t.Steps)-1, 0; s >= start; s-- {
-		for k := range t.Steps[s].Calls {
-			if !in.e.cfg.ignored(t.Steps[s].Calls[k].Name) {
-				n++
-			}
-		}
-		if n >= maxEvents {
-			from, skip = s, n-maxEvents
-			break
-		}
-	}
+	from, skip := in.e.reach(t)
 	in.win = -1
 	recanon := !slices.Equal(t.meta, in.metadata())
 	for s := from; s < len(t.Steps); s++ {
@@ -201,7 +242,7 @@ func (in *inspection) collect() {
 		st := &t.Steps[s]
 		for k := range st.Calls {
 			c := &st.Calls[k]
-			if in.e.cfg.ignored(c.Name) {
+			if in.e.ignored(c.Name) {
 				continue
 			}
 			if skip > 0 {
@@ -225,12 +266,9 @@ func (in *inspection) collect() {
 				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
 				// A call that only looks and shows content (a log tail with
 				// an ERROR line in it) did not fail: what it shows may change.
-				if x.isErr && readOnly(c) {
-					out := outputText(c.Result)
-					x.look = strings.Count(out[:min(len(out), 2048)], "\n") >= 3
-				}
-				x.neg = !x.isErr && searchLike(c) && negativeResult(c.Result) || x.isErr && !x.meaningful && negativeResult(c.Result)
-				x.ack = !x.isErr && !x.neg && isAck(c.Result)
+				x.look = x.isErr && readOnly(c) && c.showsLines()
+				x.neg = !x.isErr && c.negativeResult() && searchLike(c) || x.isErr && !x.meaningful && c.negativeResult()
+				x.ack = !x.isErr && !x.neg && c.isAck()
 			}
 			evs = append(evs, x)
 		}
@@ -240,6 +278,27 @@ func (in *inspection) collect() {
 	}
 	w.evs = evs
 	in.evs = evs
+}
+
+// reach returns where the calls the detectors read begin: the step of the
+// latest maxEvents counted calls from t.Start on, and how many counted
+// calls of that step come before them. Only these calls count, found
+// walking back, so that a long history costs no more than a short one;
+// and as a history grows, its reach only moves on (the session cache
+// drops the results before it).
+func (e *Engine) reach(t *Trajectory) (from, skip int) {
+	start := max(0, min(t.Start, len(t.Steps)))
+	for s, n := len(t.Steps)-1, 0; s >= start; s-- {
+		for k := range t.Steps[s].Calls {
+			if !e.ignored(t.Steps[s].Calls[k].Name) {
+				n++
+			}
+		}
+		if n >= maxEvents {
+			return s, n - maxEvents
+		}
+	}
+	return start, 0
 }
 
 func (in *inspection) metadata() []string {
@@ -372,12 +431,15 @@ func withOutcome(ev *Evidence, c *Call) {
 	if c.IsError {
 		ev.Error = c.ErrorText
 	}
-	ev.Result = shorten(collapseSpace(normalizedText(resultText(c.Result))), 300)
+	ev.Result = c.outcome()
 }
 
+// maxNormalizedText is how much of a text normalizedText reads.
+const maxNormalizedText = 4096
+
 func normalizedText(s string) string {
-	if len(s) > 4096 {
-		s = s[:4096]
+	if len(s) > maxNormalizedText {
+		s = s[:maxNormalizedText]
 	}
 	return string(appendNormalized(nil, s))
 }

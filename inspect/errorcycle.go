@@ -109,7 +109,7 @@ func (in *inspection) failedBefore(x *ev, idx []int, targets []uint64) bool {
 // syntax error in new code is debugging progress (OpenHands' stuck tests).
 func (in *inspection) syntaxErrorMoves(idx []int) bool {
 	e := in.evs[idx[len(idx)-1]].c.ErrorText
-	if !strings.Contains(e, "SyntaxError") && !strings.Contains(e, "IndentationError") && !strings.Contains(e, "syntax error") {
+	if !namesSyntaxError(e) {
 		return false
 	}
 	lines := make([]string, 0, len(idx))

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/tidwall/gjson"
+	"github.com/zeebo/xxh3"
 )
 
 // appendNormalized writes s with its volatile parts replaced, so that two
@@ -574,18 +575,29 @@ func stripReturnCode(t string) string {
 	return t
 }
 
-// normBufs holds scratch for hashNormalized, which runs outside any parser
+// normBufs holds scratch for withNormalized, which runs outside any parser
 // or inspection (Call.ResultFingerprint is lazy).
 var normBufs = sync.Pool{New: func() any { b := make([]byte, 0, 8192); return &b }}
 
-// hashNormalized is the FNV-1a hash of appendNormalized(nil, s).
-func hashNormalized(s string) uint64 {
+// hashNormalized is the normalizedHash of appendNormalized(nil, s).
+func hashNormalized(s string) (h uint64) {
+	withNormalized(s, func(b []byte) { h = normalizedHash(b) })
+	return h
+}
+
+// normalizedHash hashes a normalised result: results are long, and their
+// fingerprints are compared within one process only (Call.resultFP), so
+// the hash is xxh3, at memory speed, not the FNV of call fingerprints.
+func normalizedHash(b []byte) uint64 { return xxh3.Hash(b) }
+
+// withNormalized calls fn with appendNormalized(nil, s), in pooled memory
+// that fn must not keep.
+func withNormalized(s string, fn func(b []byte)) {
 	bp := normBufs.Get().(*[]byte)
 	b := appendNormalized((*bp)[:0], s)
-	h := uint64(newFNV().bytes(b))
+	fn(b)
 	if cap(b) <= 1<<20 { // keep the pool from pinning one huge result
 		*bp = b[:0]
 		normBufs.Put(bp)
 	}
-	return h
 }

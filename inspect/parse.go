@@ -429,6 +429,7 @@ func (p *parser) setArgs(c *Call, argText string) {
 	} else {
 		c.Args = p.ar.copy(trimmed)
 	}
+	c.argFacts = argFactsOf(c)
 	h := newFNV().str(c.Name).byte(0).str(c.Args)
 	c.Fingerprint = uint64(h)
 	if c.Primary != "" {

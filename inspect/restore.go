@@ -316,8 +316,8 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 	// Most histories restore nothing: find out before classifying calls.
 	restores := false
 	for a := range evs {
-		if p := evs[a].c.Primary; p != "" && restoreHint(p) {
-			if rs, _ = appendRestores(rs[:0], p); len(rs) > 0 {
+		if evs[a].c.facts()&primaryRestores != 0 {
+			if rs, _ = appendRestores(rs[:0], evs[a].c.Primary); len(rs) > 0 {
 				restores = true
 				break
 			}
@@ -331,7 +331,7 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 		x := &evs[a]
 		rs = rs[:0]
 		after := false
-		if x.c.Primary != "" && restoreHint(x.c.Primary) {
+		if x.c.facts()&primaryRestores != 0 {
 			rs, after = appendRestores(rs, x.c.Primary)
 		}
 		tried := func() {

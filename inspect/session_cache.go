@@ -2,13 +2,15 @@ package inspect
 
 import (
 	"container/list"
-	"hash/maphash"
+	"crypto/rand"
+	"encoding/binary"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/zeebo/xxh3"
 )
 
 // SessionCache keeps, per session, what parsing the session's last request
@@ -19,13 +21,17 @@ import (
 // parsed from the first new message on, and only what is not those bytes
 // is validated (they were as JSON last time). Any other request (history
 // edited, compacted or cut, another replica answered the last turn,
-// loopguard rewrote it) is parsed in full, so a Trajectory never depends on
-// the cache: ParseSession returns what ParseAPI returns for the same body.
+// loopguard rewrote it) is parsed in full, so a verdict never depends on
+// the cache: ParseSession returns what ParseAPI returns for the same body,
+// but for what no rule of its engine reads (see compact): the text of the
+// tool results, each replaced by a digest of what the rules read of it
+// (none before the detectors' reach), and the reasoning. Tool output is
+// most of a history: the cache holds about a quarter of it.
 //
 // The cache is a local LRU bounded by a memory budget. It is safe for
 // concurrent use.
 type SessionCache struct {
-	seed   maphash.Seed
+	seed   uint64 // of the prefix hashes, random: histories are the clients'
 	budget int64
 	hits   atomic.Uint64
 	misses atomic.Uint64
@@ -49,7 +55,9 @@ func NewSessionCache(budget int64) *SessionCache {
 	if budget <= 0 {
 		return nil
 	}
-	return &SessionCache{seed: maphash.MakeSeed(), budget: budget, entries: map[string]*list.Element{}}
+	var seed [8]byte
+	rand.Read(seed[:]) // never fails (crypto/rand)
+	return &SessionCache{seed: binary.LittleEndian.Uint64(seed[:]), budget: budget, entries: map[string]*list.Element{}}
 }
 
 // Stats returns the cache's counters; the zero CacheStats for a nil cache.
@@ -70,18 +78,20 @@ type cacheEntry struct {
 	api  API
 	meta []string
 	// The history array's first prefix bytes, from its '[' to the end of
-	// its last message (message n-1), hash to sum; hash is the hasher's
-	// state after them, to go on with the next messages.
+	// its last message (message n-1), hash to sum.
 	n, prefix int
 	sum       uint64
-	hash      maphash.Hash
 	last      [2]int // the last message's offsets in the array
 	steps     []Step
+	stepsCap  int // of the array steps is in (it is clipped)
 	start     int
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
-	// held is the arena memory the steps' strings keep alive.
+	// engine made the entry; from is its reach (Engine.reach).
+	engine *Engine
+	from   int
+	// held is the memory the steps' strings and digests keep alive.
 	held  int
 	bytes int64
 }
@@ -95,13 +105,14 @@ var (
 const entryOverhead = 512
 
 func (en *cacheEntry) size() int64 {
-	return int64(en.held) + int64(cap(en.steps))*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
+	return int64(en.held) + int64(en.stepsCap)*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
 }
 
 // ParseSession is ParseAPI for a request of the given session, resuming
 // from what the session's previous request left in c when the history
 // extends it, and leaving this request's state there for the next one. A
-// nil c or an empty session parses in full, as ParseAPI.
+// nil c or an empty session parses in full, as ParseAPI. The Trajectory
+// is for e's Inspect: its results are digests (see SessionCache).
 func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []byte) (*Trajectory, error) {
 	meta := e.cfg.MetadataArgs
 	if meta == nil {
@@ -114,9 +125,11 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	if !ok {
 		api, walk = ChatCompletions, (*parser).chat
 	}
-	sp := &sessionParse{}
-	sp.hash.SetSeed(c.seed)
-	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) {
+	// Results are digested unless a rule reads all their text (an error
+	// pattern of the configuration). A digest is of the engine's rules:
+	// another engine (a new configuration) parses in full.
+	sp := &sessionParse{hash: prefixHash{chain: c.seed}, engine: e, digest: len(e.patterns) == 0}
+	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) && prev.engine == e {
 		sp.locate(body, api, prev)
 	}
 	t, err := parseBody(body, meta, walk, sp)
@@ -182,15 +195,17 @@ type sessionParse struct {
 	// hist and model are the body's history array and model, found by
 	// locate when prev is set.
 	hist, model string
-	// hash has read the history array up to region, which ends after
-	// message n-1 (last).
-	hash      maphash.Hash
+	// hash has read the history array's full blocks of those locate
+	// checked; region ends after message n-1 (last).
+	hash      prefixHash
 	region, n int
 	last      [2]int
 	arr       int // the history array's offset in the body
 	base      int // steps taken over from prev
-	held      int // arena memory of those steps' strings
+	held      int // memory of those steps' strings
 	calls     int // calls in those steps
+	engine    *Engine
+	digest    bool
 	done      *cacheEntry
 }
 
@@ -236,9 +251,9 @@ func (sp *sessionParse) locate(body []byte, api API, prev *cacheEntry) {
 			hist = "-" // not the cached history: ends the walk below
 			return len(src)
 		}
-		h = sp.hash
-		h.WriteString(src[at : at+prev.prefix])
-		if h.Sum64() != prev.sum {
+		var sum uint64
+		h, sum = sp.hash.extend(src[at : at+prev.prefix])
+		if sum != prev.sum {
 			hist = "-"
 			return len(src)
 		}
@@ -309,10 +324,12 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 	return rawjson.SkipSpace(arr, sp.region), sp.n, sp.last
 }
 
-// restore takes over prev's steps and state. The steps are copied, and the
-// calls of the last lookBack steps too, into memory of this parse's own:
-// pairing a result, or adding to the last step, writes there, and prev is
-// shared with other requests of the session.
+// restore takes over prev's steps and state. The steps are copied into
+// memory of this parse's own, and the calls of those it may write too:
+// pairing a result (findCall: a call of the last lookBack steps with none
+// yet) or adding to the last step writes there, and prev is shared with
+// other requests of the session. The calls of other steps stay shared,
+// and nothing writes them (compact, forget).
 func (p *parser) restore(prev *cacheEntry) {
 	sp := p.sess
 	sp.base, sp.held, sp.calls = len(prev.steps), prev.held, prev.calls
@@ -320,16 +337,26 @@ func (p *parser) restore(prev *cacheEntry) {
 	steps := make([]Step, len(prev.steps), len(prev.steps)+16)
 	copy(steps, prev.steps)
 	from := max(0, len(steps)-lookBack)
+	writable := func(s int) bool {
+		for i := range steps[s].Calls {
+			if !steps[s].Calls[i].HasResult {
+				return true
+			}
+		}
+		return s == len(steps)-1
+	}
 	n := 0
 	for s := from; s < len(steps); s++ {
-		n += len(steps[s].Calls)
+		if writable(s) {
+			n += len(steps[s].Calls)
+		}
 	}
 	if n > 0 {
 		calls := make([]Call, n)
 		k := 0
 		for s := from; s < len(steps); s++ {
 			src := steps[s].Calls
-			if len(src) == 0 {
+			if len(src) == 0 || !writable(s) {
 				continue // nil stays nil
 			}
 			for i := range src {
@@ -344,8 +371,8 @@ func (p *parser) restore(prev *cacheEntry) {
 	p.lastAssistant, p.open = prev.lastAssistant, prev.open
 }
 
-// note adds message raw, a view of the history array, to the hash of
-// the array's bytes so far, for the next request's prefix check.
+// note records message raw, a view of the history array, as the last one
+// read: the next request's prefix check covers the array up to its end.
 func (p *parser) note(raw string) {
 	sp := p.sess
 	if sp == nil {
@@ -353,7 +380,6 @@ func (p *parser) note(raw string) {
 	}
 	start := p.offset(raw) - sp.arr
 	end := start + len(raw)
-	sp.hash.WriteString(p.src[sp.arr+sp.region : sp.arr+end])
 	sp.region, sp.last = end, [2]int{start, end}
 	sp.n++
 }
@@ -365,6 +391,26 @@ func (sp *sessionParse) finish(p *parser) {
 		return
 	}
 	t := p.t
+	_, sum := sp.hash.extend(p.src[sp.arr : sp.arr+sp.region])
+	rehome(t.Steps[sp.base:])
+	held, from := sp.held+p.ar.held, 0
+	if sp.digest {
+		// The cache's steps whose results left the reach; then the steps
+		// this parse wrote: the new ones and the restored ones it may
+		// have changed.
+		lo, prevFrom := 0, 0
+		var prev []Step
+		if sp.prev != nil {
+			lo, prevFrom = max(0, sp.base-lookBack), sp.prev.from
+			prev = sp.prev.steps[lo:]
+		}
+		from, _ = sp.engine.reach(t)
+		held = sp.held
+		if end := min(from, sp.base); prevFrom < end {
+			held -= forget(t.Steps[prevFrom:end])
+		}
+		held += compact(t.Steps[lo:], prev, from-lo)
+	}
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
 		calls += len(t.Steps[s].Calls)
@@ -372,16 +418,174 @@ func (sp *sessionParse) finish(p *parser) {
 	sp.done = &cacheEntry{
 		n:             sp.n,
 		prefix:        sp.region,
-		sum:           sp.hash.Sum64(),
-		hash:          sp.hash,
+		sum:           sum,
 		last:          sp.last,
 		steps:         slices.Clip(t.Steps),
+		stepsCap:      cap(t.Steps),
 		start:         t.Start,
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
 		open:          p.open,
-		held:          sp.held + p.ar.held,
+		engine:        sp.engine,
+		from:          from,
+		held:          held,
 	}
+}
+
+// compact digests the results of steps from on (see digestResult), drops
+// those before, which no rule reads (they are out of the reach), and the
+// steps' reasoning (no rule reads it); then it moves the strings the
+// steps got from this parse into one allocation of their size, so that
+// the cache keeps neither the parse's arena nor the tool output in it. A
+// string of step i that is prev[i]'s (a restored step) is already the
+// cache's. It returns the memory the steps' new strings and digests hold,
+// less that of the digests dropped.
+func compact(steps, prev []Step, from int) int {
+	n := 0
+	each := func(own func(*string)) {
+		for i := range steps {
+			st := &steps[i]
+			var ps *Step
+			if i < len(prev) {
+				ps = &prev[i]
+			}
+			st.Reasoning = ""
+			if ps == nil || !sameString(st.Text, ps.Text) {
+				own(&st.Text)
+			}
+			for k := range st.Calls {
+				fs := st.Calls[k].strings()
+				if ps == nil || k >= len(ps.Calls) {
+					for _, f := range fs {
+						own(f)
+					}
+					continue
+				}
+				was := ps.Calls[k].strings()
+				for j, f := range fs {
+					if !sameString(*f, *was[j]) {
+						own(f)
+					}
+				}
+			}
+		}
+	}
+	digests := 0
+	for i := range steps {
+		for k := range steps[i].Calls {
+			c := &steps[i].Calls[k]
+			switch {
+			case i < from:
+				// Out of reach: forget dropped the results of the calls
+				// restored unwritten, which are the cache's.
+				if c.digest != nil || c.Result != "" {
+					digests -= c.digest.size()
+					c.Result, c.digest = "", nil
+				}
+			case c.HasResult && c.digest == nil:
+				digestResult(c)
+				digests += c.digest.size()
+			}
+		}
+	}
+	each(func(s *string) { n += len(*s) })
+	buf := make([]byte, 0, n)
+	each(func(s *string) {
+		if *s == "" {
+			return
+		}
+		m := len(buf)
+		buf = append(buf, *s...)
+		*s = unsafe.String(&buf[m], len(*s))
+	})
+	return n + digests
+}
+
+// rehome moves the calls of steps into one array of their number: the
+// parser carves calls from chunks of 64, and a turn's one call would keep
+// its chunk alive in the cache.
+func rehome(steps []Step) {
+	n := 0
+	for i := range steps {
+		n += len(steps[i].Calls)
+	}
+	if n == 0 {
+		return
+	}
+	calls := make([]Call, n)
+	k := 0
+	for i := range steps {
+		src := steps[i].Calls
+		if len(src) == 0 {
+			continue // nil stays nil
+		}
+		for j := range src {
+			src[j].copyTo(&calls[k+j])
+		}
+		steps[i].Calls = calls[k : k+len(src) : k+len(src)]
+		k += len(src)
+	}
+}
+
+// forget drops the results of steps that left the reach: their calls are
+// replaced, not written, as they may be the cache's, shared with other
+// requests. It returns the memory of the digests dropped.
+func forget(steps []Step) int {
+	freed := 0
+	for i := range steps {
+		st := &steps[i]
+		kept := false
+		for k := range st.Calls {
+			kept = kept || st.Calls[k].digest != nil || st.Calls[k].Result != ""
+		}
+		if !kept {
+			continue
+		}
+		calls := make([]Call, len(st.Calls))
+		for k := range st.Calls {
+			st.Calls[k].copyTo(&calls[k])
+			freed += calls[k].digest.size()
+			calls[k].Result, calls[k].digest = "", nil
+		}
+		st.Calls = calls
+	}
+	return freed
+}
+
+// strings are the call's string fields.
+func (c *Call) strings() [6]*string {
+	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, &c.ErrorText}
+}
+
+// sameString reports whether a and b are the same bytes in memory.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (a == "" || unsafe.StringData(a) == unsafe.StringData(b))
+}
+
+// hashBlock is the size of the blocks prefixHash hashes one at a time: at
+// memory speed (xxh3 one-shot), and small enough that re-reading the
+// partial last block of a prefix costs next to nothing.
+const hashBlock = 64 << 10
+
+// prefixHash hashes a history array's first bytes as a chain of xxh3
+// hashes of its full hashBlock-byte blocks, each seeded with the hash
+// before it (the first with the cache's seed), and of the partial block
+// left. The chain after the full blocks is kept, so a longer prefix of
+// the same array is hashed from there: one pass over the array per
+// request, whatever its length.
+type prefixHash struct {
+	blocks int    // full blocks hashed
+	chain  uint64 // the hash after them
+}
+
+// extend returns the state after the full blocks of prefix, which begins
+// with the h.blocks blocks h has hashed, and the hash of the whole prefix.
+func (h prefixHash) extend(prefix string) (prefixHash, uint64) {
+	for end := (h.blocks + 1) * hashBlock; end <= len(prefix); end += hashBlock {
+		h.chain = xxh3.HashStringSeed(prefix[end-hashBlock:end], h.chain)
+		h.blocks++
+	}
+	return h, xxh3.HashStringSeed(prefix[h.blocks*hashBlock:], h.chain)
 }
 
 // copyTo copies c to dst field by field: c may be in a Trajectory being
@@ -389,9 +593,9 @@ func (sp *sessionParse) finish(p *parser) {
 func (c *Call) copyTo(dst *Call) {
 	*dst = Call{
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
-		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint,
+		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint, argFacts: c.argFacts,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
-		resultFP: atomic.LoadUint64(&c.resultFP),
-		IsError:  c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
+		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest,
+		IsError: c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -109,10 +111,8 @@ func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API
 		return nil, nil
 	}
 	wv, gv := e.Inspect(want), e.Inspect(got)
-	settle(want)
-	settle(got)
-	if !reflect.DeepEqual(want, got) {
-		t.Fatalf("%s: trajectories differ: %s", what, trajectoryDiff(got, want))
+	if diff := cachedSame(e, got, want); diff != "" {
+		t.Fatalf("%s: trajectories differ: %s", what, diff)
 	}
 	if !reflect.DeepEqual(wv, gv) {
 		t.Fatalf("%s: verdicts differ:\ncached %+v\nfull   %+v", what, gv, wv)
@@ -143,8 +143,10 @@ func TestSessionCacheSameVerdicts(t *testing.T) {
 			// The next turn resumed from this one's state: it must not
 			// have written into this trajectory (pairing a result with
 			// one of its calls, say).
-			if prevGot != nil && !reflect.DeepEqual(prevGot, prevWant) {
-				t.Fatalf("%s: turn %d changed turn %d's trajectory: %s", cc.name, k, k-1, trajectoryDiff(prevGot, prevWant))
+			if prevGot != nil {
+				if diff := cachedSame(e, prevGot, prevWant); diff != "" {
+					t.Fatalf("%s: turn %d changed turn %d's trajectory: %s", cc.name, k, k-1, diff)
+				}
 			}
 			prevGot, prevWant = got, want
 		}
@@ -215,6 +217,49 @@ func editMessage(t *testing.T, m json.RawMessage, reformat bool) json.RawMessage
 	return out
 }
 
+// cachedSame compares a cached parse with the full one: equal but for
+// what the cache drops, results it replaced by their digest (which must
+// be the digest of the full parse's result), results before the reach of
+// e's detectors and reasoning texts. It returns "" when they are, else
+// the first difference.
+func cachedSame(e *Engine, got, want *Trajectory) string {
+	settle(want)
+	from, _ := e.reach(want)
+	g := *got
+	g.Steps = slices.Clone(got.Steps)
+	for s := range g.Steps {
+		gs := &g.Steps[s]
+		gs.Calls = slices.Clone(gs.Calls)
+		if s >= len(want.Steps) {
+			continue
+		}
+		ws := &want.Steps[s]
+		if gs.Reasoning == "" {
+			gs.Reasoning = ws.Reasoning
+		}
+		for k := range gs.Calls {
+			gc := &gs.Calls[k]
+			if k < len(ws.Calls) && s < from && gc.digest == nil && gc.Result == "" {
+				gc.Result = ws.Calls[k].Result // dropped
+				continue
+			}
+			if gc.digest == nil || k >= len(ws.Calls) {
+				continue
+			}
+			wc := ws.Calls[k]
+			if digestResult(&wc); wc.digest == nil || *wc.digest != *gc.digest {
+				return fmt.Sprintf("step %d call %d: digest %+v, want %+v", s, k, gc.digest, wc.digest)
+			}
+			gc.Result, gc.digest = ws.Calls[k].Result, nil
+		}
+	}
+	settle(&g)
+	if !reflect.DeepEqual(&g, want) {
+		return trajectoryDiff(&g, want)
+	}
+	return ""
+}
+
 // trajectoryDiff names the first difference between a cached and a full
 // parse, without printing whole histories.
 func trajectoryDiff(got, want *Trajectory) string {
@@ -252,8 +297,8 @@ func TestSessionCacheBudget(t *testing.T) {
 	probe := NewSessionCache(1 << 30)
 	turn(probe, "a", 30)
 	one := probe.Stats().Bytes
-	if one < int64(len(h.body(h.msgs[:30])))/2 {
-		t.Fatalf("one session holds %d bytes by the count, for a %d-byte history: the count misses the strings", one, len(h.body(h.msgs[:30])))
+	if held := entryStrings(probe.get("a")); one < held {
+		t.Fatalf("one session holds %d bytes by the count, and %d bytes of strings: the count misses them", one, held)
 	}
 	c := NewSessionCache(one*3 + one/2) // room for three sessions
 	for _, s := range []string{"a", "b", "c", "d"} {
@@ -272,6 +317,23 @@ func TestSessionCacheBudget(t *testing.T) {
 		t.Fatal("a zero budget must turn the cache off")
 	}
 	turn(nil, "a", 31)
+}
+
+// entryStrings is the length of the strings a cache entry's steps hold.
+func entryStrings(en *cacheEntry) int64 {
+	n := 0
+	for _, st := range en.steps {
+		n += len(st.Text) + len(st.Reasoning)
+		for _, c := range st.Calls {
+			for _, f := range c.strings() {
+				n += len(*f)
+			}
+			if c.digest != nil {
+				n += len(c.digest.evidence)
+			}
+		}
+	}
+	return int64(n)
 }
 
 // corrupt breaks the end of a body (where a cached prefix does not reach)
@@ -340,7 +402,7 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 
 // TestSessionCacheBytesPerSession: a session cached turn by turn holds
 // about what one parse of its whole history holds, not an arena's
-// minimum per turn.
+// minimum per turn, and much less than the history.
 func TestSessionCacheBytesPerSession(t *testing.T) {
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
@@ -360,6 +422,11 @@ func TestSessionCacheBytesPerSession(t *testing.T) {
 	t.Logf("%d-byte history: %d bytes cached turn by turn, %d parsed at once", len(h.body(h.msgs)), g, o)
 	if g > o*3/2 {
 		t.Errorf("a session grown turn by turn holds %d bytes, %.1fx what one parse of its history holds (%d)", g, float64(g)/float64(o), o)
+	}
+	// Tool output is most of the history, and the cache keeps digests of
+	// it, not its text.
+	if n := int64(len(h.body(h.msgs))); g > n/2 {
+		t.Errorf("a session holds %d bytes for a %d-byte history: more than half of it", g, n)
 	}
 }
 
@@ -388,5 +455,251 @@ func TestSessionCacheCutBodies(t *testing.T) {
 			c.put(prev)
 			checkSame(t, e, c, "s", api, full[:i], fmt.Sprintf("%s cut at %d", api, i))
 		}
+	}
+}
+
+// TestPrefixHashChain: hashing a prefix in several extensions gives the
+// one-pass hash and state, over block boundaries; any changed byte, in a
+// full block or in the partial one, changes the hash.
+func TestPrefixHashChain(t *testing.T) {
+	src := make([]byte, 3*hashBlock+777)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range src {
+		src[i] = byte(rng.IntN(256))
+	}
+	s := string(src)
+	for _, tt := range []struct {
+		name  string
+		steps []int // prefix lengths, growing
+	}{
+		{"within a block", []int{10, 100, hashBlock - 1}},
+		{"onto a boundary", []int{hashBlock - 5, hashBlock, 2 * hashBlock}},
+		{"over blocks", []int{1, hashBlock + 1, 3*hashBlock + 700, len(s)}},
+		{"empty first", []int{0, 2*hashBlock + 3}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := prefixHash{chain: 42}
+			for _, n := range tt.steps {
+				var sum uint64
+				h, sum = h.extend(s[:n])
+				once, want := prefixHash{chain: 42}.extend(s[:n])
+				if h != once || sum != want {
+					t.Fatalf("prefix %d: state %+v sum %x extended, %+v %x at once", n, h, sum, once, want)
+				}
+				if h.blocks != n/hashBlock {
+					t.Fatalf("prefix %d: %d full blocks, want %d", n, h.blocks, n/hashBlock)
+				}
+			}
+		})
+	}
+	_, want := prefixHash{chain: 42}.extend(s)
+	for _, at := range []int{0, hashBlock - 1, hashBlock, 2*hashBlock + 5, len(s) - 1} {
+		b := []byte(s)
+		b[at]++
+		if _, sum := (prefixHash{chain: 42}).extend(string(b)); sum == want {
+			t.Errorf("byte %d changed, same hash", at)
+		}
+	}
+	if _, sum := (prefixHash{chain: 43}).extend(s); sum == want {
+		t.Error("another seed, same hash")
+	}
+}
+
+// TestSessionCacheLongHistory grows a history of several hash blocks turn
+// by turn, then edits one message early in it (in the first block) and
+// one late (in the partial block): every turn must parse and judge as
+// uncached, growing turns must hit, and edits must miss.
+func TestSessionCacheLongHistory(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(120))
+	if n := len(h.body(h.msgs)); n < 3*hashBlock {
+		t.Fatalf("history of %d bytes: want several hash blocks", n)
+	}
+	c := NewSessionCache(64 << 20)
+	for k := 1; k <= len(h.msgs); k++ {
+		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
+	}
+	if st := c.Stats(); st.Hits != uint64(len(h.msgs)-1) || st.Misses != 1 {
+		t.Fatalf("stats %+v after %d growing turns; want every turn after the first to hit", st, len(h.msgs))
+	}
+	for _, i := range []int{3, len(h.msgs) - 2} {
+		msgs := slices.Clone(h.msgs)
+		msgs[i] = editMessage(t, msgs[i], false)
+		before := c.Stats().Misses
+		checkSame(t, e, c, "s", ChatCompletions, h.body(msgs), fmt.Sprintf("message %d edited", i))
+		if c.Stats().Misses != before+1 {
+			t.Errorf("message %d edited: served from the cache", i)
+		}
+		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs), "the original again") // a miss, then the cache holds it
+	}
+}
+
+// TestShortCollapsed: the evidence text read from the beginning of an
+// output is the one shorten(collapseSpace) makes of all of it, for texts
+// with every kind of space, invalid UTF-8, and lengths around the cut.
+func TestShortCollapsed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	pieces := []string{"a", "word", " ", "  ", "\t", "\n", "\r\n", "\v", "\u00a0", "\u2003", "é", "日本", "\xff", "\xe2\x80", strings.Repeat("x", 290), "…"}
+	for i := 0; i < 20000; i++ {
+		var b strings.Builder
+		for n := rng.IntN(80); n > 0; n-- {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		s := b.String()
+		for _, n := range []int{maxOutcome, 5, 40} {
+			if got, want := string(appendShortCollapsed([]byte("x"), s, n)), "x"+shorten(collapseSpace(s), n); got != want {
+				t.Fatalf("appendShortCollapsed(x, %q, %d) = %q, want %q", s, n, got, want)
+			}
+		}
+	}
+}
+
+// TestSessionCacheReach grows a history past the detectors' reach
+// (maxEvents calls) and ends it in a loop: every turn must judge as
+// uncached, the loop included, while the cache holds no result before
+// the reach and a digest for each one in it.
+func TestSessionCacheReach(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(maxEvents+40))
+	msgs := slices.Clone(h.msgs)
+	call, res := string(msgs[len(msgs)-2]), string(msgs[len(msgs)-1])
+	id := fmt.Sprintf("call_%d", maxEvents+39)
+	for j := 0; j < 8; j++ { // the last call again and again, answered alike
+		r := fmt.Sprintf("call_r%d", j)
+		msgs = append(msgs, json.RawMessage(strings.ReplaceAll(call, id, r)), json.RawMessage(strings.ReplaceAll(res, id, r)))
+	}
+	c := NewSessionCache(64 << 20)
+	var last Verdict
+	for k := 2 * (maxEvents - 20); k <= len(msgs); k++ {
+		got, _ := checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+		last = e.Inspect(got)
+	}
+	if !last.Loop {
+		t.Fatalf("the repeated call is no loop: %+v", last)
+	}
+	en := c.get("s")
+	from, _ := e.reach(&Trajectory{Steps: en.steps, Start: en.start})
+	if from < 40 || en.from != from {
+		t.Fatalf("reach from step %d, entry says %d: want past the first 40 steps", from, en.from)
+	}
+	for s, st := range en.steps {
+		for _, c := range st.Calls {
+			if c.Result != "" || (s < from) != (c.digest == nil) {
+				t.Fatalf("step %d (reach from %d): result %d bytes, digest %v", s, from, len(c.Result), c.digest != nil)
+			}
+		}
+	}
+}
+
+// TestSessionCacheErrorPatterns: an engine with error patterns reads
+// whole results, so its cache keeps their text; an entry of another
+// engine (a reloaded configuration) is not resumed.
+func TestSessionCacheErrorPatterns(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ErrorPatterns = []string{`line of output with some words 0123\n.*\n.*words`}
+	e, err := NewEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(30))
+	c := NewSessionCache(64 << 20)
+	for k := 1; k <= len(h.msgs); k++ {
+		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
+	}
+	for s, st := range c.get("s").steps {
+		for _, c := range st.Calls {
+			if c.digest != nil || c.HasResult && c.Result == "" {
+				t.Fatalf("step %d: result dropped for an engine with error patterns", s)
+			}
+		}
+	}
+	other, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats()
+	checkSame(t, other, c, "s", ChatCompletions, h.body(h.msgs), "another engine")
+	if st := c.Stats(); st.Hits != before.Hits || st.Misses != before.Misses+1 {
+		t.Fatalf("stats %+v after %+v: another engine's turn must be a miss", st, before)
+	}
+}
+
+// TestSessionCacheSyntaxErrors: a syntax error that moves from line to
+// line as the code changes is debugging, not an error cycle, and telling
+// needs the error's text (errorLocation): the cache keeps the results
+// that name a syntax error, and judges such a history as uncached.
+func TestSessionCacheSyntaxErrors(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []json.RawMessage{json.RawMessage(`{"role":"system","content":"You are a coding agent."}`), json.RawMessage(`{"role":"user","content":"Fix the parser."}`)}
+	for i := 0; i < 8; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("python parser_%d.py", i)})
+		call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Running it again.", "tool_calls": []any{
+			map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": id, "content": fmt.Sprintf(
+			"Traceback (most recent call last):\n  File \"parser_%d.py\", line %d\n    if x = 1:\n         ^\nSyntaxError: invalid syntax", i, 10+7*i)})
+		msgs = append(msgs, call, res)
+	}
+	h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+	c := NewSessionCache(64 << 20)
+	for k := 1; k <= len(msgs); k++ {
+		checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+	}
+	for s, st := range c.get("s").steps {
+		for _, c := range st.Calls {
+			if !c.IsError || c.Result == "" {
+				t.Fatalf("step %d: error %v, result %q: want the syntax error's text kept", s, c.IsError, c.Result)
+			}
+		}
+	}
+}
+
+// TestSessionCacheHeapMatchesCount: the bytes the cache counts are the
+// memory its sessions keep alive, whether turns add one step or several
+// (a turn's calls must not keep the parser's chunk of 64 alive).
+func TestSessionCacheHeapMatchesCount(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(60))
+	bodies := make([][]byte, len(h.msgs)+1)
+	for k := 1; k <= len(h.msgs); k++ {
+		bodies[k] = h.body(h.msgs[:k])
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	for _, per := range []int{2, 4} { // messages a turn adds: one step, two
+		t.Run(fmt.Sprintf("%d messages a turn", per), func(t *testing.T) {
+			const sessions = 40
+			c := NewSessionCache(1 << 40)
+			before := heap()
+			for s := 0; s < sessions; s++ {
+				for k := 2; k <= len(h.msgs); k += per {
+					if _, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, bodies[k]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			held, counted := int64(heap()-before), c.Stats().Bytes
+			t.Logf("%d sessions: %d bytes of heap, %d counted", sessions, held, counted)
+			if held > counted*13/10 {
+				t.Errorf("the sessions keep %d bytes alive, %.1fx the %d the cache counts", held, float64(held)/float64(counted), counted)
+			}
+			runtime.KeepAlive(c)
+		})
 	}
 }

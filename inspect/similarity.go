@@ -15,8 +15,12 @@ func (in *inspection) similarity(a, b string) float64 {
 		return 1
 	}
 	in.w.toks = wordHashes(in.w.toks[:0], a)
-	in.w.toks2 = wordHashes(in.w.toks2[:0], b)
-	j := jaccard(in.w.toks, in.w.toks2)
+	// b is the latest call's arguments, compared with each call's before.
+	if !sameString(b, in.w.simB) {
+		in.w.simToks = wordHashes(in.w.simToks[:0], b)
+		in.w.simB = b
+	}
+	j := jaccard(in.w.toks, in.w.simToks)
 	if len(a) <= 64 && len(b) <= 64 {
 		j = max(j, 1-float64(levenshtein(a, b))/float64(max(len(a), len(b))))
 	}

@@ -58,14 +58,20 @@ type Call struct {
 	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
 	PrimaryFingerprint uint64
 
-	HasResult bool   // a tool message answered this call
-	Result    string // the result text as sent (content string or text parts joined)
+	HasResult bool // a tool message answered this call
+	// argFacts are facts of Args and Primary (see factsKnown).
+	argFacts uint8
+	// Result is the result text as sent (content string or text parts
+	// joined); "" where a SessionCache keeps a digest instead.
+	Result string
 	// ResultMessage is the index of the tool message in request.messages, -1 if none.
 	ResultMessage int
 	// resultFP caches ResultFingerprint (0: not computed yet). It is read
 	// and written atomically: Trajectories may be inspected concurrently.
 	resultFP uint64
-	IsError  bool
+	// digest stands for Result when a SessionCache dropped its text.
+	digest  *resultDigest
+	IsError bool
 	// ErrorSignature hashes the normalised error (type + message); 0 if not an error.
 	ErrorSignature uint64
 	ErrorText      string // the normalised error line, shortened
@@ -79,6 +85,9 @@ type Call struct {
 func (c *Call) ResultFingerprint() uint64 {
 	if !c.HasResult {
 		return 0
+	}
+	if c.digest != nil {
+		return c.digest.fp
 	}
 	if h := atomic.LoadUint64(&c.resultFP); h != 0 {
 		return h

@@ -1,0 +1,164 @@
+package inspect
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// resultDigest is everything the detectors read of a tool result, kept
+// by the session cache instead of the result's text: tool output is most
+// of a history, and a cached session would otherwise hold a copy of it.
+// Each field is what a rule computes from Call.Result, computed once.
+type resultDigest struct {
+	fp       uint64 // ResultFingerprint
+	evidence string // the Evidence.Result withOutcome reports for the call
+	negative bool   // negativeResult
+	ack      bool   // isAck
+	lines    bool   // the output's first 2 KiB show 3 lines or more (a looking call's content)
+}
+
+// digestResult replaces c's result text by its digest. A result some rule
+// reads beyond the digest keeps its text (see keepsResult).
+func digestResult(c *Call) {
+	if !c.HasResult || c.digest != nil || keepsResult(c) {
+		return
+	}
+	d := &resultDigest{
+		negative: negativeResult(c.Result),
+		ack:      isAck(c.Result),
+		lines:    showsLines(outputText(c.Result)),
+	}
+	// One normalisation serves the fingerprint and the evidence when the
+	// text is no longer than what the evidence normalises (normalizedText).
+	rt := resultText(c.Result)
+	withNormalized(rt, func(b []byte) {
+		d.fp = normalizedHash(b)
+		if len(rt) <= maxNormalizedText {
+			var ev [2*maxOutcome + 6]byte
+			d.evidence = string(appendShortCollapsed(ev[:0], unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
+		}
+	})
+	if len(rt) > maxNormalizedText {
+		d.evidence = outcomeText(c.Result)
+	}
+	c.digest = d
+	c.Result = ""
+}
+
+// size is the memory d holds; 0 for nil.
+func (d *resultDigest) size() int {
+	if d == nil {
+		return 0
+	}
+	return int(unsafe.Sizeof(*d)) + len(d.evidence)
+}
+
+// keepsResult reports a result whose text a rule reads beyond the digest:
+// the error locations of syntax errors (inspection.syntaxErrorMoves).
+func keepsResult(c *Call) bool {
+	return c.IsError && namesSyntaxError(c.ErrorText)
+}
+
+// namesSyntaxError reports an error text that names a syntax error.
+func namesSyntaxError(e string) bool {
+	return strings.Contains(e, "SyntaxError") || strings.Contains(e, "IndentationError") || strings.Contains(e, "syntax error")
+}
+
+// showsLines reports output whose first 2 KiB hold 3 lines or more.
+func showsLines(out string) bool {
+	return strings.Count(out[:min(len(out), 2048)], "\n") >= 3
+}
+
+// negativeResult, isAck and showsLines of the call's result, from its
+// digest when the text was dropped.
+func (c *Call) negativeResult() bool {
+	if d := c.digest; d != nil {
+		return d.negative
+	}
+	return negativeResult(c.Result)
+}
+
+func (c *Call) isAck() bool {
+	if d := c.digest; d != nil {
+		return d.ack
+	}
+	return isAck(c.Result)
+}
+
+func (c *Call) showsLines() bool {
+	if d := c.digest; d != nil {
+		return d.lines
+	}
+	return showsLines(outputText(c.Result))
+}
+
+// outcome is the result as Evidence.Result reports it.
+func (c *Call) outcome() string {
+	if d := c.digest; d != nil {
+		return d.evidence
+	}
+	return outcomeText(c.Result)
+}
+
+func outcomeText(res string) string {
+	return string(appendShortCollapsed(nil, normalizedText(resultText(res)), maxOutcome))
+}
+
+// maxOutcome is the length of Evidence.Result.
+const maxOutcome = 300
+
+// appendShortCollapsed appends shorten(collapseSpace(s), n), reading s only
+// as far as the first n+1 bytes of the collapsed text: a tool's output is
+// long, and the evidence shows its beginning. It appends at most 2n+6
+// bytes.
+func appendShortCollapsed(dst []byte, s string, n int) []byte {
+	m := len(dst)
+	// collapseSpace's test, a line break first: output has one early,
+	// and a long text without one is read to its end.
+	if !strings.ContainsAny(s, "\t\r\n") && !strings.Contains(s, "  ") {
+		// collapseSpace leaves it as it is.
+		return shortenAt(append(dst, s[:min(len(s), n+1)]...), m, n)
+	}
+	// strings.Join(strings.Fields(s), " ") up to n+1 bytes.
+	space := false // a space is due before the next field
+	for i := 0; i < len(s) && len(dst)-m <= n; {
+		// A run of ASCII bytes that are no space, else one rune.
+		end, isSpace := i, false
+		for end < len(s) && s[end] < utf8.RuneSelf && !asciiSpace[s[end]] && end-i <= n {
+			end++
+		}
+		if end == i {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			end, isSpace = i+size, unicode.IsSpace(r)
+		}
+		switch {
+		case isSpace:
+			space = len(dst) > m
+		case space:
+			dst = append(append(dst, ' '), s[i:end]...)
+			space = false
+		default:
+			dst = append(dst, s[i:end]...)
+		}
+		i = end
+	}
+	return shortenAt(dst, m, n)
+}
+
+// shortenAt is shorten of the text dst[m:], in place.
+func shortenAt(dst []byte, m, n int) []byte {
+	t := dst[m:]
+	if len(t) <= n {
+		return dst
+	}
+	cut := n - len("…")
+	for cut > 0 && cut < len(t) && t[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return append(dst[:m+cut], "…"...)
+}
+
+// asciiSpace marks the ASCII bytes unicode.IsSpace reports.
+var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
