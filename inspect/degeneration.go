@@ -101,9 +101,11 @@ func (c StreamConfig) normalized() StreamConfig {
 // cycles: the same spans of words coming back with small variations and
 // nothing new said (see loose.go).
 //
-// Memory is fixed at creation (about Window + 13 KiB); Write does not allocate.
-// A Degeneration is not safe for concurrent use. Reset makes it reusable for
-// another stream, e.g. from a sync.Pool.
+// Memory is about Window + 5.5 KiB at creation, and 9 KiB more once the text
+// could be a loose cycle or is longer than Window (see loose.go); Write
+// allocates nothing else. A Degeneration is not safe for concurrent use.
+// Reset makes it reusable for another stream, e.g. from a sync.Pool; it
+// keeps what was allocated.
 type Degeneration struct {
 	cfg   StreamConfig
 	buf   []byte // ring of the last len(buf) raw bytes
@@ -231,7 +233,12 @@ func (d *Degeneration) step(c byte) bool {
 	// loose rule covers what they cannot lock onto, in prose only: code,
 	// tables, lists and JSON that repeat with variations are what healthy
 	// answers are made of (wait and flag, never a cut).
-	if !d.loose.extend(c) && d.loose.endWord(c, pos) && !fire && d.period == 0 &&
+	if d.loose.t == nil && pos == int64(len(d.buf))-1 {
+		// The next byte overwrites the first in the ring: the loose
+		// table's last chance to see the whole text.
+		d.growLoose(pos - 1)
+	}
+	if !d.loose.extend(c) && d.looseEnd(c, pos) && !fire && d.period == 0 &&
 		d.lastStruct <= d.loose.windowStart(pos) {
 		d.fireLoose()
 		return true
@@ -247,6 +254,30 @@ func (d *Degeneration) step(c byte) bool {
 		}
 	}
 	d.table[slot] = uint16(end)
+	return fire
+}
+
+// looseEnd ends the current word at byte c, at offset pos, and reports
+// whether the words so far are a loose cycle. Before the loose table
+// exists, a window that could be one makes it.
+func (d *Degeneration) looseEnd(c byte, pos int64) bool {
+	fire := d.loose.endWord(c, pos)
+	if d.loose.suspect {
+		fire = d.growLoose(pos)
+	}
+	return fire
+}
+
+// growLoose makes the loose-cycle table and replays the text up to offset
+// last into it, from the ring, which still holds all of it; it reports
+// whether the word that byte ended is a loose cycle.
+func (d *Degeneration) growLoose(last int64) bool {
+	d.loose.grow()
+	fire := false
+	for x := int64(0); x <= last; x++ {
+		c := d.buf[x&d.mask]
+		fire = !d.loose.extend(c) && d.loose.endWord(c, x)
+	}
 	return fire
 }
 
