@@ -32,10 +32,13 @@ func TestOpenStreamFootprint(t *testing.T) {
 		t.Errorf("%.1f goroutines per open stream; want 1", goroutines)
 	}
 	// 16 KiB request buffer released while streaming (ReduceMemoryUsage),
-	// no pipe or 4 KiB copy buffers (streambody.go), 4 KiB upstream reader;
-	// the degeneration detector's tables (~18 KiB) are most of the rest.
-	if heap > 56<<10 {
-		t.Errorf("%.1f KiB heap per open stream; want under 56 KiB", heap/1024)
+	// no pipe or 4 KiB copy buffers (streambody.go), 4 KiB upstream reader,
+	// 4 KiB chat observer; the degeneration detector holds its ring and
+	// k-gram table (~8.5 KiB) and makes its 9 KiB loose-cycle table only
+	// when the text could need it (inspect/loose.go). About 32 KiB in all,
+	// 40 before that table was lazy.
+	if heap > 37<<10 {
+		t.Errorf("%.1f KiB heap per open stream; want under 37 KiB", heap/1024)
 	}
 }
 
