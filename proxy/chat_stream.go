@@ -89,7 +89,13 @@ type arrival struct {
 	content, reasoning int64
 }
 
-var observerPool = sync.Pool{New: func() any { return new(chatObserver) }}
+var observerPool = sync.Pool{New: func() any {
+	o := new(chatObserver)
+	// The detectors see each delta; nothing reads the answer's text
+	// afterwards, so an open stream does not hold it (issue 18).
+	o.acc.DropText = true
+	return o
+}}
 
 func newChatObserver(p *chatPipeline, pl *plan, done func(*ChatEvent)) *chatObserver {
 	o := observerPool.Get().(*chatObserver)
