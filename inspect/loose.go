@@ -51,7 +51,7 @@ package inspect
 // the table is made and the text so far, all still in the ring, is replayed
 // into it (Degeneration.growLoose): from then on the state is the one an
 // eager table would have, so every decision is the same
-// (TestDegenerationLazyLooseTable, FuzzDegeneration).
+// (TestDegenerationLazyAndEagerAgree, FuzzDegeneration).
 
 const (
 	looseSpan      = 8    // words per hashed span

@@ -128,21 +128,23 @@ func TestDegenerationLooseWindowConfig(t *testing.T) {
 	}
 }
 
-// newEagerDegeneration returns a detector whose loose-cycle table exists
-// from the start, as it did before the table was made lazily.
+// newEagerDegeneration returns a detector as it was before its tables were
+// made small: the loose-cycle table exists from the start and the k-gram
+// table holds 16-bit positions.
 func newEagerDegeneration(cfg StreamConfig) *Degeneration {
 	d := NewDegeneration(cfg)
 	d.loose.grow()
+	d.table8, d.table16 = nil, new([1 << degTableBits]uint16)
 	return d
 }
 
-// TestDegenerationLazyLooseTable holds the lazy loose-cycle table to the
-// promise that it changes no decision: on the stream fixtures and the loose
-// cycles above, split every way, a lazy and an eager detector answer every
-// Write alike and report the same offset and detection. The corpus must
-// take both lazy paths: the precheck making the table before a cycle
-// fires, and text that never needs it.
-func TestDegenerationLazyLooseTable(t *testing.T) {
+// TestDegenerationLazyAndEagerAgree holds the lazy loose-cycle table and
+// the 8-bit k-gram positions to the promise that they change no decision:
+// on the stream fixtures and the loose cycles above, split every way, a
+// lazy and an eager detector answer every Write alike and report the same
+// offset and detection. The corpus must take both lazy paths: the precheck
+// making the table before a cycle fires, and text that never needs it.
+func TestDegenerationLazyAndEagerAgree(t *testing.T) {
 	paragraph := looseText(3, 0, 150, 1, 1<<30, 0)
 	texts := map[string]string{
 		"loose 120":          looseText(1, 60, 120, 8, 40, 0),
