@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +29,18 @@ func tcpPair(t *testing.T) (dialed, accepted net.Conn) {
 	}
 	t.Cleanup(func() { dialed.Close(); accepted.Close() })
 	return dialed, accepted
+}
+
+// watcherGoroutines counts the goroutines running a peerWatcher.
+func watcherGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "proxy.(*peerWatcher).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 func socketFD(t *testing.T, c net.Conn) int {
@@ -76,7 +89,7 @@ func TestPeerWatcherManyConnections(t *testing.T) {
 	fired := make(chan int, n)
 	clients := make([]net.Conn, n)
 	watches := make([]*peerWatch, n)
-	g0 := runtime.NumGoroutine()
+	g0 := watcherGoroutines() // other tests' servers
 	for i := range n {
 		c, s := tcpPair(t)
 		clients[i] = c
@@ -85,8 +98,8 @@ func TestPeerWatcherManyConnections(t *testing.T) {
 			t.Fatalf("watch %d of a TCP connection = nil", i)
 		}
 	}
-	if g := runtime.NumGoroutine() - g0; g > 1 {
-		t.Errorf("%d goroutines for %d watches; want 1", g, n)
+	if g := watcherGoroutines() - g0; g != 1 {
+		t.Errorf("%d goroutines watch %d connections; want 1", g, n)
 	}
 	want := map[int]bool{}
 	for i := 0; i < n; i += 3 {
@@ -255,14 +268,14 @@ func TestPeerWatcherClose(t *testing.T) {
 	var w peerWatcher
 	c, s := tcpPair(t)
 	onClose, fired := fires()
-	g0 := runtime.NumGoroutine()
+	g0 := watcherGoroutines() // other tests' servers
 	p := w.watch(s, onClose)
-	if runtime.NumGoroutine() != g0+1 {
-		t.Fatalf("goroutines %d after the first watch; want %d", runtime.NumGoroutine(), g0+1)
+	if g := watcherGoroutines(); g != g0+1 {
+		t.Fatalf("%d watcher goroutines after the first watch; want %d", g, g0+1)
 	}
 	w.close()
-	if runtime.NumGoroutine() != g0 {
-		t.Errorf("goroutines %d after close; want %d", runtime.NumGoroutine(), g0)
+	if g := watcherGoroutines(); g != g0 {
+		t.Errorf("%d watcher goroutines after close; want %d", g, g0)
 	}
 	c.Close()
 	wantQuiet(t, fired, "closed watcher")
