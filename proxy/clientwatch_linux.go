@@ -100,12 +100,8 @@ func (p *peerWatch) do(op int) bool {
 // listeners) or when the watcher cannot run; stop on nil does nothing.
 // The caller must call stop before conn can be closed or read again.
 func (w *peerWatcher) watch(conn net.Conn, onClose func()) *peerWatch {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
+	raw := socketOf(conn)
+	if raw == nil {
 		return nil
 	}
 	w.mu.Lock()

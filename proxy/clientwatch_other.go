@@ -25,12 +25,8 @@ type peerWatch struct {
 // is not a socket. The caller must call stop before conn can be closed or
 // read again.
 func (*peerWatcher) watch(conn net.Conn, onClose func()) *peerWatch {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
+	raw := socketOf(conn)
+	if raw == nil {
 		return nil
 	}
 	// fasthttp's request read deadline may still be armed; a stream can
