@@ -33,10 +33,10 @@ func TestOpenStreamFootprint(t *testing.T) {
 	}
 	// 16 KiB request buffer released while streaming (ReduceMemoryUsage),
 	// no pipe or 4 KiB copy buffers (streambody.go), 4 KiB upstream reader,
-	// 4 KiB chat observer; the degeneration detector holds its ring and
-	// k-gram table (~8.5 KiB) and makes its 9 KiB loose-cycle table only
-	// when the text could need it (inspect/loose.go); the k-gram table
-	// holds 8-bit positions. About 25 KiB of live heap in all, 36 before.
+	// 4 KiB chat observer; the degeneration detector holds its 4 KiB ring
+	// and 2 KiB k-gram table and makes its 9 KiB loose-cycle table only
+	// when the text could need it (inspect/loose.go). About 25 KiB of live
+	// heap (after a collection) in all, 36 before.
 	if heap > 30<<10 {
 		t.Errorf("%.1f KiB heap per open stream; want under 30 KiB", heap/1024)
 	}
