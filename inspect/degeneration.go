@@ -101,17 +101,28 @@ func (c StreamConfig) normalized() StreamConfig {
 // cycles: the same spans of words coming back with small variations and
 // nothing new said (see loose.go).
 //
-// Memory is fixed at creation (about Window + 13 KiB); Write does not allocate.
-// A Degeneration is not safe for concurrent use. Reset makes it reusable for
-// another stream, e.g. from a sync.Pool.
+// Memory is about Window + 3.5 KiB at creation (5.5 KiB when MaxPhrase is
+// 256 or more), and 9 KiB more once the text
+// could be a loose cycle or is longer than Window (see loose.go); Write
+// allocates nothing else. A Degeneration is not safe for concurrent use.
+// Reset makes it reusable for another stream, e.g. from a sync.Pool; it
+// keeps what was allocated.
 type Degeneration struct {
-	cfg   StreamConfig
-	buf   []byte // ring of the last len(buf) raw bytes
-	mask  int64
-	table [1 << degTableBits]uint16 // k-gram hash -> end position (mod 1<<16) where it last ended
-	pos   int64                     // bytes written so far
-	hash  uint32                    // rolling hash of the last degK folded bytes
-	baseK uint32                    // degHashBase^degK, removes the byte leaving the k-gram
+	cfg  StreamConfig
+	buf  []byte // ring of the last len(buf) raw bytes
+	mask int64
+	// The k-gram table: hash slot -> end position where a k-gram of that
+	// slot last ended, modulo 1<<8 when MaxPhrase < 1<<8 (table8), else
+	// modulo 1<<16 (table16). Only an entry within MaxPhrase can lock,
+	// and an older one that wraps into that distance never verifies:
+	// bytes that repeat at distance d would have written the slot d bytes
+	// ago, after it. So the narrower positions change no decision and halve
+	// the table, which every open stream holds (issue 18).
+	table8  *[1 << degTableBits]uint8
+	table16 *[1 << degTableBits]uint16
+	pos     int64  // bytes written so far
+	hash    uint32 // rolling hash of the last degK folded bytes
+	baseK   uint32 // degHashBase^degK, removes the byte leaving the k-gram
 
 	period   int64 // candidate period; 0 when none
 	shapeRun int64 // consecutive positions equal to the byte period earlier, digits folded
@@ -157,6 +168,11 @@ const (
 func NewDegeneration(cfg StreamConfig) *Degeneration {
 	cfg = cfg.normalized()
 	d := &Degeneration{cfg: cfg, buf: make([]byte, cfg.Window), mask: int64(cfg.Window - 1)}
+	if cfg.MaxPhrase < 1<<8 {
+		d.table8 = new([1 << degTableBits]uint8)
+	} else {
+		d.table16 = new([1 << degTableBits]uint16)
+	}
 	d.baseK = 1
 	for range degK {
 		d.baseK *= degHashBase
@@ -169,7 +185,11 @@ func NewDegeneration(cfg StreamConfig) *Degeneration {
 // Reset forgets the stream so the detector can watch a new one. The
 // configuration and the buffers are kept.
 func (d *Degeneration) Reset() {
-	d.table = [1 << degTableBits]uint16{}
+	if d.table8 != nil {
+		*d.table8 = [1 << degTableBits]uint8{}
+	} else {
+		*d.table16 = [1 << degTableBits]uint16{}
+	}
 	d.pos, d.hash = 0, 0
 	d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
 	d.lead, d.indent, d.lineStruct, d.ticks, d.tickChar = true, 0, false, 0, 0
@@ -231,7 +251,12 @@ func (d *Degeneration) step(c byte) bool {
 	// loose rule covers what they cannot lock onto, in prose only: code,
 	// tables, lists and JSON that repeat with variations are what healthy
 	// answers are made of (wait and flag, never a cut).
-	if !d.loose.extend(c) && d.loose.endWord(c, pos) && !fire && d.period == 0 &&
+	if d.loose.t == nil && pos == int64(len(d.buf))-1 {
+		// The next byte overwrites the first in the ring: the loose
+		// table's last chance to see the whole text.
+		d.growLoose(pos - 1)
+	}
+	if !d.loose.extend(c) && d.looseEnd(c, pos) && !fire && d.period == 0 &&
 		d.lastStruct <= d.loose.windowStart(pos) {
 		d.fireLoose()
 		return true
@@ -241,12 +266,45 @@ func (d *Degeneration) step(c byte) bool {
 	}
 	slot := (d.hash * 0x9E3779B1) >> (32 - degTableBits)
 	if d.period == 0 {
-		dist := int64(uint16(end) - d.table[slot])
+		var dist int64
+		if d.table8 != nil {
+			dist = int64(uint8(end) - d.table8[slot])
+		} else {
+			dist = int64(uint16(end) - d.table16[slot])
+		}
 		if dist > 0 && dist <= int64(d.cfg.MaxPhrase) && end-dist >= degK && d.lock(end, dist) {
 			fire = d.check()
 		}
 	}
-	d.table[slot] = uint16(end)
+	if d.table8 != nil {
+		d.table8[slot] = uint8(end)
+	} else {
+		d.table16[slot] = uint16(end)
+	}
+	return fire
+}
+
+// looseEnd ends the current word at byte c, at offset pos, and reports
+// whether the words so far are a loose cycle. Before the loose table
+// exists, a window that could be one makes it.
+func (d *Degeneration) looseEnd(c byte, pos int64) bool {
+	fire := d.loose.endWord(c, pos)
+	if d.loose.suspect {
+		fire = d.growLoose(pos)
+	}
+	return fire
+}
+
+// growLoose makes the loose-cycle table and replays the text up to offset
+// last into it, from the ring, which still holds all of it; it reports
+// whether the word that byte ended is a loose cycle.
+func (d *Degeneration) growLoose(last int64) bool {
+	d.loose.grow()
+	fire := false
+	for x := int64(0); x <= last; x++ {
+		c := d.buf[x&d.mask]
+		fire = !d.loose.extend(c) && d.loose.endWord(c, x)
+	}
 	return fire
 }
 

@@ -9,8 +9,9 @@ import (
 
 // FuzzDegeneration feeds arbitrary text, split at arbitrary points, and
 // checks the invariants the proxy relies on: no panic, the ring never grows,
-// the result does not depend on how the text was split, and a finding is
-// well formed and points inside the text.
+// the result does not depend on how the text was split nor on when the
+// loose-cycle table was made, and a finding is well formed and points
+// inside the text.
 func FuzzDegeneration(f *testing.F) {
 	paths, _ := filepath.Glob(filepath.Join("testdata", "stream", "*.txt"))
 	for i, p := range paths {
@@ -38,6 +39,12 @@ func FuzzDegeneration(f *testing.F) {
 			!reflect.DeepEqual(whole.Detection(), split.Detection()) {
 			t.Fatalf("whole: %v %d %+v; split by %d: %v %d %+v", gotWhole, whole.Offset(), whole.Detection(),
 				n, gotSplit, split.Offset(), split.Detection())
+		}
+		eager := newEagerDegeneration(cfg)
+		if got := eager.Write(text); got != gotWhole || eager.Offset() != whole.Offset() ||
+			!reflect.DeepEqual(eager.Detection(), whole.Detection()) {
+			t.Fatalf("lazy: %v %d %+v; eager: %v %d %+v", gotWhole, whole.Offset(), whole.Detection(),
+				got, eager.Offset(), eager.Detection())
 		}
 		if len(whole.buf) != ring || cap(whole.buf) != ring {
 			t.Fatalf("ring grew from %d to %d", ring, cap(whole.buf))

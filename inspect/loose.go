@@ -35,9 +35,23 @@ package inspect
 // rule does the work.
 //
 // Work is O(1) per byte plus O(1) per word, and memory is fixed arrays
-// inside Degeneration (about 9 KiB). The table is 4-way set associative;
-// collisions only ever hide repetition, they never invent it (a 12-bit tag
-// keeps false matches near 1 in 4096).
+// (about 9 KiB). The table is 4-way set associative; collisions only ever
+// hide repetition, they never invent it (a 12-bit tag keeps false matches
+// near 1 in 4096).
+//
+// The table is made only when the text could be a loose cycle. Every open
+// stream holds its detector (issue 18), and most text never comes near a
+// cycle: until then a 1 KiB bit set stands in for the table. It records a
+// few bits of each key the table would hold (bucket and tag bits, so two
+// keys the table would take for one set the same bit) and counts the words
+// of the window whose span's bit was set already: a superset of the words
+// the table would count as recurring. While that count stays below the
+// threshold no cycle can fire, whatever the table would say. When it gets
+// there, or before the ring of raw bytes would lose the start of the text,
+// the table is made and the text so far, all still in the ring, is replayed
+// into it (Degeneration.growLoose): from then on the state is the one an
+// eager table would have, so every decision is the same
+// (TestDegenerationLazyAndEagerAgree, FuzzDegeneration).
 
 const (
 	looseSpan      = 8    // words per hashed span
@@ -86,11 +100,38 @@ type looseCycles struct {
 	novel     int               // novel words among the last window words
 	recurring int               // recurring words among the last window words
 
-	table  [1 << looseTableBits]uint32
-	flags  [looseRing]uint8  // per recent word: looseFlag bits
-	starts [looseRing]uint32 // per recent word: low 32 bits of the offset of its first byte
+	// t is the table, nil until the text could be a loose cycle; pre
+	// stands in for it until then.
+	t   *looseTable
+	pre *loosePrecheck
+	// suspect: pre's count reached the threshold at the last word; the
+	// table must be made before the next word is judged.
+	suspect bool
 
 	count int // occurrences of the span that fired, itself included
+}
+
+// looseTable is the loose-cycle rule's memory of past words.
+type looseTable struct {
+	keys   [1 << looseTableBits]uint32
+	flags  [looseRing]uint8  // per recent word: looseFlag bits
+	starts [looseRing]uint32 // per recent word: low 32 bits of the offset of its first byte
+}
+
+// loosePrecheck stands in for the table until the text could be a loose
+// cycle (see above).
+type loosePrecheck struct {
+	seen [1 << looseSeenBits / 64]uint64 // keys stored so far, by looseSeenKey
+	hit  [looseRing / 64]uint64          // per recent word: its span's key was seen before
+	hits int                             // words with hit set among the last window words
+}
+
+// looseSeenBits is the bits of a key the precheck keeps: the table's
+// bucket bits (2..10) and the low 4 bits of its tag (20..23).
+const looseSeenBits = looseTableBits - 2 + 4
+
+func looseSeenKey(h uint32) uint32 {
+	return h>>2&(1<<(looseTableBits-2)-1) | (h>>20&0xF)<<(looseTableBits-2)
 }
 
 func (l *looseCycles) init(window int) {
@@ -99,6 +140,7 @@ func (l *looseCycles) init(window int) {
 	for range looseSpan {
 		l.spanOut *= looseSpanMix
 	}
+	l.pre = new(loosePrecheck)
 	l.reset()
 }
 
@@ -106,7 +148,18 @@ func (l *looseCycles) reset() {
 	l.word, l.wordLen, l.alnum = looseFNVInit, 0, false
 	l.words, l.span, l.novel, l.recurring, l.count = 0, 0, 0, 0, 0
 	l.last = [looseSpan]uint32{}
-	l.table = [1 << looseTableBits]uint32{}
+	l.suspect = false
+	if l.t != nil {
+		l.t.keys = [1 << looseTableBits]uint32{}
+	} else {
+		*l.pre = loosePrecheck{}
+	}
+}
+
+// grow makes the table and forgets the text, which the caller replays.
+func (l *looseCycles) grow() {
+	l.t, l.pre = new(looseTable), nil
+	l.reset()
 }
 
 // extend adds c to the current word and reports true, or reports false when
@@ -151,14 +204,20 @@ func (l *looseCycles) endWord(c byte, pos int64) bool {
 // push counts one word and judges the window that ends with it.
 func (l *looseCycles) push(w uint32, start int64) bool {
 	i := l.words
-	if i >= int64(l.window) {
-		f := l.flags[(i-int64(l.window))%looseRing]
-		l.novel -= int(f & looseNovel)
-		l.recurring -= int(f&looseRecurring) >> 1
-	}
 	k := i % looseSpan
 	l.span = l.span*looseSpanMix + w - l.last[k]*l.spanOut
 	l.last[k] = w
+	if l.t == nil {
+		l.words = i + 1
+		l.suspect = l.pre.push(i, w, l.span, l.window)
+		return false
+	}
+	t := l.t
+	if i >= int64(l.window) {
+		f := t.flags[(i-int64(l.window))%looseRing]
+		l.novel -= int(f & looseNovel)
+		l.recurring -= int(f&looseRecurring) >> 1
+	}
 
 	var f uint8
 	if l.remember(w) == 0 {
@@ -173,8 +232,8 @@ func (l *looseCycles) push(w uint32, start int64) bool {
 			l.recurring++
 		}
 	}
-	l.flags[i%looseRing] = f
-	l.starts[i%looseRing] = uint32(start)
+	t.flags[i%looseRing] = f
+	t.starts[i%looseRing] = uint32(start)
 	l.words = i + 1
 
 	if f&looseRecurring == 0 || l.words < int64(l.window) ||
@@ -185,13 +244,46 @@ func (l *looseCycles) push(w uint32, start int64) bool {
 	return true
 }
 
+// push records word i (hash w, span the rolling hash of the span that ends
+// with it) as the table would, and reports whether the window that ends
+// with it could be a loose cycle: the same conditions as looseCycles.push,
+// with hit for recurring.
+func (p *loosePrecheck) push(i int64, w, span uint32, window int) bool {
+	if i >= int64(window) {
+		j := (i - int64(window)) % looseRing
+		p.hits -= int(p.hit[j/64] >> (j % 64) & 1)
+	}
+	// The table stores the word's key first: the span's lookup may find it.
+	p.see(mix32(w))
+	hit := false
+	if i >= looseSpan-1 {
+		hit = p.see(mix32(span ^ looseSpanSeed))
+	}
+	j := i % looseRing
+	p.hit[j/64] &^= 1 << (j % 64)
+	if hit {
+		p.hit[j/64] |= 1 << (j % 64)
+		p.hits++
+	}
+	return hit && i+1 >= int64(window) && p.hits*5 >= window*3
+}
+
+// see records key h and reports whether a key with the same seen bits was
+// recorded before.
+func (p *loosePrecheck) see(h uint32) bool {
+	k := looseSeenKey(h)
+	was := p.seen[k/64]>>(k%64)&1 != 0
+	p.seen[k/64] |= 1 << (k % 64)
+	return was
+}
+
 // remember records an occurrence of key h at the current word and returns
 // how many times it occurred before in a chain of gaps of at most looseGap
 // words (saturating at 15).
 func (l *looseCycles) remember(h uint32) int {
 	now := uint32(l.words) & loosePosMask
 	tag := h & looseTagMask
-	bucket := l.table[h&(1<<looseTableBits-1)&^(looseWays-1):][:looseWays]
+	bucket := l.t.keys[h&(1<<looseTableBits-1)&^(looseWays-1):][:looseWays]
 	var e *uint32
 	oldest := -1
 	for j := range bucket {
@@ -240,7 +332,7 @@ func (l *looseCycles) spanStart(pos int64) int64 {
 }
 
 func (l *looseCycles) offset(word, pos int64) int64 {
-	return pos - int64(uint32(pos)-l.starts[word%looseRing])
+	return pos - int64(uint32(pos)-l.t.starts[word%looseRing])
 }
 
 // mix32 spreads a 32-bit hash over all bits (the murmur3 finalizer), so that

@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -124,5 +125,76 @@ func TestDegenerationLooseWindowConfig(t *testing.T) {
 			t.Errorf("LooseWindow %d: fired at %d; want a firing later than %d (smaller window)", w, at, prev)
 		}
 		prev = at
+	}
+}
+
+// newEagerDegeneration returns a detector as it was before its tables were
+// made small: the loose-cycle table exists from the start and the k-gram
+// table holds 16-bit positions.
+func newEagerDegeneration(cfg StreamConfig) *Degeneration {
+	d := NewDegeneration(cfg)
+	d.loose.grow()
+	d.table8, d.table16 = nil, new([1 << degTableBits]uint16)
+	return d
+}
+
+// TestDegenerationLazyAndEagerAgree holds the lazy loose-cycle table and
+// the 8-bit k-gram positions to the promise that they change no decision:
+// on the stream fixtures and the loose cycles above, split every way, a
+// lazy and an eager detector answer every Write alike and report the same
+// offset and detection. The corpus must take both lazy paths: the precheck
+// making the table before a cycle fires, and text that never needs it.
+func TestDegenerationLazyAndEagerAgree(t *testing.T) {
+	paragraph := looseText(3, 0, 150, 1, 1<<30, 0)
+	texts := map[string]string{
+		"loose 120":          looseText(1, 60, 120, 8, 40, 0),
+		"loose 40":           looseText(2, 30, 40, 20, 40, 0),
+		"loose 250":          looseText(4, 60, 250, 6, 60, 0),
+		"too loose":          looseText(1, 60, 120, 8, 20, 0),
+		"paragraph x4":       paragraph + paragraph + paragraph + paragraph,
+		"paragraph x2":       paragraph + paragraph,
+		"new every 40":       looseText(5, 60, 120, 8, 40, 40),
+		"table":              tableText(200),
+		"cycle in a fence":   "```text\n" + looseText(1, 60, 120, 8, 40, 0),
+		"1100-word cycle":    looseText(6, 0, 1100, 3, 1<<30, 0),
+		"one pass of prose":  looseText(7, 0, 600, 1, 1<<30, 0),
+		"phrase then cycles": strings.Repeat("Let me check the config again. ", 12) + looseText(1, 60, 120, 8, 40, 0),
+	}
+	for _, fx := range loadStreamFixtures(t) {
+		texts[fx.name] = string(fx.text)
+	}
+	configs := []StreamConfig{
+		{},
+		{MaxPhrase: 20},
+		{MaxPhrase: 20, Window: 1 << 16},
+		{MaxPhrase: 20, Window: 1 << 16, LooseWindow: 32},
+		{Window: 256, MaxPhrase: 64},
+	}
+	grewEarly, stayedLazy := 0, 0
+	for ci, cfg := range configs {
+		for name, text := range texts {
+			for _, n := range []int{1, 5, 16, 333, len(text)} {
+				lazy, eager := NewDegeneration(cfg), newEagerDegeneration(cfg)
+				for off := 0; off < len(text); off += n {
+					p := []byte(text[off:min(off+n, len(text))])
+					if got, want := lazy.Write(p), eager.Write(p); got != want {
+						t.Fatalf("config %d, %s, split by %d: lazy Write at %d = %v; eager %v", ci, name, n, off, got, want)
+					}
+				}
+				if lazy.Offset() != eager.Offset() || !reflect.DeepEqual(lazy.Detection(), eager.Detection()) {
+					t.Fatalf("config %d, %s, split by %d: lazy %d %+v; eager %d %+v", ci, name, n,
+						lazy.Offset(), lazy.Detection(), eager.Offset(), eager.Detection())
+				}
+				switch {
+				case lazy.loose.t == nil && len(text) > 1<<10:
+					stayedLazy++
+				case lazy.loose.t != nil && lazy.pos < int64(len(lazy.buf))-1:
+					grewEarly++
+				}
+			}
+		}
+	}
+	if grewEarly == 0 || stayedLazy == 0 {
+		t.Errorf("the precheck made the table early %d times, and %d long texts needed none; want both", grewEarly, stayedLazy)
 	}
 }

@@ -31,7 +31,13 @@ type chatStream struct {
 	to  updateSink // of the add in progress
 }
 
-var chatStreams = sync.Pool{New: func() any { return new(chatStream) }}
+var chatStreams = sync.Pool{New: func() any {
+	a := new(chatStream)
+	// The detectors see each delta; nothing reads the answer's text
+	// afterwards, so an open stream does not hold it (issue 18).
+	a.acc.DropText = true
+	return a
+}}
 
 func (a *chatStream) add(data []byte, to updateSink) error {
 	a.to = to

@@ -9,7 +9,7 @@
 // client's session id; pipeline.go decides (session, verdict, ladder,
 // rewrite or LOOP_DETECTED); forward.go relays the request and answer over
 // transport.go's exchange with the upstream (upstream.go: its address and
-// connection pool; clientwatch.go: a client that leaves); streambody.go
+// connection pool; clientwatch_linux.go: clients that leave); streambody.go
 // and http10.go write streams to the client; failsafe.go keeps the stream
 // path failing open; resumable.go stops llama.cpp's resumable generations
 // that a cut ended.

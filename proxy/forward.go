@@ -110,17 +110,15 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	// A client that leaves while the upstream prepares its answer (prompt
 	// processing, a whole non-streamed generation) closes the upstream
 	// connection, so the model stops. Only requests that can start a
-	// generation are watched: the watch costs a goroutine.
+	// generation are watched: the watch costs two system calls.
 	x := &exchange{}
-	var stopWatch func()
+	var watch *peerWatch
 	if !ctx.IsGet() && !ctx.IsHead() {
-		stopWatch = watchPeerClose(ctx.Conn(), func() { x.abort(errClientGone) })
+		watch = s.peers.watch(ctx.Conn(), func() { x.abort(errClientGone) })
 	}
 	resp := fasthttp.AcquireResponse()
 	ub, err := up.roundTrip(x, req, resp)
-	if stopWatch != nil {
-		stopWatch()
-	}
+	watch.stop()
 	headerLatency := time.Since(start)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -313,7 +311,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 
 	s.obs.StreamOpened()
 	s.setStreamWriter(ctx, func(w *bufio.Writer) {
-		stopWatch := watchPeerClose(conn, func() { abort(errClientGone) })
+		watch := s.peers.watch(conn, func() { abort(errClientGone) })
 		// An observer whose header panicked sees nothing of the stream.
 		dropped := obs != nil && !observed
 		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, maxEvent), raw: dropped, ended: dropped}
@@ -340,7 +338,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 			_, _ = w.Write(sseErrorEvent(reason))
 			_ = w.Flush()
 		}
-		stopWatch()
+		watch.stop()
 		if timer != nil {
 			timer.Stop()
 		}

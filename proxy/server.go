@@ -48,6 +48,9 @@ type Server struct {
 	// handedOver counts the streams to HTTP/1.0 clients, whose connections
 	// fasthttp handed over (setStreamWriter) and no longer waits for.
 	handedOver sync.WaitGroup
+	// peers notices clients that leave while their answer is prepared or
+	// streamed (clientwatch_linux.go).
+	peers peerWatcher
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -184,6 +187,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = werr
 	}
 	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
+	s.peers.close()
 	s.up.client.CloseIdleConnections()
 	if s.anthropic != nil {
 		s.anthropic.client.CloseIdleConnections()

@@ -115,6 +115,13 @@ type ChatAccumulator struct {
 	// tmpID and tmpName hold a tool-call entry's decoded id and name while
 	// the entry is matched to a call.
 	tmpID, tmpName []byte
+
+	// DropText, when set, makes Add pass each chunk's content and reasoning
+	// text to its callback without keeping it: Choices then reports both
+	// empty. A proxy that inspects the text delta by delta sets it, so that
+	// an open stream holds one delta, not the whole answer so far (issue
+	// 18). Reset keeps it.
+	DropText bool
 }
 
 // Reset empties a, keeping its buffers for reuse.
@@ -257,6 +264,7 @@ func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
 		switch it.key {
 		case "content":
 			if isString(it.val) {
+				cs.content = a.keep(cs.content)
 				n := len(cs.content)
 				cs.content = appendString(cs.content, it.val)
 				d.Content = cs.content[n:]
@@ -265,6 +273,7 @@ func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
 			// vLLM has sent both names with the same text: take one.
 			if isString(it.val) && !reasoning {
 				reasoning = true
+				cs.reasoning = a.keep(cs.reasoning)
 				n := len(cs.reasoning)
 				cs.reasoning = appendString(cs.reasoning, it.val)
 				d.Reasoning = cs.reasoning[n:]
@@ -287,6 +296,15 @@ func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
 	if fn != nil {
 		fn(d)
 	}
+}
+
+// keep returns the text kept so far in b, to append a delta to: all of it,
+// or none with DropText.
+func (a *ChatAccumulator) keep(b []byte) []byte {
+	if a.DropText {
+		return b[:0]
+	}
+	return b
 }
 
 // choice returns the state of the choice with the given index, adding it if
@@ -458,12 +476,9 @@ func (a *ChatAccumulator) Choices() []Choice {
 	out := make([]Choice, len(a.choices))
 	for i := range a.choices {
 		cs := &a.choices[i]
-		c := Choice{
-			Index:        cs.index,
-			Role:         string(cs.role),
-			Content:      string(cs.content),
-			Reasoning:    string(cs.reasoning),
-			FinishReason: string(cs.finish),
+		c := Choice{Index: cs.index, Role: string(cs.role), FinishReason: string(cs.finish)}
+		if !a.DropText {
+			c.Content, c.Reasoning = string(cs.content), string(cs.reasoning)
 		}
 		if len(cs.calls) > 0 {
 			c.ToolCalls = make([]ToolCall, len(cs.calls))

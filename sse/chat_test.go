@@ -1,9 +1,12 @@
 package sse
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -300,5 +303,66 @@ func TestToolCallBytes(t *testing.T) {
 		if got := fmt.Sprintf("%s %s %t", name, args, ok); got != tt.want {
 			t.Errorf("ToolCallBytes(%d, %d) = %s; want %s", tt.choice, tt.pos, got, tt.want)
 		}
+	}
+}
+
+// TestAccumulatorDropText: with DropText the callback sees the same deltas
+// on every recorded chat stream, Choices keeps everything but the text, and
+// the text buffer holds one delta, not the answer.
+func TestAccumulatorDropText(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("testdata", "*chat*.sse"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no chat fixtures: %v", err)
+	}
+	long := make([]string, 0, 201)
+	for i := range 200 {
+		long = append(long, fmt.Sprintf(`{"choices":[{"index":0,"delta":{"content":"word %d ","reasoning_content":"why %d "}}]}`, i, i))
+	}
+	streams := map[string][]string{"200 deltas": long}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NewReader(bytes.NewReader(raw), 0)
+		for {
+			ev, err := r.Next()
+			if err != nil {
+				break
+			}
+			if len(ev.Data) > 0 && string(ev.Data) != "[DONE]" {
+				streams[filepath.Base(p)] = append(streams[filepath.Base(p)], string(ev.Data))
+			}
+		}
+	}
+	for name, chunks := range streams {
+		t.Run(name, func(t *testing.T) {
+			kept, wantDeltas, _ := addAll(t, chunks)
+			var dropped ChatAccumulator
+			dropped.DropText = true
+			var got []string
+			for _, c := range chunks {
+				_ = dropped.Add([]byte(c), func(d Delta) {
+					got = append(got, fmt.Sprintf("c%d content=%q reasoning=%q tool=%t started=%d/%d finish=%q",
+						d.Choice, d.Content, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
+				})
+			}
+			if strings.Join(got, "\n") != strings.Join(wantDeltas, "\n") {
+				t.Errorf("deltas with DropText =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantDeltas, "\n"))
+			}
+			want := kept.Choices()
+			for i := range want {
+				want[i].Content, want[i].Reasoning = "", ""
+			}
+			if g, w := choicesJSON(t, dropped.Choices()), choicesJSON(t, want); g != w {
+				t.Errorf("Choices() with DropText = %s; want %s", g, w)
+			}
+			for _, cs := range dropped.choices {
+				if name == "200 deltas" && cap(cs.content) > 64 || cap(cs.reasoning) > 64 {
+					t.Errorf("choice %d holds %d bytes of content, %d of reasoning; want one delta's", cs.index,
+						cap(cs.content), cap(cs.reasoning))
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,274 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection: the dialed one
+// first.
+func tcpPair(t *testing.T) (dialed, accepted net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialed, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, err = ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dialed.Close(); accepted.Close() })
+	return dialed, accepted
+}
+
+func socketFD(t *testing.T, c net.Conn) int {
+	t.Helper()
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := raw.Control(func(fd uintptr) { n = int(fd) }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// fires returns an onClose that reports on a channel.
+func fires() (onClose func(), fired chan struct{}) {
+	fired = make(chan struct{}, 1)
+	return func() { fired <- struct{}{} }, fired
+}
+
+func wantFired(t *testing.T, fired chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-fired:
+	case <-time.After(2 * time.Second):
+		t.Fatalf("%s: onClose not called", what)
+	}
+}
+
+func wantQuiet(t *testing.T, fired chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-fired:
+		t.Fatalf("%s: onClose called", what)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestPeerWatcherManyConnections: one goroutine watches every connection,
+// and only those whose client closed (FIN or RST) are reported.
+func TestPeerWatcherManyConnections(t *testing.T) {
+	var w peerWatcher
+	defer w.close()
+	const n = 200
+	fired := make(chan int, n)
+	clients := make([]net.Conn, n)
+	watches := make([]*peerWatch, n)
+	g0 := runtime.NumGoroutine()
+	for i := range n {
+		c, s := tcpPair(t)
+		clients[i] = c
+		watches[i] = w.watch(s, func() { fired <- i })
+		if watches[i] == nil {
+			t.Fatalf("watch %d of a TCP connection = nil", i)
+		}
+	}
+	if g := runtime.NumGoroutine() - g0; g > 1 {
+		t.Errorf("%d goroutines started for %d watches; want 1", g, n)
+	}
+	want := map[int]bool{}
+	for i := 0; i < n; i += 3 {
+		if i%2 == 0 {
+			_ = clients[i].(*net.TCPConn).SetLinger(0) // RST
+		}
+		clients[i].Close()
+		want[i] = true
+	}
+	got := map[int]bool{}
+	deadline := time.After(5 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case i := <-fired:
+			got[i] = true
+		case <-deadline:
+			t.Fatalf("reported %d of %d closed clients", len(got), len(want))
+		}
+	}
+	for _, p := range watches {
+		p.stop()
+	}
+	if len(fired) > 0 {
+		t.Errorf("client %d reported though it did not close", <-fired)
+	}
+	for i := range got {
+		if !want[i] {
+			t.Errorf("client %d reported though it did not close", i)
+		}
+	}
+}
+
+// TestPeerWatcherFDReuse: a socket closed without stop (a shutdown) leaves
+// its number to the next one; the old watch's late stop must not disarm
+// the new watch, and its onClose must not run for the new socket's client.
+func TestPeerWatcherFDReuse(t *testing.T) {
+	var w peerWatcher
+	defer w.close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, a := tcpPair(t)
+	oldClose, oldFired := fires()
+	old := w.watch(a, oldClose)
+	fd := socketFD(t, a)
+	a.Close()
+	// The lowest free number goes to the next socket: the dialed end.
+	b, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bPeer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bPeer.Close()
+	if socketFD(t, b) != fd {
+		t.Fatalf("socket number %d not reused (got %d); the test proves nothing", fd, socketFD(t, b))
+	}
+	newClose, newFired := fires()
+	p := w.watch(b, newClose)
+	if p == nil {
+		t.Fatal("watch of the reused socket = nil")
+	}
+	old.stop()
+	bPeer.Close()
+	wantFired(t, newFired, "client of the reused socket closed")
+	wantQuiet(t, oldFired, "old watch")
+	p.stop()
+}
+
+// TestPeerWatcherPipelined: a client that sends its next request is not
+// gone; the watch stops without consuming a byte, and a close after it is
+// not reported (fasthttp reads the request and sees it).
+func TestPeerWatcherPipelined(t *testing.T) {
+	var w peerWatcher
+	defer w.close()
+	c, s := tcpPair(t)
+	onClose, fired := fires()
+	p := w.watch(s, onClose)
+	const next = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+	if _, err := io.WriteString(c, next); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); armed(&w, p); {
+		if time.Now().After(deadline) {
+			t.Fatal("watch still armed after the client sent bytes")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.Close()
+	wantQuiet(t, fired, "client pipelined, then closed")
+	p.stop()
+	got, err := io.ReadAll(s)
+	if string(got) != next || err != nil {
+		t.Errorf("read after the watch = %q, %v; want %q", got, err, next)
+	}
+}
+
+func armed(w *peerWatcher, p *peerWatch) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byFD[p.fd] == p
+}
+
+// TestPeerWatcherStop: nothing is reported after stop, stop waits for a
+// running onClose, and a connection can be watched again (keep-alive).
+func TestPeerWatcherStop(t *testing.T) {
+	var w peerWatcher
+	defer w.close()
+
+	c, s := tcpPair(t)
+	onClose, fired := fires()
+	p := w.watch(s, onClose)
+	p.stop()
+	again, firedAgain := fires()
+	p = w.watch(s, again) // the next request on the connection
+	if p == nil {
+		t.Fatal("second watch of a connection = nil")
+	}
+	c.Close()
+	wantFired(t, firedAgain, "second watch, client closed")
+	wantQuiet(t, fired, "stopped watch")
+	p.stop()
+
+	c, s = tcpPair(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	p = w.watch(s, func() { close(entered); <-release })
+	c.Close()
+	<-entered
+	stopped := make(chan struct{})
+	go func() { p.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while onClose was running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-stopped
+}
+
+// TestPeerWatcherNotASocket: connections without a socket are not watched;
+// stop on the nil watch does nothing.
+func TestPeerWatcherNotASocket(t *testing.T) {
+	var w peerWatcher
+	defer w.close()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	p := w.watch(a, func() { t.Error("onClose called for a pipe") })
+	if p != nil {
+		t.Fatalf("watch of a pipe = %v; want nil", p)
+	}
+	p.stop()
+	if w.started {
+		t.Error("the watcher started for a connection it cannot watch")
+	}
+}
+
+// TestPeerWatcherClose: close ends the goroutine (close waits for it);
+// watches made before it can still be stopped, and later ones watch
+// nothing.
+func TestPeerWatcherClose(t *testing.T) {
+	var w peerWatcher
+	c, s := tcpPair(t)
+	onClose, fired := fires()
+	p := w.watch(s, onClose)
+	closed := make(chan struct{})
+	go func() { w.close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("close did not return: the watcher's goroutine did not end")
+	}
+	c.Close()
+	wantQuiet(t, fired, "closed watcher")
+	p.stop()
+	if q := w.watch(s, onClose); q != nil {
+		t.Error("watch after close != nil")
+	}
+	w.close()
+}
