@@ -9,6 +9,14 @@
 //	go run ./e2e/load [-n 2000] [-c 16] [-streams 1000] [-bin PATH]
 //	go run ./e2e/load -open-only -open 1000,3000 [-open-events 200] [-open-pace 50ms] [-open-flat 500] [-nginx PATH]
 //
+// Then, side by side (sidebyside.go), the CPU per request of nginx (when it
+// is installed), loopguard's relay alone, loopguard in policy mode off and
+// loopguard for agent-sized chat requests (one small message, 20 and 200
+// tool turns) and for -growing sessions (growing.go); -side-only runs only
+// that.
+//
+//	go run ./e2e/load -side-only [-n 2000] [-c 16] [-growing 16x200] [-nginx PATH]
+//
 // -open adds the open-streams workload (openstreams.go): streams held open
 // at a model's pace through loopguard, loopguard in mode off and nginx.
 //
@@ -65,6 +73,7 @@ type options struct {
 	upstream              string
 	maxTokens, bodySize   int
 	growing               string // "SESSIONSxTURNS"
+	sideOnly              bool
 }
 
 func run() error {
@@ -84,8 +93,12 @@ func run() error {
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")
 	flag.IntVar(&o.bodySize, "body", 20<<10, "request body size in bytes")
 	flag.StringVar(&o.growing, "growing", "16x200", "growing-sessions workload, SESSIONSxTURNS (empty: skip)")
+	flag.BoolVar(&o.sideOnly, "side-only", false, "run only the side-by-side workload (request sizes and growing sessions through nginx and loopguard)")
 	flag.Parse()
 	o.openOpts.c = o.c
+	if o.sideOnly && o.upstream != "" {
+		return errors.New("-side-only needs the scripted upstream (no -upstream)")
+	}
 	if o.open != "" {
 		var err error
 		if o.openOpts.counts, err = parseCounts(o.open); err != nil {
@@ -121,16 +134,6 @@ func run() error {
 			return fmt.Errorf("go build: %w", err)
 		}
 	}
-	if o.openOnly {
-		return openStreams(bin, o.openOpts)
-	}
-	lg, err := startLoopguard(bin, upstreamURL)
-	if err != nil {
-		return err
-	}
-	defer lg.stop()
-
-	direct, proxied := upstreamURL, lg.url
 	client := &http.Client{Transport: &http.Transport{
 		DisableCompression: true, MaxIdleConns: 4 * o.c, MaxIdleConnsPerHost: 4 * o.c,
 		// A real upstream may close a kept-alive connection without saying
@@ -140,6 +143,19 @@ func run() error {
 		// request, to both targets alike.
 		DisableKeepAlives: o.upstream != "",
 	}}
+	if o.openOnly {
+		return openStreams(bin, o.openOpts)
+	}
+	if o.sideOnly {
+		return sideBySide(client, bin, upstreamURL, o)
+	}
+	lg, err := startLoopguard(bin, upstreamURL)
+	if err != nil {
+		return err
+	}
+	defer lg.stop()
+
+	direct, proxied := upstreamURL, lg.url
 	nStreams := max(o.n/10, 50)
 	if o.upstream != "" {
 		fmt.Printf("loopguard load against %s: %d requests x %d clients (non-streamed, %d B request body, %d tokens); %d streams of %d tokens\n\n",
@@ -186,12 +202,8 @@ func run() error {
 		fmt.Printf("%-26s %-10s %10s %+10s %+10s\n", "", "added", "",
 			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
 	}
-	if o.growing != "" && o.upstream == "" { // a real model would take hours
-		var sessions, turns int
-		if _, err := fmt.Sscanf(o.growing, "%dx%d", &sessions, &turns); err != nil || sessions < 1 || turns < 1 {
-			return fmt.Errorf("-growing %q: want SESSIONSxTURNS", o.growing)
-		}
-		if err := growingSessions(client, direct, bin, lg, sessions, turns); err != nil {
+	if o.upstream == "" { // a real model would take hours
+		if err := sideBySide(client, bin, upstreamURL, o); err != nil {
 			return err
 		}
 	}
