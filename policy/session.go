@@ -74,21 +74,22 @@ func Identify(api inspect.API, header, body []byte) Identity {
 		return Identity{Key: k}
 	}
 	// One pass over the top-level members: "messages" may be megabytes
-	// long and come first, and a Get per field would scan it again each time.
+	// long and come first, and a Get per field would scan it again each time
+	// (rawjson.Members skips it several times faster than gjson's ForEach).
 	var f topFields
 	// Everything read from the view is copied or hashed before returning.
-	gjson.Parse(rawjson.View(body)).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	rawjson.Members(rawjson.View(body), func(k, raw string) bool {
+		switch k {
 		case "user":
-			f.user = v
+			f.user = gjson.Parse(raw)
 		case "metadata":
-			f.metadata = v
+			f.metadata = gjson.Parse(raw)
 		case "model":
-			f.model = v.String()
+			f.model = gjson.Parse(raw).String()
 		case "messages", "input":
-			f.history = v
+			f.history = gjson.Parse(raw)
 		case "system", "instructions":
-			f.system = v
+			f.system = gjson.Parse(raw)
 		}
 		return true
 	})

@@ -38,6 +38,44 @@ func ValueEnd(s string, i int) int {
 	}
 }
 
+// Members calls fn with the key and the raw value of each member of the
+// object s holds, in order, until fn returns false: one pass over the top
+// level that skips each value with the walkers (IndexByte from quote to
+// quote), several times faster than gjson's ForEach on a long history. A key
+// with escapes is decoded first (allocating); the rest alias s.
+//
+// s need not have passed Valid, as a request body that is not inspected
+// has not: Members never reads past s, and it stops at the first byte that
+// does not fit an object's members, having called fn for those before.
+func Members(s string, fn func(key, value string) bool) {
+	i := SkipSpace(s, 0)
+	if i >= len(s) || s[i] != '{' {
+		return
+	}
+	for i++; ; i++ {
+		i = SkipSpace(s, i)
+		if i >= len(s) || s[i] != '"' {
+			return // the object's end, or not an object
+		}
+		end := StringEnd(s, i)
+		key := s[i+1 : max(end-1, i+1)]
+		if strings.IndexByte(key, '\\') >= 0 {
+			key = string(AppendUnescaped(nil, key))
+		}
+		if i = SkipSpace(s, end); i >= len(s) || s[i] != ':' {
+			return
+		}
+		i = SkipSpace(s, i+1)
+		vend := ValueEnd(s, i)
+		if vend <= i || !fn(key, s[i:vend]) {
+			return
+		}
+		if i = SkipSpace(s, vend); i >= len(s) || s[i] != ',' {
+			return
+		}
+	}
+}
+
 // CloseEnd returns the index just past the bracket that closes the
 // container s[i] is in, depth containers deep (0 when s[i] opens it):
 // ValueEnd of an object or array, or the end of an array walked partway.
