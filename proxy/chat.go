@@ -168,7 +168,8 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 				stream: pl.stream, usage: pl.usage, model: pl.model, passive: pl.passive}
 		}
 	}()
-	pl.readOptions(body)
+	var fields policy.Fields // what names the session, read with the options
+	pl.readOptions(body, &fields)
 
 	// Store calls before the inspection (the Responses record, the session
 	// link) have a deadline of their own, and Decide's starts after it:
@@ -180,7 +181,13 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 		judged = p.prepareRecord(rctx, &pl, body)
 	}
 	pcfg := p.policy.Config()
-	pl.key = p.policy.Session(rctx, policy.Identify(api, sessionID(ctx, &pcfg), judged))
+	var id policy.Identity
+	if len(judged) == len(body) && (len(body) == 0 || &judged[0] == &body[0]) {
+		id = policy.IdentifyFields(api, sessionID(ctx, &pcfg), &fields)
+	} else { // a Responses record went before the body
+		id = policy.Identify(api, sessionID(ctx, &pcfg), judged)
+	}
+	pl.key = p.policy.Session(rctx, id)
 	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	pl.passive = mode != policy.ModeEnforce
@@ -248,13 +255,14 @@ func (p *chatPipeline) decide(ctx *fasthttp.RequestCtx, api inspect.API, body []
 }
 
 // readOptions reads the request options the answer depends on in one pass
-// over the top-level members: "messages" may come first and be megabytes long,
-// so one Get per option would scan it again each time, and rawjson.Members
-// skips it several times faster than gjson's ForEach (it is most of what
-// policy mode off costs).
-func (pl *plan) readOptions(body []byte) {
+// over the top-level members, and hands each member to session: "messages"
+// may come first and be megabytes long, so one Get per option would scan it
+// again each time, and rawjson.Members skips it several times faster than
+// gjson's ForEach (it is most of what policy mode off costs).
+func (pl *plan) readOptions(body []byte, session *policy.Fields) {
 	completionTokens := int64(-1)
 	rawjson.Members(rawjson.View(body), func(k, raw string) bool {
+		session.Add(k, raw)
 		switch k {
 		case "stream":
 			pl.stream = gjson.Parse(raw).Bool()
