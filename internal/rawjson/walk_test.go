@@ -170,3 +170,28 @@ func BenchmarkMembers(b *testing.B) {
 		})
 	}
 }
+
+// FuzzStringEnd holds StringEnd to a byte-at-a-time reading of a string
+// that starts at the first byte, on any input.
+func FuzzStringEnd(f *testing.F) {
+	for _, s := range []string{`"ab\"c" ,`, `"a\\\\" x`, `"` + strings.Repeat(`x\\`, 20) + `\"y"`, `"abc`, `"`, `"0123456\"89abcdef\\"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) == 0 || s[0] != '"' {
+			return
+		}
+		want := len(s)
+		for j := 1; j < len(s); j++ {
+			if s[j] == '\\' {
+				j++
+			} else if s[j] == '"' {
+				want = j + 1
+				break
+			}
+		}
+		if got := StringEnd(s, 0); got != want {
+			t.Fatalf("StringEnd(%q) = %d; want %d", s, got, want)
+		}
+	})
+}
