@@ -42,7 +42,8 @@ func sideBySide(cl *http.Client, bin, upstream string, o options) error {
 		{fmt.Sprintf("200 tool turns, %d KB", len(bodies[199])>>10), bodies[199], max(o.n/2, 100)},
 	}
 	var rows []cpuRow
-	fmt.Printf("\nside by side: CPU per request of each proxy (process utime + stime from /proc), %d clients\n", o.c)
+	fmt.Printf("\nside by side: CPU per request of each proxy (process utime + stime from /proc, counted in 10 ms ticks: "+
+		"a run needs a second or more of it to be read to a few per cent), %d clients\n", o.c)
 	fmt.Printf("%-26s %-22s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "CPU")
 	for _, w := range sizes {
 		row := cpuRow{workload: w.name}
