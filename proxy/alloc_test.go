@@ -110,15 +110,7 @@ func requestAllocs(t *testing.T, base, path string, body []byte) float64 {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	do := func() {
-		req.SetRequestURI(base + path)
-		req.Header.SetMethod("POST")
-		req.Header.SetContentType("application/json")
-		req.SetBody(body)
-		if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-			t.Fatalf("Do: %v %d", err, resp.StatusCode())
-		}
-	}
+	do := func() { postOK(t, client, req, resp, base+path, body) }
 	for range 100 {
 		do()
 	}

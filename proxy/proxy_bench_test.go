@@ -43,12 +43,18 @@ func benchUpstream(b testing.TB) string {
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(chatAnswer)
 	}}
+	return serveLoopback(b, srv)
+}
+
+// serveLoopback serves srv on a free loopback port until the test ends and
+// returns its URL.
+func serveLoopback(tb testing.TB, srv *fasthttp.Server) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	go srv.Serve(ln)
-	b.Cleanup(func() { srv.Shutdown() })
+	tb.Cleanup(func() { srv.Shutdown() })
 	return "http://" + ln.Addr().String()
 }
 
@@ -98,16 +104,22 @@ func benchClient(b *testing.B, base, path string, body []byte) {
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
 		for pb.Next() {
-			req.SetRequestURI(base + path)
-			req.Header.SetMethod("POST")
-			req.Header.SetContentType("application/json")
-			req.SetBody(body)
-			if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-				b.Fatalf("Do: %v %d", err, resp.StatusCode())
-			}
+			postOK(b, client, req, resp, base+path, body)
 		}
 	})
 	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// postOK sends body to url with req and resp and fails tb unless the answer
+// is a 200.
+func postOK(tb testing.TB, c *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, url string, body []byte) {
+	req.SetRequestURI(url)
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+		tb.Fatalf("Do: %v %d", err, resp.StatusCode())
+	}
 }
 
 // processCPU is the CPU time (user and system) the process has used.
@@ -153,13 +165,7 @@ func bareProxy(b testing.TB, upstream string) string {
 			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
 		}
 	}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve(ln)
-	b.Cleanup(func() { srv.Shutdown() })
-	return "http://" + ln.Addr().String()
+	return serveLoopback(b, srv)
 }
 
 // BenchmarkChatStream is a chat request answered by a streamEvents-event
