@@ -35,6 +35,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -271,11 +272,38 @@ func script(events int) fakellm.Script {
 	}
 	// A streamed answer of `events` content deltas of 8 bytes (plus role,
 	// finish and [DONE]); non-streamed it is one small JSON body.
-	text := strings.Repeat("token_x ", events)
 	return fakellm.Script{Rules: []fakellm.Rule{
 		{Match: is("idle"), Response: fakellm.Response{Dialect: fakellm.VLLM, Content: "idle ", NeverEnd: true, Delay: time.Hour}},
-		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: text, ChunkSize: 8}},
+		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: answerText(events), ChunkSize: 8}},
 	}}
+}
+
+// answerText is the content of the scripted answers: events chunks of 8
+// bytes of prose. A repeated token would be a degenerate answer, which
+// loopguard cuts (and then tells the session's next request about): the
+// cut would be measured instead of the relay.
+func answerText(events int) string { return prose(8 * events) }
+
+// checkAnswer sends body to url once and fails unless the answer's text is
+// the scripted one, whole: the proxy measured changed nothing.
+func checkAnswer(c *http.Client, url, body string, events int) error {
+	resp, err := c.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Choices []struct {
+			Message struct{ Content string }
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	if len(answer.Choices) != 1 || answer.Choices[0].Message.Content != answerText(events) {
+		return errors.New("the answer is not the upstream's (cut or changed)")
+	}
+	return nil
 }
 
 // chatBody is a chat request of about size bytes: a history of user and

@@ -52,6 +52,9 @@ func sideBySide(cl *http.Client, bin, upstream string, o options) error {
 			if err := warm(cl, url, w.body); err != nil {
 				return fmt.Errorf("%s via %s: %w", w.name, t.name, err)
 			}
+			if err := checkAnswer(cl, url, w.body, o.events); err != nil {
+				return fmt.Errorf("%s via %s: %w", w.name, t.name, err)
+			}
 			var r result
 			cpu, err := cpuDuring(t, func() (err error) {
 				r, err = measure(cl, url, w.body, w.n, o.c)
