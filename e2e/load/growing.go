@@ -50,7 +50,7 @@ func growingBodies(turns int) []string {
 			map[string]any{"id": fmt.Sprintf("call_%d", i), "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
 		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", i), "content": fmt.Sprintf("module %d\n%s", i, out)})
 		msgs = append(msgs, string(call), string(res))
-		bodies[i] = `{"model":"fake-model","stream":false,"messages":[` + strings.Join(msgs, ",") + `]}`
+		bodies[i] = `{"model":"` + agentModel + `","stream":false,"messages":[` + strings.Join(msgs, ",") + `]}`
 	}
 	return bodies
 }

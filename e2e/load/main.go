@@ -274,9 +274,17 @@ func script(events int) fakellm.Script {
 	// finish and [DONE]); non-streamed it is one small JSON body.
 	return fakellm.Script{Rules: []fakellm.Rule{
 		{Match: is("idle"), Response: fakellm.Response{Dialect: fakellm.VLLM, Content: "idle ", NeverEnd: true, Delay: time.Hour}},
+		{Match: func(r *fakellm.Request) bool { return r.Model == agentModel }, Response: agentAnswer},
 		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: answerText(events), ChunkSize: 8}},
 	}}
 }
+
+// agentModel is the model of the side-by-side workload's requests, which
+// agentAnswer answers: an agent's turn, the next tool call.
+const agentModel = "fake-agent"
+
+var agentAnswer = fakellm.Response{Dialect: fakellm.VLLM, Content: "Reading the next module.",
+	ToolCalls: []fakellm.ToolCall{{Name: "bash", Arguments: `{"command":"sed -n '1,40p' src/next.py"}`}}}
 
 // answerText is the content of the scripted answers: events chunks of 8
 // bytes of prose. A repeated token would be a degenerate answer, which
@@ -284,9 +292,9 @@ func script(events int) fakellm.Script {
 // cut would be measured instead of the relay.
 func answerText(events int) string { return prose(8 * events) }
 
-// checkAnswer sends body to url once and fails unless the answer's text is
-// the scripted one, whole: the proxy measured changed nothing.
-func checkAnswer(c *http.Client, url, body string, events int) error {
+// checkAgentAnswer sends body (of agentModel) to url once and fails unless
+// the answer is agentAnswer, whole: the proxy measured changed nothing.
+func checkAgentAnswer(c *http.Client, url, body string) error {
 	resp, err := c.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		return err
@@ -294,13 +302,21 @@ func checkAnswer(c *http.Client, url, body string, events int) error {
 	defer resp.Body.Close()
 	var answer struct {
 		Choices []struct {
-			Message struct{ Content string }
+			Message struct {
+				Content   string
+				ToolCalls []struct {
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
 		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
 		return fmt.Errorf("answer: %w", err)
 	}
-	if len(answer.Choices) != 1 || answer.Choices[0].Message.Content != answerText(events) {
+	want := agentAnswer.ToolCalls[0]
+	if len(answer.Choices) != 1 || answer.Choices[0].Message.Content != agentAnswer.Content ||
+		len(answer.Choices[0].Message.ToolCalls) != 1 || answer.Choices[0].Message.ToolCalls[0].Function.Name != want.Name ||
+		answer.Choices[0].Message.ToolCalls[0].Function.Arguments != want.Arguments {
 		return errors.New("the answer is not the upstream's (cut or changed)")
 	}
 	return nil

@@ -4,8 +4,9 @@ package main
 // agent-sized chat requests, in one run, through nginx (proxy_buffering
 // off, when it is installed), loopguard's relay alone (a path it does not
 // inspect), loopguard in policy mode off and loopguard, all in front of the
-// same scripted upstream: one small message, 20 and 200 tool turns of one
-// session (27 KB and 276 KB), then the growing sessions (growing.go).
+// same scripted upstream, which answers each with an agent's next turn (a
+// short text and a tool call): one small message, 20 and 200 tool turns of
+// one session (31 KB and 313 KB), then the growing sessions (growing.go).
 
 import (
 	"fmt"
@@ -37,7 +38,7 @@ func sideBySide(cl *http.Client, bin, upstream string, o options) error {
 		body string
 		n    int
 	}{
-		{"1 small message", `{"model":"fake-model","stream":false,"messages":[{"role":"user","content":"Say hello."}]}`, 4 * o.n},
+		{"1 small message", `{"model":"` + agentModel + `","stream":false,"messages":[{"role":"user","content":"Port the service."}]}`, 4 * o.n},
 		{fmt.Sprintf("20 tool turns, %d KB", len(bodies[19])>>10), bodies[19], 2 * o.n},
 		{fmt.Sprintf("200 tool turns, %d KB", len(bodies[199])>>10), bodies[199], max(o.n/2, 100)},
 	}
@@ -52,7 +53,7 @@ func sideBySide(cl *http.Client, bin, upstream string, o options) error {
 			if err := warm(cl, url, w.body); err != nil {
 				return fmt.Errorf("%s via %s: %w", w.name, t.name, err)
 			}
-			if err := checkAnswer(cl, url, w.body, o.events); err != nil {
+			if err := checkAgentAnswer(cl, url, w.body); err != nil {
 				return fmt.Errorf("%s via %s: %w", w.name, t.name, err)
 			}
 			var r result
