@@ -74,24 +74,24 @@ func Identify(api inspect.API, header, body []byte) Identity {
 		return Identity{Key: k}
 	}
 	// One pass over the top-level members: "messages" may be megabytes
-	// long and come first, and a Get per field would scan it again each time.
-	var f topFields
-	// Everything read from the view is copied or hashed before returning.
-	gjson.Parse(rawjson.View(body)).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "user":
-			f.user = v
-		case "metadata":
-			f.metadata = v
-		case "model":
-			f.model = v.String()
-		case "messages", "input":
-			f.history = v
-		case "system", "instructions":
-			f.system = v
-		}
+	// long and come first, and a Get per field would scan it again each time
+	// (rawjson.Members skips it several times faster than gjson's ForEach).
+	var f Fields
+	rawjson.Members(rawjson.View(body), func(k, raw string) bool {
+		f.Add(k, raw)
 		return true
 	})
+	return IdentifyFields(api, header, &f)
+}
+
+// IdentifyFields is Identify for a body whose top-level members all went
+// through f.Add, for a caller that walks them anyway: a long history is
+// then skipped once, not twice. f must not outlive the body.
+func IdentifyFields(api inspect.API, header []byte, f *Fields) Identity {
+	if k := clientKey(header); k != "" {
+		return Identity{Key: k}
+	}
+	// Everything read from the body is copied or hashed before returning.
 	if k := clientKey(stringBytes(f.user)); k != "" {
 		return Identity{Key: k}
 	}
@@ -104,14 +104,14 @@ func Identify(api inspect.API, header, body []byte) Identity {
 			return Identity{Key: k}
 		}
 	}
-	return derivedIdentity(shape.opening(&f), &f)
+	return derivedIdentity(shape.opening(f), f)
 }
 
 // conversationShape is how the requests of one API carry what identifies
 // their conversation.
 type conversationShape struct {
 	// opening reads the conversation's first turns from the history.
-	opening func(*topFields) opening
+	opening func(*Fields) opening
 	// userID, if not nil, returns the session id a client keeps in
 	// metadata.user_id, nil if there is none.
 	userID func(gjson.Result) []byte
@@ -156,10 +156,28 @@ func claudeSession(r gjson.Result) []byte {
 	return id
 }
 
-// topFields are the top-level members of a request that name its session.
-type topFields struct {
+// Fields are the top-level members of a request that name its session,
+// gathered by Add; they alias the body.
+type Fields struct {
 	user, metadata, history, system gjson.Result
 	model                           string
+}
+
+// Add keeps the top-level member key, whose value is raw, when it is one
+// that names the session.
+func (f *Fields) Add(key, raw string) {
+	switch key {
+	case "user":
+		f.user = gjson.Parse(raw)
+	case "metadata":
+		f.metadata = gjson.Parse(raw)
+	case "model":
+		f.model = gjson.Parse(raw).String()
+	case "messages", "input":
+		f.history = gjson.Parse(raw)
+	case "system", "instructions":
+		f.system = gjson.Parse(raw)
+	}
 }
 
 // stringBytes returns the raw text of a JSON string or number, nil for
@@ -210,7 +228,7 @@ func printable(b []byte) bool {
 // derivedIdentity hashes the opening o of the conversation. Each field is
 // written with its length so that moving bytes between fields changes the
 // hash.
-func derivedIdentity(o opening, f *topFields) Identity {
+func derivedIdentity(o opening, f *Fields) Identity {
 	h := fnv.New64a()
 	var n [8]byte
 	field := func(s string) {
@@ -239,7 +257,7 @@ type opening struct {
 
 func (o *opening) complete() bool { return o.haveSystem && o.haveUser && o.haveAssistant }
 
-func chatOpening(f *topFields) (o opening) {
+func chatOpening(f *Fields) (o opening) {
 	f.history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "system", "developer":
@@ -260,7 +278,7 @@ func chatOpening(f *topFields) (o opening) {
 	return o
 }
 
-func anthropicOpening(f *topFields) (o opening) {
+func anthropicOpening(f *Fields) (o opening) {
 	o.system, o.haveSystem = contentText(f.system), true
 	f.history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
@@ -289,7 +307,7 @@ func anthropicOpening(f *topFields) (o opening) {
 	return o
 }
 
-func responsesOpening(f *topFields) (o opening) {
+func responsesOpening(f *Fields) (o opening) {
 	o.system, o.haveSystem = f.system.String(), true
 	input := f.history
 	if input.Type == gjson.String {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -111,14 +112,15 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	// processing, a whole non-streamed generation) closes the upstream
 	// connection, so the model stops. Only requests that can start a
 	// generation are watched: the watch costs two system calls.
-	x := &exchange{}
+	x := acquireExchange()
 	var watch *peerWatch
 	if !ctx.IsGet() && !ctx.IsHead() {
-		watch = s.peers.watch(ctx.Conn(), func() { x.abort(errClientGone) })
+		watch = s.peers.watch(ctx.Conn(), x.clientGone)
 	}
 	resp := fasthttp.AcquireResponse()
 	ub, err := up.roundTrip(x, req, resp)
 	watch.stop()
+	releaseExchange(x) // the watch is over and the round trip let go of it
 	headerLatency := time.Since(start)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -153,9 +155,15 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		s.passThrough(ctx, ub, nil, n, obs, start, headerLatency)
 		return
 	}
+	// A body of known length ends there (upstreamBody stops at it); only
+	// a chunked one needs the limit.
+	var src io.Reader = ub
+	if n < 0 {
+		src = io.LimitReader(ub, limit+1)
+	}
 	bw := ctx.Response.BodyWriter()
 	buf := copyBufs.Get().(*[]byte)
-	written, err := io.CopyBuffer(bw, io.LimitReader(ub, limit+1), *buf)
+	written, err := io.CopyBuffer(bw, src, *buf)
 	copyBufs.Put(buf)
 	if err == nil && written > limit {
 		// A chunked answer larger than what is inspected: what was read
@@ -218,8 +226,11 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 	req.Header.SetMethodBytes(in.Header.Method())
 
 	// PathOriginal, not Path: the upstream gets the path exactly as the
-	// client wrote it, without fasthttp's normalising.
-	uri := up.path(req.Header.RequestURI()[:0], ctx.URI().PathOriginal())
+	// client wrote it, without fasthttp's normalising. The URI is built on
+	// the stack (SetRequestURIBytes copies it): a released request's empty
+	// URI is fasthttp's constant "/", and appending to it would allocate.
+	var uriBuf [256]byte
+	uri := up.path(uriBuf[:0], ctx.URI().PathOriginal())
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		uri = append(uri, '?')
 		uri = append(uri, q...)
@@ -272,10 +283,31 @@ func copyResponseHeader(dst, src *fasthttp.ResponseHeader) {
 // parsing stores a Date, and reading a trailer appends its lines to the
 // headers as they are, so the line is read in as one.
 func addDate(dst *fasthttp.ResponseHeader, k, v []byte) {
-	line := make([]byte, 0, len(k)+len(v)+6)
-	line = append(append(append(append(line, k...), ": "...), v...), "\r\n\r\n"...)
-	_ = dst.ReadTrailer(bufio.NewReaderSize(bytes.NewReader(line), len(line)))
+	d := dateLines.Get().(*dateLine)
+	d.line = append(append(append(append(d.line[:0], k...), ": "...), v...), "\r\n\r\n"...)
+	d.r.Reset(d.line)
+	if d.br.Size() < len(d.line) {
+		// ReadTrailer needs the whole line in the buffer.
+		d.br = bufio.NewReaderSize(&d.r, len(d.line))
+	}
+	d.br.Reset(&d.r)
+	_ = dst.ReadTrailer(d.br)
+	dateLines.Put(d)
 }
+
+// dateLine is addDate's line and the readers over it, reused: every
+// answer carries a Date.
+type dateLine struct {
+	line []byte
+	r    bytes.Reader
+	br   *bufio.Reader
+}
+
+var dateLines = sync.Pool{New: func() any {
+	d := &dateLine{}
+	d.br = bufio.NewReaderSize(&d.r, 64) // "Date: Tue, 24 Nov 2026 05:17:03 GMT" and its end
+	return d
+}}
 
 func isEventStream(ct []byte) bool {
 	ct, _, _ = bytes.Cut(ct, []byte{';'})
@@ -537,9 +569,15 @@ func errorReason(err error) string {
 // respond accounts for a finished response: the chat observer adds what it
 // knows, then one log line and the metrics.
 func (s *Server) respond(obs responseObserver, method, path []byte, cause error, info observe.ResponseInfo) {
-	info.Path = string(path)
+	// Path only picks the metrics label during Response: a view of the
+	// bytes, not a copy.
+	info.Path = rawjson.View(path)
 	if obs != nil {
-		s.observeFinish(obs, cause, &info)
+		// The observer gets a copy: a pointer to info itself would move it
+		// to the heap on every response, observed or not.
+		observed := info
+		s.observeFinish(obs, cause, &observed)
+		info = observed
 	}
 	s.obs.Response(info)
 	e := s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", info.Status).

@@ -18,17 +18,20 @@ import (
 // writes no Date of its own, so dropping it would leave the client none.
 func TestUpstreamDatePassesThrough(t *testing.T) {
 	const date = "Mon, 02 Jan 2006 15:04:05 GMT"
+	// Longer than the pooled reader addDate starts with, then short again.
+	long := "Monday, 02-Jan-06 15:04:05 GMT; " + strings.Repeat("an upstream's own words, ", 8) + "and no more"
 	tests := []struct {
-		name, path, contentType, body string
+		name, path, contentType, body, date string
 	}{
-		{"pass-through", "/v1/models", "application/json", `{"data":[]}`},
-		{"chat, not streamed", "/v1/chat/completions", "application/json", `{"choices":[]}`},
-		{"chat, streamed", "/v1/chat/completions", "text/event-stream", "data: {\"choices\":[]}\n\ndata: [DONE]\n\n"},
+		{"pass-through", "/v1/models", "application/json", `{"data":[]}`, date},
+		{"pass-through, a long Date", "/v1/models", "application/json", `{"data":[]}`, long},
+		{"chat, not streamed", "/v1/chat/completions", "application/json", `{"choices":[]}`, date},
+		{"chat, streamed", "/v1/chat/completions", "text/event-stream", "data: {\"choices\":[]}\n\ndata: [DONE]\n\n", date},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Date", date)
+				w.Header().Set("Date", tt.date)
 				w.Header().Set("Content-Type", tt.contentType)
 				io.WriteString(w, tt.body)
 			})
@@ -39,8 +42,8 @@ func TestUpstreamDatePassesThrough(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if got := resp.Header.Values("Date"); len(got) != 1 || got[0] != date {
-				t.Errorf("Date = %q; want [%q]", got, date)
+			if got := resp.Header.Values("Date"); len(got) != 1 || got[0] != tt.date {
+				t.Errorf("Date = %q; want [%q]", got, tt.date)
 			}
 			if string(body) != tt.body {
 				t.Errorf("body = %q; want %q", body, tt.body)

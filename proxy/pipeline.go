@@ -171,7 +171,8 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 				stream: pl.stream, usage: pl.usage, model: pl.model, passive: pl.passive}
 		}
 	}()
-	pl.readOptions(body)
+	var fields policy.Fields // what names the session, read with the options
+	pl.readOptions(body, &fields)
 
 	// Store calls before the inspection (the Responses record, the session
 	// link) have a deadline of their own, and Decide's starts after it:
@@ -183,7 +184,13 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 		judged = api.history(p, rctx, &pl, body)
 	}
 	pcfg := p.policy.Config()
-	pl.key = p.policy.Session(rctx, policy.Identify(api.name, sessionID(ctx, &pcfg), judged))
+	var id policy.Identity
+	if len(judged) == len(body) && (len(body) == 0 || &judged[0] == &body[0]) {
+		id = policy.IdentifyFields(api.name, sessionID(ctx, &pcfg), &fields)
+	} else { // a Responses record went before the body
+		id = policy.Identify(api.name, sessionID(ctx, &pcfg), judged)
+	}
+	pl.key = p.policy.Session(rctx, id)
 	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	pl.passive = mode != policy.ModeEnforce
@@ -251,22 +258,25 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 }
 
 // readOptions reads the request options the answer depends on in one pass
-// over the top-level members: "messages" may come first and be megabytes long,
-// so one Get per option would scan it again each time.
-func (pl *plan) readOptions(body []byte) {
+// over the top-level members, and hands each member to session: "messages"
+// may come first and be megabytes long, so one Get per option would scan it
+// again each time, and rawjson.Members skips it several times faster than
+// gjson's ForEach (it is most of what policy mode off costs).
+func (pl *plan) readOptions(body []byte, session *policy.Fields) {
 	completionTokens := int64(-1)
-	gjson.Parse(rawjson.View(body)).ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	rawjson.Members(rawjson.View(body), func(k, raw string) bool {
+		session.Add(k, raw)
+		switch k {
 		case "stream":
-			pl.stream = v.Bool()
+			pl.stream = gjson.Parse(raw).Bool()
 		case "stream_options":
-			pl.usage = v.Get("include_usage").Bool()
+			pl.usage = gjson.Get(raw, "include_usage").Bool()
 		case "model":
-			pl.model = strings.Clone(v.String()) // outlives the request body
+			pl.model = strings.Clone(gjson.Parse(raw).String()) // outlives the request body
 		case "max_tokens", "max_output_tokens":
-			pl.maxTok = v.Int()
+			pl.maxTok = gjson.Parse(raw).Int()
 		case "max_completion_tokens":
-			completionTokens = v.Int()
+			completionTokens = gjson.Parse(raw).Int()
 		}
 		return true
 	})

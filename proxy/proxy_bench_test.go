@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +25,7 @@ import (
 const streamEvents = 2000
 
 // benchUpstream serves a fixed JSON answer and a 500-event SSE stream on loopback.
-func benchUpstream(b *testing.B) string {
+func benchUpstream(b testing.TB) string {
 	b.Helper()
 	var stream strings.Builder
 	for i := 0; i < streamEvents; i++ {
@@ -40,16 +42,22 @@ func benchUpstream(b *testing.B) string {
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(chatAnswer)
 	}}
+	return serveLoopback(b, srv)
+}
+
+// serveLoopback serves srv on a free loopback port until the test ends and
+// returns its URL.
+func serveLoopback(tb testing.TB, srv *fasthttp.Server) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	go srv.Serve(ln)
-	b.Cleanup(func() { srv.Shutdown() })
+	tb.Cleanup(func() { srv.Shutdown() })
 	return "http://" + ln.Addr().String()
 }
 
-func gjsonStream(body []byte) bool { return strings.Contains(string(body), `"stream":true`) }
+func gjsonStream(body []byte) bool { return bytes.Contains(body, []byte(`"stream":true`)) }
 
 // chatBody is a chat request of about size bytes: a short agent session.
 func chatBody(size int, stream bool) []byte {
@@ -64,26 +72,62 @@ func chatBody(size int, stream bool) []byte {
 }
 
 func benchProxy(b *testing.B, path string, body []byte) {
+	benchProxyWith(b, path, body, nil)
+}
+
+// benchProxyWith is benchProxy with mutate applied to the proxy's config.
+func benchProxyWith(b *testing.B, path string, body []byte, mutate func(*Config)) {
 	up := benchUpstream(b)
-	_, base := startProxy(b, func(c *Config) { c.Upstream.URL = up; c.Log.Level = "error" })
+	_, base := startProxy(b, func(c *Config) {
+		c.Upstream.URL = up
+		c.Log.Level = "error"
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	benchClient(b, base, path, body)
+}
+
+// benchClient sends body to base+path from GOMAXPROCS clients until b.N requests
+// are answered, and reports the process's CPU time per request (cpu-ns/op:
+// the client's, the proxy's and the upstream's together, steadier than
+// ns/op on a shared machine).
+func benchClient(b *testing.B, base, path string, body []byte) {
 	client := &fasthttp.HostClient{Addr: strings.TrimPrefix(base, "http://"), StreamResponseBody: false, MaxConns: 64}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	b.RunParallel(func(pb *testing.PB) {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
 		for pb.Next() {
-			req.SetRequestURI(base + path)
-			req.Header.SetMethod("POST")
-			req.Header.SetContentType("application/json")
-			req.SetBody(body)
-			if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
-				b.Fatalf("Do: %v %d", err, resp.StatusCode())
-			}
+			postOK(b, client, req, resp, base+path, body)
 		}
 	})
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// postOK sends body to url with req and resp and fails tb unless the answer
+// is a 200.
+func postOK(tb testing.TB, c *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response, url string, body []byte) {
+	req.SetRequestURI(url)
+	req.Header.SetMethod("POST")
+	req.Header.SetContentType("application/json")
+	req.SetBody(body)
+	if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+		tb.Fatalf("Do: %v %d", err, resp.StatusCode())
+	}
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkForward is plain forwarding of a 20 KB non-chat request.
@@ -92,6 +136,36 @@ func BenchmarkForward20KB(b *testing.B) { benchProxy(b, "/v1/embeddings", chatBo
 // BenchmarkChat20KB is a 20 KB chat request through the whole pipeline
 // (session key, trajectory, detectors, policy) with a non-streamed answer.
 func BenchmarkChat20KB(b *testing.B) { benchProxy(b, "/v1/chat/completions", chatBody(20<<10, false)) }
+
+// BenchmarkPassThrough is what loopguard costs where it inspects nothing,
+// by request size: a path it passes through (relay), a chat request in
+// policy mode off, and, as the floor, a bare fasthttp proxy (fasthttp's
+// server and HostClient.Do, nothing of ours) in front of the same
+// upstream.
+func BenchmarkPassThrough(b *testing.B) {
+	for _, size := range []int{27 << 10, 276 << 10} {
+		body := chatBody(size, false)
+		b.Run(fmt.Sprintf("bare-fasthttp/%dKB", size>>10), func(b *testing.B) {
+			benchClient(b, bareProxy(b, benchUpstream(b)), "/v1/chat/completions", body)
+		})
+		b.Run(fmt.Sprintf("relay/%dKB", size>>10), func(b *testing.B) { benchProxy(b, "/v1/embeddings", body) })
+		b.Run(fmt.Sprintf("mode-off/%dKB", size>>10), func(b *testing.B) {
+			benchProxyWith(b, "/v1/chat/completions", body, func(c *Config) { c.Policy.Mode = policy.ModeOff })
+		})
+	}
+}
+
+// bareProxy serves the smallest fasthttp reverse proxy in front of
+// upstream and returns its URL.
+func bareProxy(b testing.TB, upstream string) string {
+	hc := &fasthttp.HostClient{Addr: strings.TrimPrefix(upstream, "http://"), MaxConns: 64}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if err := hc.Do(&ctx.Request, &ctx.Response); err != nil {
+			ctx.Error(err.Error(), fasthttp.StatusBadGateway)
+		}
+	}}
+	return serveLoopback(b, srv)
+}
 
 // BenchmarkChatStream is a chat request answered by a streamEvents-event
 // stream that the proxy parses and inspects event by event; compare it with

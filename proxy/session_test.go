@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
 )
 
@@ -203,6 +205,58 @@ func TestUpstreamPerWireAPI(t *testing.T) {
 			case <-gotOpenAI:
 			case <-gotAnthropic:
 			}
+		}
+	}
+}
+
+// TestSessionKeyOfBody: the session key read in the same pass as the
+// request's options (policy.IdentifyFields) is the one policy.SessionKeyFor
+// reads from the body alone, in every API and policy mode, wherever in the
+// body the member that names the session is.
+func TestSessionKeyOfBody(t *testing.T) {
+	up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x"}`)
+	})
+	tests := []struct {
+		name, path string
+		api        inspect.API
+		body       string
+		want       string // "" means a derived key
+	}{
+		{"user after the messages", "/v1/chat/completions", inspect.ChatCompletions,
+			`{"messages":[{"role":"user","content":"Fix it."}],"model":"m","user":"u-1"}`, "u-1"},
+		{"metadata.session_id", "/v1/chat/completions", inspect.ChatCompletions,
+			`{"model":"m","metadata":{"session_id":"s-2"},"messages":[{"role":"user","content":"Fix it."}]}`, "s-2"},
+		{"derived from the opening", "/v1/chat/completions", inspect.ChatCompletions,
+			`{"messages":[{"role":"system","content":"You are an agent."},{"role":"user","content":"Fix it."}],"model":"m","stream":false}`, ""},
+		{"escaped member name", "/v1/chat/completions", inspect.ChatCompletions,
+			`{"messages":[{"role":"user","content":"Fix it."}],"\u0075ser":"u-3"}`, "u-3"},
+		{"anthropic user_id", "/v1/messages", inspect.AnthropicMessages,
+			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"Fix it."}],"metadata":{"user_id":"{\"session_id\":\"c-4\"}"}}`, "c-4"},
+		{"anthropic derived", "/v1/messages", inspect.AnthropicMessages,
+			`{"model":"m","max_tokens":10,"system":"You are an agent.","messages":[{"role":"user","content":"Fix it."}]}`, ""},
+		{"responses derived", "/v1/responses", inspect.Responses,
+			`{"model":"m","instructions":"You are an agent.","input":[{"role":"user","content":"Fix it."}]}`, ""},
+	}
+	for _, mode := range []policy.Mode{policy.ModeOff, policy.ModeEnforce} {
+		_, base := startProxy(t, func(c *Config) {
+			c.Upstream.URL = up.URL
+			c.Policy.Mode = mode
+		})
+		for _, tt := range tests {
+			t.Run(string(mode)+"/"+tt.name, func(t *testing.T) {
+				resp, err := newClient().Post(base+tt.path, "application/json", strings.NewReader(tt.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				got, want := resp.Header.Get(HeaderSession), policy.SessionKeyFor(tt.api, nil, []byte(tt.body))
+				if got != want || tt.want != "" && got != tt.want || tt.want == "" && !strings.HasPrefix(got, "h:") {
+					t.Errorf("session %q; want %q (SessionKeyFor), %q (\"\" means derived)", got, want, tt.want)
+				}
+			})
 		}
 	}
 }

@@ -42,6 +42,25 @@ type exchange struct {
 	mu      sync.Mutex
 	conn    net.Conn
 	aborted error
+	// clientGone aborts with errClientGone; made once per pooled exchange.
+	clientGone func()
+}
+
+// exchanges are reused: one is taken for every forwarded request.
+var exchanges = sync.Pool{New: func() any {
+	x := &exchange{}
+	x.clientGone = func() { x.abort(errClientGone) }
+	return x
+}}
+
+// acquireExchange returns an exchange that nothing has aborted.
+func acquireExchange() *exchange { return exchanges.Get().(*exchange) }
+
+// releaseExchange returns x to the pool; nothing may use it afterwards (the
+// client watch that calls its clientGone must be stopped).
+func releaseExchange(x *exchange) {
+	x.conn, x.aborted = nil, nil
+	exchanges.Put(x)
 }
 
 // abort ends the exchange: the connection it waits on is closed, and no new
@@ -90,8 +109,10 @@ func (e *responseHeaderError) Unwrap() error { return e.error }
 // returned body owns resp from then on: close it, and do not release resp.
 func (up *upstream) roundTrip(x *exchange, req *fasthttp.Request, resp *fasthttp.Response) (*upstreamBody, error) {
 	body, err := up.send(x, req, resp, false)
-	var stale *staleConnError
-	if errors.As(err, &stale) {
+	if err == nil {
+		return body, nil
+	}
+	if stale := (*staleConnError)(nil); errors.As(err, &stale) {
 		// Once more, on a fresh connection; a second failure is the upstream's.
 		body, err = up.send(x, req, resp, true)
 	}
@@ -166,20 +187,23 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		br := hc.AcquireReader(conn)
 		rd := br
 		err = resp.ReadLimitBody(br, 0)
-		var small *fasthttp.ErrSmallBuffer
-		if errors.As(err, &small) {
-			// Headers larger than the pooled buffer: nothing was consumed
-			// (fasthttp peeks), so read them again with a larger one.
-			held := append([]byte(nil), mustPeek(br)...)
-			rd = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(held), conn), maxResponseHeaderBytes)
-			err = resp.ReadLimitBody(rd, 0)
-		}
 		if err != nil {
-			hc.ReleaseReader(br)
-			if errors.As(err, &small) || isHeaderParseError(err) {
-				err = &responseHeaderError{err}
+			// (Declared here: errors.As moves small to the heap.)
+			var small *fasthttp.ErrSmallBuffer
+			if errors.As(err, &small) {
+				// Headers larger than the pooled buffer: nothing was consumed
+				// (fasthttp peeks), so read them again with a larger one.
+				held := append([]byte(nil), mustPeek(br)...)
+				rd = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(held), conn), maxResponseHeaderBytes)
+				err = resp.ReadLimitBody(rd, 0)
 			}
-			return nil, fail(err)
+			if err != nil {
+				hc.ReleaseReader(br)
+				if errors.As(err, &small) || isHeaderParseError(err) {
+					err = &responseHeaderError{err}
+				}
+				return nil, fail(err)
+			}
 		}
 		if aborted := x.detach(); aborted != nil {
 			hc.ReleaseReader(br)

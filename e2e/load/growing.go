@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -12,65 +11,31 @@ import (
 )
 
 // growingSessions is the agent workload: sessions concurrent sessions, each
-// sending its turns 1..turns in order with its own X-Session-ID, every turn
+// sending the turns of bodies in order with its own X-Session-ID, every turn
 // the whole history so far plus one tool call and its ~1.3 KB result. It
-// prints loopguard's CPU per request (lg), and that of a second loopguard
-// started from bin with policy mode off (the pass-through the cost is
-// compared with), and the direct latency for reference.
-func growingSessions(cl *http.Client, direct, bin string, lg *loopguard, sessions, turns int) error {
-	bodies := growingBodies(turns)
+// prints each target's CPU per request and returns them as a row.
+func growingSessions(cl *http.Client, targets []openTarget, bodies []string, sessions int) (cpuRow, error) {
 	mean := 0
 	for _, b := range bodies {
 		mean += len(b)
 	}
 	mean /= len(bodies)
-	fmt.Printf("\ngrowing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID\n", sessions, turns, mean>>10)
-	fmt.Printf("%-26s %-10s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "loopguard CPU")
-	d, err := runSessions(cl, direct, "direct", bodies, sessions)
-	if err != nil {
-		return fmt.Errorf("growing sessions direct: %w", err)
-	}
-	fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", "direct", d.rps, d.p50, d.p99, "")
-	off, err := startLoopguardMode(bin, direct, "off")
-	if err != nil {
-		return err
-	}
-	defer off.stop()
-	for _, p := range []struct {
-		name string
-		lg   *loopguard
-	}{{"mode off", off}, {"loopguard", lg}} {
-		before, err := cpuTime(p.lg.cmd.Process.Pid)
-		if err != nil {
+	row := cpuRow{workload: fmt.Sprintf("%d growing sessions, turns 1..%d", sessions, len(bodies))}
+	fmt.Printf("\ngrowing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID\n", sessions, len(bodies), mean>>10)
+	fmt.Printf("%-26s %-22s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "CPU")
+	for _, t := range targets {
+		var r result
+		cpu, err := cpuDuring(t, func() (err error) {
+			r, err = runSessions(cl, t.url+t.path, bodies, sessions)
 			return err
-		}
-		r, err := runSessions(cl, p.lg.url, p.name, bodies, sessions)
+		})
 		if err != nil {
-			return fmt.Errorf("growing sessions via %s: %w", p.name, err)
+			return row, fmt.Errorf("growing sessions via %s: %w", t.name, err)
 		}
-		after, err := cpuTime(p.lg.cmd.Process.Pid)
-		if err != nil {
-			return err
-		}
-		cpu := fmt.Sprintf("%.0f µs/req", float64((after-before).Microseconds())/float64(sessions*turns))
-		fmt.Printf("%-26s %-10s %10.0f %10s %10s %14s\n", "growing sessions", p.name, r.rps, r.p50, r.p99, cpu)
+		row.add(t.name, cpu, sessions*len(bodies))
+		fmt.Printf("%-26s %-22s %10.0f %10s %10s %14s\n", "growing sessions", t.name, r.rps, r.p50, r.p99, row.last())
 	}
-	return nil
-}
-
-// startLoopguardMode starts loopguard with its policy mode set through the
-// environment (LOOPGUARD_POLICY_MODE), which it reads at start.
-func startLoopguardMode(bin, upstream, mode string) (*loopguard, error) {
-	old, had := os.LookupEnv("LOOPGUARD_POLICY_MODE")
-	os.Setenv("LOOPGUARD_POLICY_MODE", mode)
-	defer func() {
-		if had {
-			os.Setenv("LOOPGUARD_POLICY_MODE", old)
-		} else {
-			os.Unsetenv("LOOPGUARD_POLICY_MODE")
-		}
-	}()
-	return startLoopguard(bin, upstream)
+	return row, nil
 }
 
 // growingBodies returns the chat request of each turn 1..turns of one
@@ -85,14 +50,14 @@ func growingBodies(turns int) []string {
 			map[string]any{"id": fmt.Sprintf("call_%d", i), "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
 		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", i), "content": fmt.Sprintf("module %d\n%s", i, out)})
 		msgs = append(msgs, string(call), string(res))
-		bodies[i] = `{"model":"fake-model","stream":false,"messages":[` + strings.Join(msgs, ",") + `]}`
+		bodies[i] = `{"model":"` + agentModel + `","stream":false,"messages":[` + strings.Join(msgs, ",") + `]}`
 	}
 	return bodies
 }
 
-// runSessions sends every session's turns in order, the sessions
+// runSessions sends every session's turns to url in order, the sessions
 // concurrently, under session ids unique to this run.
-func runSessions(cl *http.Client, base, run string, bodies []string, sessions int) (result, error) {
+func runSessions(cl *http.Client, url string, bodies []string, sessions int) (result, error) {
 	lat := make([]time.Duration, 0, sessions*len(bodies))
 	var mu sync.Mutex
 	var firstErr error
@@ -102,10 +67,10 @@ func runSessions(cl *http.Client, base, run string, bodies []string, sessions in
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id := fmt.Sprintf("load-%s-%d-%d", run, s, start.UnixNano())
+			id := fmt.Sprintf("load-%d-%d", s, start.UnixNano())
 			sc := &http.Client{Transport: sessionTransport{cl.Transport, id}}
 			for _, body := range bodies {
-				d, err := do(sc, base+"/v1/chat/completions", body, "")
+				d, err := do(sc, url, body, "")
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err

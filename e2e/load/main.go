@@ -9,6 +9,14 @@
 //	go run ./e2e/load [-n 2000] [-c 16] [-streams 1000] [-bin PATH]
 //	go run ./e2e/load -open-only -open 1000,3000 [-open-events 200] [-open-pace 50ms] [-open-flat 500] [-nginx PATH]
 //
+// Then, side by side (sidebyside.go), the CPU per request of nginx (when it
+// is installed), loopguard's relay alone, loopguard in policy mode off and
+// loopguard for agent-sized chat requests (one small message, 20 and 200
+// tool turns) and for -growing sessions (growing.go); -side-only runs only
+// that.
+//
+//	go run ./e2e/load -side-only [-n 2000] [-c 16] [-growing 16x200] [-nginx PATH]
+//
 // -open adds the open-streams workload (openstreams.go): streams held open
 // at a model's pace through loopguard, loopguard in mode off and nginx.
 //
@@ -27,6 +35,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -65,6 +74,7 @@ type options struct {
 	upstream              string
 	maxTokens, bodySize   int
 	growing               string // "SESSIONSxTURNS"
+	sideOnly              bool
 }
 
 func run() error {
@@ -84,8 +94,12 @@ func run() error {
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")
 	flag.IntVar(&o.bodySize, "body", 20<<10, "request body size in bytes")
 	flag.StringVar(&o.growing, "growing", "16x200", "growing-sessions workload, SESSIONSxTURNS (empty: skip)")
+	flag.BoolVar(&o.sideOnly, "side-only", false, "run only the side-by-side workload (request sizes and growing sessions through nginx and loopguard)")
 	flag.Parse()
 	o.openOpts.c = o.c
+	if o.sideOnly && o.upstream != "" {
+		return errors.New("-side-only needs the scripted upstream (no -upstream)")
+	}
 	if o.open != "" {
 		var err error
 		if o.openOpts.counts, err = parseCounts(o.open); err != nil {
@@ -121,16 +135,6 @@ func run() error {
 			return fmt.Errorf("go build: %w", err)
 		}
 	}
-	if o.openOnly {
-		return openStreams(bin, o.openOpts)
-	}
-	lg, err := startLoopguard(bin, upstreamURL)
-	if err != nil {
-		return err
-	}
-	defer lg.stop()
-
-	direct, proxied := upstreamURL, lg.url
 	client := &http.Client{Transport: &http.Transport{
 		DisableCompression: true, MaxIdleConns: 4 * o.c, MaxIdleConnsPerHost: 4 * o.c,
 		// A real upstream may close a kept-alive connection without saying
@@ -140,6 +144,19 @@ func run() error {
 		// request, to both targets alike.
 		DisableKeepAlives: o.upstream != "",
 	}}
+	if o.openOnly {
+		return openStreams(bin, o.openOpts)
+	}
+	if o.sideOnly {
+		return sideBySide(client, bin, upstreamURL, o)
+	}
+	lg, err := startLoopguard(bin, upstreamURL)
+	if err != nil {
+		return err
+	}
+	defer lg.stop()
+
+	direct, proxied := upstreamURL, lg.url
 	nStreams := max(o.n/10, 50)
 	if o.upstream != "" {
 		fmt.Printf("loopguard load against %s: %d requests x %d clients (non-streamed, %d B request body, %d tokens); %d streams of %d tokens\n\n",
@@ -186,12 +203,8 @@ func run() error {
 		fmt.Printf("%-26s %-10s %10s %+10s %+10s\n", "", "added", "",
 			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
 	}
-	if o.growing != "" && o.upstream == "" { // a real model would take hours
-		var sessions, turns int
-		if _, err := fmt.Sscanf(o.growing, "%dx%d", &sessions, &turns); err != nil || sessions < 1 || turns < 1 {
-			return fmt.Errorf("-growing %q: want SESSIONSxTURNS", o.growing)
-		}
-		if err := growingSessions(client, direct, bin, lg, sessions, turns); err != nil {
+	if o.upstream == "" { // a real model would take hours
+		if err := sideBySide(client, bin, upstreamURL, o); err != nil {
 			return err
 		}
 	}
@@ -259,11 +272,54 @@ func script(events int) fakellm.Script {
 	}
 	// A streamed answer of `events` content deltas of 8 bytes (plus role,
 	// finish and [DONE]); non-streamed it is one small JSON body.
-	text := strings.Repeat("token_x ", events)
 	return fakellm.Script{Rules: []fakellm.Rule{
 		{Match: is("idle"), Response: fakellm.Response{Dialect: fakellm.VLLM, Content: "idle ", NeverEnd: true, Delay: time.Hour}},
-		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: text, ChunkSize: 8}},
+		{Match: func(r *fakellm.Request) bool { return r.Model == agentModel }, Response: agentAnswer},
+		{Response: fakellm.Response{Dialect: fakellm.VLLM, Content: answerText(events), ChunkSize: 8}},
 	}}
+}
+
+// agentModel is the model of the side-by-side workload's requests, which
+// agentAnswer answers: an agent's turn, the next tool call.
+const agentModel = "fake-agent"
+
+var agentAnswer = fakellm.Response{Dialect: fakellm.VLLM, Content: "Reading the next module.",
+	ToolCalls: []fakellm.ToolCall{{Name: "bash", Arguments: `{"command":"sed -n '1,40p' src/next.py"}`}}}
+
+// answerText is the content of the scripted answers: events chunks of 8
+// bytes of prose. A repeated token would be a degenerate answer, which
+// loopguard cuts (and then tells the session's next request about): the
+// cut would be measured instead of the relay.
+func answerText(events int) string { return prose(8 * events) }
+
+// checkAgentAnswer sends body (of agentModel) to url once and fails unless
+// the answer is agentAnswer, whole: the proxy measured changed nothing.
+func checkAgentAnswer(c *http.Client, url, body string) error {
+	resp, err := c.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Choices []struct {
+			Message struct {
+				Content   string
+				ToolCalls []struct {
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	want := agentAnswer.ToolCalls[0]
+	if len(answer.Choices) != 1 || answer.Choices[0].Message.Content != agentAnswer.Content ||
+		len(answer.Choices[0].Message.ToolCalls) != 1 || answer.Choices[0].Message.ToolCalls[0].Function.Name != want.Name ||
+		answer.Choices[0].Message.ToolCalls[0].Function.Arguments != want.Arguments {
+		return errors.New("the answer is not the upstream's (cut or changed)")
+	}
+	return nil
 }
 
 // chatBody is a chat request of about size bytes: a history of user and

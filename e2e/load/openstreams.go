@@ -119,6 +119,13 @@ func openStreams(bin string, o openOptions) error {
 	return nil
 }
 
+// The names of the targets that the side-by-side table compares.
+const (
+	targetNginx     = "nginx"
+	targetModeOff   = "loopguard, mode off"
+	targetLoopguard = "loopguard"
+)
+
 // startTargets starts nginx (when installed), loopguard in mode off and
 // loopguard in front of upstream (host:port), with room for streams open
 // streams; stop ends them.
@@ -140,8 +147,8 @@ func startTargets(bin, nginx, upstream string, streams int) (targets []openTarge
 	// skipped); a path loopguard does not inspect shows the relay alone.
 	for _, lgt := range []struct{ name, mode, path string }{
 		{"loopguard, relay only", "off", "/v1/relay"},
-		{"loopguard, mode off", "off", "/v1/chat/completions"},
-		{"loopguard", "enforce", "/v1/chat/completions"},
+		{targetModeOff, "off", "/v1/chat/completions"},
+		{targetLoopguard, "enforce", "/v1/chat/completions"},
 	} {
 		// startLoopguard passes the environment on: the mode is chosen
 		// there, and an upstream connection for every open stream (the
@@ -383,7 +390,9 @@ func cpuOf(pids func() []int) (time.Duration, error) {
 
 // nginxConf is a minimal reverse proxy for SSE: one worker (its memory and
 // CPU are what a stream costs), no buffering of the answer, keep-alive to
-// the upstream, room for every stream's two connections.
+// the upstream, room for every stream's two connections. Request bodies of
+// up to 4 MiB are held in memory, as loopguard holds them, not written to a
+// temporary file.
 const nginxConf = `daemon off;
 master_process on;
 worker_processes 1;
@@ -393,6 +402,8 @@ error_log %[2]s/error.log warn;
 events { worker_connections %[1]d; }
 http {
 	access_log off;
+	client_max_body_size 64m;
+	client_body_buffer_size 4m;
 	client_body_temp_path %[2]s/body;
 	proxy_temp_path %[2]s/proxy;
 	fastcgi_temp_path %[2]s/fastcgi;
@@ -450,7 +461,7 @@ func startNginx(bin, upstream string, streams int) (openTarget, error) {
 		os.RemoveAll(dir)
 		return openTarget{}, err
 	}
-	t := openTarget{name: "nginx", url: "http://" + addr, stop: func() {
+	t := openTarget{name: targetNginx, url: "http://" + addr, stop: func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		os.RemoveAll(dir)

@@ -38,6 +38,44 @@ func ValueEnd(s string, i int) int {
 	}
 }
 
+// Members calls fn with the key and the raw value of each member of the
+// object s holds, in order, until fn returns false: one pass over the top
+// level that skips each value with the walkers (IndexByte from quote to
+// quote), several times faster than gjson's ForEach on a long history. A key
+// with escapes is decoded first (allocating); the rest alias s.
+//
+// s need not have passed Valid, as a request body that is not inspected
+// has not: Members never reads past s, and it stops at the first byte that
+// does not fit an object's members, having called fn for those before.
+func Members(s string, fn func(key, value string) bool) {
+	i := SkipSpace(s, 0)
+	if i >= len(s) || s[i] != '{' {
+		return
+	}
+	for i++; ; i++ {
+		i = SkipSpace(s, i)
+		if i >= len(s) || s[i] != '"' {
+			return // the object's end, or not an object
+		}
+		end := StringEnd(s, i)
+		key := s[i+1 : max(end-1, i+1)]
+		if strings.IndexByte(key, '\\') >= 0 {
+			key = string(AppendUnescaped(nil, key))
+		}
+		if i = SkipSpace(s, end); i >= len(s) || s[i] != ':' {
+			return
+		}
+		i = SkipSpace(s, i+1)
+		vend := ValueEnd(s, i)
+		if vend <= i || !fn(key, s[i:vend]) {
+			return
+		}
+		if i = SkipSpace(s, vend); i >= len(s) || s[i] != ',' {
+			return
+		}
+	}
+}
+
 // CloseEnd returns the index just past the bracket that closes the
 // container s[i] is in, depth containers deep (0 when s[i] opens it):
 // ValueEnd of an object or array, or the end of an array walked partway.
@@ -61,19 +99,23 @@ func CloseEnd(s string, i, depth int) int {
 }
 
 // StringEnd returns the index just past the string starting at i (a quote).
-// It jumps from quote to quote with IndexByte (vectorised) and counts the
+// Keys, roles and ids end within a few words: those are searched eight
+// bytes at a time in a register for a quote or a backslash. Past that it
+// jumps from quote to quote with IndexByte (vectorised) and counts the
 // backslashes before each: tool results are long strings.
 func StringEnd(s string, i int) int {
-	// Keys, roles and ids end within a few bytes, before a call to
-	// IndexByte pays off.
 	j := i + 1
-	for lim := min(len(s), i+24); j < lim; j++ {
-		switch s[j] {
-		case '"':
-			return j + 1
-		case '\\':
-			j++ // the escaped byte cannot end the string
+	for lim := min(len(s)-8, i+32); j <= lim; {
+		m := quoteOrBackslash(binary.LittleEndian.Uint64(Bytes(s[j : j+8])))
+		if m == 0 {
+			j += 8
+			continue
 		}
+		j += bits.TrailingZeros64(m) >> 3
+		if s[j] == '"' {
+			return j + 1
+		}
+		j += 2 // the escaped byte cannot end the string
 	}
 	for j < len(s) {
 		q := strings.IndexByte(s[j:], '"')
@@ -91,6 +133,15 @@ func StringEnd(s string, i int) int {
 		j++
 	}
 	return len(s)
+}
+
+// quoteOrBackslash flags, in the high bit of each byte, the bytes of v that
+// are a quote or a backslash; as in specialBytes, only the lowest flag is
+// sure to be right.
+func quoteOrBackslash(v uint64) uint64 {
+	q := v ^ (lsb * '"')
+	b := v ^ (lsb * '\\')
+	return ((q-lsb)&^q | (b-lsb)&^b) & msb
 }
 
 // AppendUnescaped decodes the body of a JSON string (without quotes).
