@@ -17,6 +17,9 @@ type resultDigest struct {
 	negative bool   // negativeResult
 	ack      bool   // isAck
 	lines    bool   // the output's first 2 KiB show 3 lines or more (a looking call's content)
+	// unreported: no rule can report the call's result any more (see
+	// evidenceZone), and evidence was dropped.
+	unreported bool
 }
 
 // digestResult replaces c's result text by its digest. A result some rule
@@ -162,3 +165,61 @@ func shortenAt(dst []byte, m, n int) []byte {
 
 // asciiSpace marks the ASCII bytes unicode.IsSpace reports.
 var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
+// evidenceZone is where in a trajectory the calls are whose result a rule
+// may report (Evidence.Result, see withOutcome), in it or in any longer
+// history that extends it: the session cache drops the evidence text of
+// the others' digests, about 300 bytes a call. Rule by rule:
+//
+//   - tool_cycle, same_result, tool_repetition's run (L), error_cycle and
+//     test_fix_cycle (recentError) report one of the last three calls;
+//   - tool_repetition's run reports its latest call with a result, all
+//     calls after it having none: the latest call with a result;
+//   - tool_repetition in the window and param_drift report calls in the
+//     last Window steps;
+//   - edit_undo's state returns report a restoring call (primaryRestores).
+//
+// Each is a call the detectors count (not ignored). As a history grows a
+// call only leaves the zone: new calls become the last ones and the
+// latest answered, and the window moves on (a call answered later is
+// digested then, in the zone).
+type evidenceZone struct {
+	window   int       // the first step of the last Window steps
+	recent   [3]callAt // the last three counted calls, latest first
+	answered callAt    // the latest counted call with a result
+}
+
+// callAt is call k of step s; the zero callAt{-1, -1} names none.
+type callAt struct{ s, k int }
+
+var noCall = callAt{-1, -1}
+
+func (e *Engine) evidenceZone(t *Trajectory) evidenceZone {
+	z := evidenceZone{window: len(t.Steps) - e.cfg.Window, recent: [3]callAt{noCall, noCall, noCall}, answered: noCall}
+	n := 0
+	for s := len(t.Steps) - 1; s >= 0 && (n < len(z.recent) || z.answered == noCall); s-- {
+		calls := t.Steps[s].Calls
+		for k := len(calls) - 1; k >= 0; k-- {
+			c := &calls[k]
+			if e.ignored(c.Name) {
+				continue
+			}
+			if n < len(z.recent) {
+				z.recent[n] = callAt{s, k}
+				n++
+			}
+			if c.HasResult && z.answered == noCall {
+				z.answered = callAt{s, k}
+			}
+		}
+	}
+	return z
+}
+
+// reports reports whether a rule may report the result of call k of step
+// s, c.
+func (z *evidenceZone) reports(s, k int, c *Call) bool {
+	at := callAt{s, k}
+	return s >= z.window || at == z.answered || at == z.recent[0] || at == z.recent[1] || at == z.recent[2] ||
+		c.facts()&primaryRestores != 0
+}

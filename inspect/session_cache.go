@@ -410,6 +410,7 @@ func (sp *sessionParse) finish(p *parser) {
 			held -= forget(t.Steps[prevFrom:end])
 		}
 		held += compact(t.Steps[lo:], prev, from-lo)
+		held -= sp.engine.unreport(t, lo, sp.base)
 	}
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
@@ -499,6 +500,38 @@ func compact(steps, prev []Step, from int) int {
 		*s = unsafe.String(&buf[m], len(*s))
 	})
 	return n + digests
+}
+
+// unreport drops the evidence text of the digests in t's steps from lo
+// on that no rule can report any more (see evidenceZone); those of steps
+// before lo had theirs dropped by an earlier turn, or keep the text of a
+// few calls. The calls of the steps before base may be the cache's: they
+// are replaced, not written. It returns the memory freed.
+func (e *Engine) unreport(t *Trajectory, lo, base int) int {
+	z := e.evidenceZone(t)
+	freed := 0
+	for s := lo; s < len(t.Steps); s++ {
+		st := &t.Steps[s]
+		copied := s >= base
+		for k := range st.Calls {
+			d := st.Calls[k].digest
+			if d == nil || d.unreported || z.reports(s, k, &st.Calls[k]) {
+				continue
+			}
+			if !copied {
+				calls := make([]Call, len(st.Calls))
+				for j := range st.Calls {
+					st.Calls[j].copyTo(&calls[j])
+				}
+				st.Calls, copied = calls, true
+			}
+			dropped := *d
+			dropped.evidence, dropped.unreported = "", true
+			st.Calls[k].digest = &dropped
+			freed += len(d.evidence)
+		}
+	}
+	return freed
 }
 
 // rehome moves the calls of steps into one array of their number: the
