@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -442,37 +443,9 @@ func (sp *sessionParse) finish(p *parser) {
 // cache's. It returns the memory the steps' new strings and digests hold,
 // less that of the digests dropped.
 func compact(steps, prev []Step, from int) int {
-	n := 0
-	each := func(own func(*string)) {
-		for i := range steps {
-			st := &steps[i]
-			var ps *Step
-			if i < len(prev) {
-				ps = &prev[i]
-			}
-			st.Reasoning = ""
-			if ps == nil || !sameString(st.Text, ps.Text) {
-				own(&st.Text)
-			}
-			for k := range st.Calls {
-				fs := st.Calls[k].strings()
-				if ps == nil || k >= len(ps.Calls) {
-					for _, f := range fs {
-						own(f)
-					}
-					continue
-				}
-				was := ps.Calls[k].strings()
-				for j, f := range fs {
-					if !sameString(*f, *was[j]) {
-						own(f)
-					}
-				}
-			}
-		}
-	}
 	digests := 0
 	for i := range steps {
+		steps[i].Reasoning = ""
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
 			switch {
@@ -489,17 +462,77 @@ func compact(steps, prev []Step, from int) int {
 			}
 		}
 	}
-	each(func(s *string) { n += len(*s) })
+	n := 0
+	eachNewString(steps, prev, func(s *string) { n += len(*s) }, func(*string, string) {})
 	buf := make([]byte, 0, n)
-	each(func(s *string) {
+	eachNewString(steps, prev, func(s *string) {
 		if *s == "" {
 			return
 		}
 		m := len(buf)
 		buf = append(buf, *s...)
 		*s = unsafe.String(&buf[m], len(*s))
-	})
+	}, func(s *string, to string) { *s = to })
 	return n + digests
+}
+
+// eachNewString calls own with each string of steps that is not prev's
+// (see compact), in order, or share with it and an equal string it may
+// take instead: one the steps hold already (the previous step's text or
+// tool name, or the primary argument in the call's canonical arguments,
+// which often quote it). Agents repeat their narration and their tools,
+// and a call's strings are most of what a cached step holds. The choice
+// depends on the strings' values only, so that two walks, one before own
+// moves them and one while it does, choose alike.
+func eachNewString(steps, prev []Step, own func(*string), share func(*string, string)) {
+	for i := range steps {
+		st := &steps[i]
+		var ps, before *Step
+		if i < len(prev) {
+			ps = &prev[i]
+		}
+		if i > 0 {
+			before = &steps[i-1]
+		}
+		switch {
+		case ps != nil && sameString(st.Text, ps.Text):
+		case before != nil && st.Text != "" && st.Text == before.Text:
+			share(&st.Text, before.Text)
+		default:
+			own(&st.Text)
+		}
+		for k := range st.Calls {
+			c := &st.Calls[k]
+			var was *[6]*string
+			if ps != nil && k < len(ps.Calls) {
+				w := ps.Calls[k].strings()
+				was = &w
+			}
+			for j, f := range c.strings() {
+				switch {
+				case was != nil && sameString(*f, *was[j]):
+				case f == &c.Name && before != nil && sharedName(before, c.Name) != "":
+					share(f, sharedName(before, c.Name))
+				case f == &c.Primary && c.Primary != "" && strings.Contains(c.Args, c.Primary):
+					at := strings.Index(c.Args, c.Primary)
+					share(f, c.Args[at:at+len(c.Primary)])
+				default:
+					own(f)
+				}
+			}
+		}
+	}
+}
+
+// sharedName returns the tool name of a call of st equal to name, "" if
+// none.
+func sharedName(st *Step, name string) string {
+	for k := range st.Calls {
+		if st.Calls[k].Name == name {
+			return st.Calls[k].Name
+		}
+	}
+	return ""
 }
 
 // unreport drops the evidence text of the digests in t's steps from lo
