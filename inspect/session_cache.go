@@ -189,6 +189,10 @@ func (c *SessionCache) put(en *cacheEntry) {
 // the last step takes user-role tool output and further items.
 const lookBack = 64
 
+// stepsRoom is the room a resumed parse leaves for new steps after the
+// restored ones: a turn adds one or two, and the cache keeps what is left.
+const stepsRoom = 4
+
 // sessionParse is one cached parse: the entry it resumes from, if any,
 // and the entry it leaves.
 type sessionParse struct {
@@ -335,7 +339,7 @@ func (p *parser) restore(prev *cacheEntry) {
 	sp := p.sess
 	sp.base, sp.held, sp.calls = len(prev.steps), prev.held, prev.calls
 	sp.region, sp.n, sp.last = prev.prefix, prev.n, prev.last
-	steps := make([]Step, len(prev.steps), len(prev.steps)+16)
+	steps := make([]Step, len(prev.steps), len(prev.steps)+stepsRoom)
 	copy(steps, prev.steps)
 	from := max(0, len(steps)-lookBack)
 	writable := func(s int) bool {
@@ -413,6 +417,12 @@ func (sp *sessionParse) finish(p *parser) {
 		held += compact(t.Steps[lo:], prev, from-lo)
 		held -= sp.engine.unreport(t, lo, sp.base)
 	}
+	steps := t.Steps
+	if cap(steps)-len(steps) > stepsRoom {
+		// Grown by appends (a full parse, or a turn of many steps): the
+		// cache would keep up to as many empty steps as full ones.
+		steps = slices.Clone(steps)
+	}
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
 		calls += len(t.Steps[s].Calls)
@@ -422,8 +432,8 @@ func (sp *sessionParse) finish(p *parser) {
 		prefix:        sp.region,
 		sum:           sum,
 		last:          sp.last,
-		steps:         slices.Clip(t.Steps),
-		stepsCap:      cap(t.Steps),
+		steps:         slices.Clip(steps),
+		stepsCap:      cap(steps),
 		start:         t.Start,
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
