@@ -2,42 +2,55 @@ package inspect
 
 import (
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 	"unsafe"
 )
 
-// resultDigest is everything the detectors read of a tool result, kept
-// by the session cache instead of the result's text: tool output is most
-// of a history, and a cached session would otherwise hold a copy of it.
-// Each field is what a rule computes from Call.Result, computed once.
+// A digest of a tool result is everything the detectors read of it,
+// kept by the session cache instead of the result's text: tool output is
+// most of a history, and a cached session would otherwise hold a copy of
+// it. Each part is what a rule computes from Call.Result, computed once:
+// the fingerprint (in Call.resultFP), these facts (Call.resultFacts) and
+// the evidence text (Call.digest, while a rule may report it).
+const (
+	resultDigested uint8 = 1 << iota // Result was dropped: the digest stands for it
+	resultNegative                   // negativeResult
+	resultAck                        // isAck
+	resultLines                      // the output's first 2 KiB show 3 lines or more (a looking call's content)
+)
+
+// resultDigest is the evidence text of a digested result.
 type resultDigest struct {
-	fp       uint64 // ResultFingerprint
 	evidence string // the Evidence.Result withOutcome reports for the call
-	negative bool   // negativeResult
-	ack      bool   // isAck
-	lines    bool   // the output's first 2 KiB show 3 lines or more (a looking call's content)
-	// unreported: no rule can report the call's result any more (see
-	// evidenceZone), and evidence was dropped.
-	unreported bool
 }
+
+// digested reports whether c's result text was dropped for its digest.
+func (c *Call) digested() bool { return c.resultFacts&resultDigested != 0 }
 
 // digestResult replaces c's result text by its digest. A result some rule
 // reads beyond the digest keeps its text (see keepsResult).
 func digestResult(c *Call) {
-	if !c.HasResult || c.digest != nil || keepsResult(c) {
+	if !c.HasResult || c.digested() || keepsResult(c) {
 		return
 	}
-	d := &resultDigest{
-		negative: negativeResult(c.Result),
-		ack:      isAck(c.Result),
-		lines:    showsLines(outputText(c.Result)),
+	f := resultDigested
+	if negativeResult(c.Result) {
+		f |= resultNegative
 	}
+	if isAck(c.Result) {
+		f |= resultAck
+	}
+	if showsLines(outputText(c.Result)) {
+		f |= resultLines
+	}
+	d := &resultDigest{}
 	// One normalisation serves the fingerprint and the evidence when the
 	// text is no longer than what the evidence normalises (normalizedText).
 	rt := resultText(c.Result)
 	withNormalized(rt, func(b []byte) {
-		d.fp = normalizedHash(b)
+		atomic.StoreUint64(&c.resultFP, normalizedHash(b))
 		if len(rt) <= maxNormalizedText {
 			var ev [2*maxOutcome + 6]byte
 			d.evidence = string(appendShortCollapsed(ev[:0], unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
@@ -46,7 +59,7 @@ func digestResult(c *Call) {
 	if len(rt) > maxNormalizedText {
 		d.evidence = outcomeText(c.Result)
 	}
-	c.digest = d
+	c.digest, c.resultFacts = d, f
 	c.Result = ""
 }
 
@@ -77,30 +90,34 @@ func showsLines(out string) bool {
 // negativeResult, isAck and showsLines of the call's result, from its
 // digest when the text was dropped.
 func (c *Call) negativeResult() bool {
-	if d := c.digest; d != nil {
-		return d.negative
+	if c.digested() {
+		return c.resultFacts&resultNegative != 0
 	}
 	return negativeResult(c.Result)
 }
 
 func (c *Call) isAck() bool {
-	if d := c.digest; d != nil {
-		return d.ack
+	if c.digested() {
+		return c.resultFacts&resultAck != 0
 	}
 	return isAck(c.Result)
 }
 
 func (c *Call) showsLines() bool {
-	if d := c.digest; d != nil {
-		return d.lines
+	if c.digested() {
+		return c.resultFacts&resultLines != 0
 	}
 	return showsLines(outputText(c.Result))
 }
 
-// outcome is the result as Evidence.Result reports it.
+// outcome is the result as Evidence.Result reports it; "" for a digest
+// whose evidence text was dropped, which no rule reports (evidenceZone).
 func (c *Call) outcome() string {
-	if d := c.digest; d != nil {
-		return d.evidence
+	if c.digested() {
+		if c.digest == nil {
+			return ""
+		}
+		return c.digest.evidence
 	}
 	return outcomeText(c.Result)
 }

@@ -462,11 +462,11 @@ func compact(steps, prev []Step, from int) int {
 			case i < from:
 				// Out of reach: forget dropped the results of the calls
 				// restored unwritten, which are the cache's.
-				if c.digest != nil || c.Result != "" {
+				if c.digested() || c.Result != "" {
 					digests -= c.digest.size()
-					c.Result, c.digest = "", nil
+					c.Result, c.digest, c.resultFacts = "", nil, 0
 				}
-			case c.HasResult && c.digest == nil:
+			case c.HasResult && !c.digested():
 				digestResult(c)
 				digests += c.digest.size()
 			}
@@ -558,7 +558,7 @@ func (e *Engine) unreport(t *Trajectory, lo, base int) int {
 		copied := s >= base
 		for k := range st.Calls {
 			d := st.Calls[k].digest
-			if d == nil || d.unreported || z.reports(s, k, &st.Calls[k]) {
+			if d == nil || z.reports(s, k, &st.Calls[k]) {
 				continue
 			}
 			if !copied {
@@ -568,10 +568,8 @@ func (e *Engine) unreport(t *Trajectory, lo, base int) int {
 				}
 				st.Calls, copied = calls, true
 			}
-			dropped := *d
-			dropped.evidence, dropped.unreported = "", true
-			st.Calls[k].digest = &dropped
-			freed += len(d.evidence)
+			st.Calls[k].digest = nil
+			freed += d.size()
 		}
 	}
 	return freed
@@ -612,7 +610,7 @@ func forget(steps []Step) int {
 		st := &steps[i]
 		kept := false
 		for k := range st.Calls {
-			kept = kept || st.Calls[k].digest != nil || st.Calls[k].Result != ""
+			kept = kept || st.Calls[k].digested() || st.Calls[k].Result != ""
 		}
 		if !kept {
 			continue
@@ -621,7 +619,7 @@ func forget(steps []Step) int {
 		for k := range st.Calls {
 			st.Calls[k].copyTo(&calls[k])
 			freed += calls[k].digest.size()
-			calls[k].Result, calls[k].digest = "", nil
+			calls[k].Result, calls[k].digest, calls[k].resultFacts = "", nil, 0
 		}
 		st.Calls = calls
 	}
@@ -671,7 +669,7 @@ func (c *Call) copyTo(dst *Call) {
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
 		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint, argFacts: c.argFacts,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
-		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest,
+		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest, resultFacts: c.resultFacts,
 		IsError: c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
 	}
 }

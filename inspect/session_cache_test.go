@@ -239,26 +239,25 @@ func cachedSame(e *Engine, got, want *Trajectory) string {
 		}
 		for k := range gs.Calls {
 			gc := &gs.Calls[k]
-			if k < len(ws.Calls) && s < from && gc.digest == nil && gc.Result == "" {
+			if k < len(ws.Calls) && s < from && !gc.digested() && gc.Result == "" {
 				gc.Result = ws.Calls[k].Result // dropped
 				continue
 			}
-			if gc.digest == nil || k >= len(ws.Calls) {
+			if !gc.digested() || k >= len(ws.Calls) {
 				continue
 			}
 			wc := ws.Calls[k]
-			if digestResult(&wc); wc.digest != nil && gc.digest.unreported {
+			if digestResult(&wc); wc.digest != nil && gc.digest == nil {
+				// The evidence text was dropped.
 				if z := e.evidenceZone(want); z.reports(s, k, &wc) {
 					return fmt.Sprintf("step %d call %d: evidence dropped, and a rule may report it", s, k)
 				}
-				wd := *wc.digest
-				wd.evidence, wd.unreported = "", true
-				wc.digest = &wd
+				wc.digest = nil
 			}
-			if wc.digest == nil || *wc.digest != *gc.digest {
-				return fmt.Sprintf("step %d call %d: digest %+v, want %+v", s, k, gc.digest, wc.digest)
+			if wc.resultFacts != gc.resultFacts || wc.resultFP != gc.resultFP || (wc.digest == nil) != (gc.digest == nil) || wc.digest != nil && *wc.digest != *gc.digest {
+				return fmt.Sprintf("step %d call %d: digest %x %x %+v, want %x %x %+v", s, k, gc.resultFacts, gc.resultFP, gc.digest, wc.resultFacts, wc.resultFP, wc.digest)
 			}
-			gc.Result, gc.digest = ws.Calls[k].Result, nil
+			gc.Result, gc.digest, gc.resultFacts = ws.Calls[k].Result, nil, 0
 		}
 	}
 	settle(&g)
@@ -598,8 +597,8 @@ func TestSessionCacheReach(t *testing.T) {
 	}
 	for s, st := range en.steps {
 		for _, c := range st.Calls {
-			if c.Result != "" || (s < from) != (c.digest == nil) {
-				t.Fatalf("step %d (reach from %d): result %d bytes, digest %v", s, from, len(c.Result), c.digest != nil)
+			if c.Result != "" || (s < from) == c.digested() {
+				t.Fatalf("step %d (reach from %d): result %d bytes, digested %v", s, from, len(c.Result), c.digested())
 			}
 		}
 	}
@@ -622,7 +621,7 @@ func TestSessionCacheErrorPatterns(t *testing.T) {
 	}
 	for s, st := range c.get("s").steps {
 		for _, c := range st.Calls {
-			if c.digest != nil || c.HasResult && c.Result == "" {
+			if c.digested() || c.HasResult && c.Result == "" {
 				t.Fatalf("step %d: result dropped for an engine with error patterns", s)
 			}
 		}
