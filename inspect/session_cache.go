@@ -504,6 +504,9 @@ func eachNewString(steps, prev []Step, own func(*string), share func(*string, st
 		if i > 0 {
 			before = &steps[i-1]
 		}
+		if ps != nil && sameString(st.Text, ps.Text) && sameCalls(st.Calls, ps.Calls) {
+			continue // a restored step this parse did not write
+		}
 		switch {
 		case ps != nil && sameString(st.Text, ps.Text):
 		case before != nil && st.Text != "" && st.Text == before.Text:
@@ -532,6 +535,11 @@ func eachNewString(steps, prev []Step, own func(*string), share func(*string, st
 			}
 		}
 	}
+}
+
+// sameCalls reports whether a and b are the same calls in memory.
+func sameCalls(a, b []Call) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // sharedName returns the tool name of a call of st equal to name, "" if
