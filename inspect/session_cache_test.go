@@ -84,7 +84,7 @@ func cacheCases(t *testing.T) []cacheCase {
 			out = append(out, cacheCase{filepath.Base(f), h})
 		}
 	}
-	return out
+	return append(out, zoneHistories(DefaultConfig().Window)...)
 }
 
 // settle computes every lazily cached field, so that two trajectories
@@ -803,17 +803,11 @@ func chatTurn(i int, cmd, res string) []json.RawMessage {
 	return []json.RawMessage{call, out}
 }
 
-// TestSessionCacheEvidenceZone grows histories turn by turn whose verdict
-// reports the result of a call out of the window and before the last
-// three calls, each by the rule that may (see evidenceZone): the cache
-// must keep that call's evidence text, and judge every turn as uncached.
-func TestSessionCacheEvidenceZone(t *testing.T) {
-	e, err := NewEngine(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := e.cfg.Window
-	for _, tt := range []struct {
+// zoneHistories are histories whose verdict reports the result of a call
+// out of the window of w steps and before the last three calls, each by a
+// rule that may (see evidenceZone).
+func zoneHistories(w int) (out []cacheCase) {
+	for _, c := range []struct {
 		name string
 		msgs func() []json.RawMessage
 	}{
@@ -839,9 +833,25 @@ func TestSessionCacheEvidenceZone(t *testing.T) {
 			return m
 		}},
 	} {
+		msgs := append([]json.RawMessage{json.RawMessage(`{"role":"user","content":"Fix the build."}`)}, c.msgs()...)
+		out = append(out, cacheCase{c.name, history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}})
+	}
+	return out
+}
+
+// TestSessionCacheEvidenceZone grows histories turn by turn whose verdict
+// reports the result of a call out of the window and before the last
+// three calls, each by the rule that may (see evidenceZone): the cache
+// must keep that call's evidence text, and judge every turn as uncached.
+func TestSessionCacheEvidenceZone(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.cfg.Window
+	for _, tt := range zoneHistories(w) {
 		t.Run(tt.name, func(t *testing.T) {
-			msgs := append([]json.RawMessage{json.RawMessage(`{"role":"user","content":"Fix the build."}`)}, tt.msgs()...)
-			h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+			h, msgs := tt.h, tt.h.msgs
 			c := NewSessionCache(64 << 20)
 			var want *Trajectory
 			for k := 1; k <= len(msgs); k++ {
