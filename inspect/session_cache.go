@@ -524,14 +524,12 @@ func eachNewString(steps, prev []Step, own func(*string), share func(*string, st
 				was = &w
 			}
 			for j, f := range c.strings() {
-				switch {
-				case was != nil && sameString(*f, *was[j]):
-				case f == &c.Name && before != nil && sharedName(before, c.Name) != "":
-					share(f, sharedName(before, c.Name))
-				case f == &c.Primary && c.Primary != "" && strings.Contains(c.Args, c.Primary):
-					at := strings.Index(c.Args, c.Primary)
-					share(f, c.Args[at:at+len(c.Primary)])
-				default:
+				if was != nil && sameString(*f, *was[j]) {
+					continue
+				}
+				if to := repeated(f, c, before); to != "" {
+					share(f, to)
+				} else {
 					own(f)
 				}
 			}
@@ -544,12 +542,21 @@ func sameCalls(a, b []Call) bool {
 	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
-// sharedName returns the tool name of a call of st equal to name, "" if
-// none.
-func sharedName(st *Step, name string) string {
-	for k := range st.Calls {
-		if st.Calls[k].Name == name {
-			return st.Calls[k].Name
+// repeated returns a string equal to *f, a string of call c of the step
+// after before, that the cache holds already, or is moving in the same
+// walk before *f: a tool name of before's calls, or the primary argument
+// where the canonical arguments quote it. "" if none.
+func repeated(f *string, c *Call, before *Step) string {
+	switch {
+	case f == &c.Name && before != nil:
+		for k := range before.Calls {
+			if before.Calls[k].Name == c.Name {
+				return before.Calls[k].Name
+			}
+		}
+	case f == &c.Primary && c.Primary != "":
+		if at := strings.Index(c.Args, c.Primary); at >= 0 {
+			return c.Args[at : at+len(c.Primary)]
 		}
 	}
 	return ""
