@@ -423,7 +423,9 @@ func (in *inspection) evidence(idx []int) Evidence {
 	return ev
 }
 
-// withOutcome adds the unchanged result or error of call c to ev.
+// withOutcome adds the unchanged result or error of call c to ev. A rule
+// reports only the result of a call in evidenceZone, which the session
+// cache keeps the evidence text of: a new use must be one it names.
 func withOutcome(ev *Evidence, c *Call) {
 	if c == nil || !c.HasResult {
 		return

@@ -2,39 +2,55 @@ package inspect
 
 import (
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 	"unsafe"
 )
 
-// resultDigest is everything the detectors read of a tool result, kept
-// by the session cache instead of the result's text: tool output is most
-// of a history, and a cached session would otherwise hold a copy of it.
-// Each field is what a rule computes from Call.Result, computed once.
+// A digest of a tool result is everything the detectors read of it,
+// kept by the session cache instead of the result's text: tool output is
+// most of a history, and a cached session would otherwise hold a copy of
+// it. Each part is what a rule computes from Call.Result, computed once:
+// the fingerprint (in Call.resultFP), these facts (Call.resultFacts) and
+// the evidence text (Call.digest, while a rule may report it).
+const (
+	resultDigested uint8 = 1 << iota // Result was dropped: the digest stands for it
+	resultNegative                   // negativeResult
+	resultAck                        // isAck
+	resultLines                      // the output's first 2 KiB show 3 lines or more (a looking call's content)
+)
+
+// resultDigest is the evidence text of a digested result.
 type resultDigest struct {
-	fp       uint64 // ResultFingerprint
 	evidence string // the Evidence.Result withOutcome reports for the call
-	negative bool   // negativeResult
-	ack      bool   // isAck
-	lines    bool   // the output's first 2 KiB show 3 lines or more (a looking call's content)
 }
+
+// digested reports whether c's result text was dropped for its digest.
+func (c *Call) digested() bool { return c.resultFacts&resultDigested != 0 }
 
 // digestResult replaces c's result text by its digest. A result some rule
 // reads beyond the digest keeps its text (see keepsResult).
 func digestResult(c *Call) {
-	if !c.HasResult || c.digest != nil || keepsResult(c) {
+	if !c.HasResult || c.digested() || keepsResult(c) {
 		return
 	}
-	d := &resultDigest{
-		negative: negativeResult(c.Result),
-		ack:      isAck(c.Result),
-		lines:    showsLines(outputText(c.Result)),
+	f := resultDigested
+	if negativeResult(c.Result) {
+		f |= resultNegative
 	}
+	if isAck(c.Result) {
+		f |= resultAck
+	}
+	if showsLines(outputText(c.Result)) {
+		f |= resultLines
+	}
+	d := &resultDigest{}
 	// One normalisation serves the fingerprint and the evidence when the
 	// text is no longer than what the evidence normalises (normalizedText).
 	rt := resultText(c.Result)
 	withNormalized(rt, func(b []byte) {
-		d.fp = normalizedHash(b)
+		atomic.StoreUint64(&c.resultFP, normalizedHash(b))
 		if len(rt) <= maxNormalizedText {
 			var ev [2*maxOutcome + 6]byte
 			d.evidence = string(appendShortCollapsed(ev[:0], unsafe.String(unsafe.SliceData(b), len(b)), maxOutcome))
@@ -43,7 +59,7 @@ func digestResult(c *Call) {
 	if len(rt) > maxNormalizedText {
 		d.evidence = outcomeText(c.Result)
 	}
-	c.digest = d
+	c.digest, c.resultFacts = d, f
 	c.Result = ""
 }
 
@@ -74,30 +90,34 @@ func showsLines(out string) bool {
 // negativeResult, isAck and showsLines of the call's result, from its
 // digest when the text was dropped.
 func (c *Call) negativeResult() bool {
-	if d := c.digest; d != nil {
-		return d.negative
+	if c.digested() {
+		return c.resultFacts&resultNegative != 0
 	}
 	return negativeResult(c.Result)
 }
 
 func (c *Call) isAck() bool {
-	if d := c.digest; d != nil {
-		return d.ack
+	if c.digested() {
+		return c.resultFacts&resultAck != 0
 	}
 	return isAck(c.Result)
 }
 
 func (c *Call) showsLines() bool {
-	if d := c.digest; d != nil {
-		return d.lines
+	if c.digested() {
+		return c.resultFacts&resultLines != 0
 	}
 	return showsLines(outputText(c.Result))
 }
 
-// outcome is the result as Evidence.Result reports it.
+// outcome is the result as Evidence.Result reports it; "" for a digest
+// whose evidence text was dropped, which no rule reports (evidenceZone).
 func (c *Call) outcome() string {
-	if d := c.digest; d != nil {
-		return d.evidence
+	if c.digested() {
+		if c.digest == nil {
+			return ""
+		}
+		return c.digest.evidence
 	}
 	return outcomeText(c.Result)
 }
@@ -162,3 +182,61 @@ func shortenAt(dst []byte, m, n int) []byte {
 
 // asciiSpace marks the ASCII bytes unicode.IsSpace reports.
 var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
+// evidenceZone is where in a trajectory the calls are whose result a rule
+// may report (Evidence.Result, see withOutcome), in it or in any longer
+// history that extends it: the session cache drops the evidence text of
+// the others' digests, about 300 bytes a call. Rule by rule:
+//
+//   - tool_cycle, same_result, tool_repetition's run (L), error_cycle and
+//     test_fix_cycle (recentError) report one of the last three calls;
+//   - tool_repetition's run reports its latest call with a result, all
+//     calls after it having none: the latest call with a result;
+//   - tool_repetition in the window and param_drift report calls in the
+//     last Window steps;
+//   - edit_undo's state returns report a restoring call (primaryRestores).
+//
+// Each is a call the detectors count (not ignored). As a history grows a
+// call only leaves the zone: new calls become the last ones and the
+// latest answered, and the window moves on (a call answered later is
+// digested then, in the zone).
+type evidenceZone struct {
+	window   int       // the first step of the last Window steps
+	recent   [3]callAt // the last three counted calls, latest first
+	answered callAt    // the latest counted call with a result
+}
+
+// callAt is call k of step s; the zero callAt{-1, -1} names none.
+type callAt struct{ s, k int }
+
+var noCall = callAt{-1, -1}
+
+func (e *Engine) evidenceZone(t *Trajectory) evidenceZone {
+	z := evidenceZone{window: len(t.Steps) - e.cfg.Window, recent: [3]callAt{noCall, noCall, noCall}, answered: noCall}
+	n := 0
+	for s := len(t.Steps) - 1; s >= 0 && (n < len(z.recent) || z.answered == noCall); s-- {
+		calls := t.Steps[s].Calls
+		for k := len(calls) - 1; k >= 0; k-- {
+			c := &calls[k]
+			if e.ignored(c.Name) {
+				continue
+			}
+			if n < len(z.recent) {
+				z.recent[n] = callAt{s, k}
+				n++
+			}
+			if c.HasResult && z.answered == noCall {
+				z.answered = callAt{s, k}
+			}
+		}
+	}
+	return z
+}
+
+// reports reports whether a rule may report the result of call k of step
+// s, c.
+func (z *evidenceZone) reports(s, k int, c *Call) bool {
+	at := callAt{s, k}
+	return s >= z.window || at == z.answered || at == z.recent[0] || at == z.recent[1] || at == z.recent[2] ||
+		c.facts()&primaryRestores != 0
+}

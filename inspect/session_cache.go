@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -25,8 +26,10 @@ import (
 // the cache: ParseSession returns what ParseAPI returns for the same body,
 // but for what no rule of its engine reads (see compact): the text of the
 // tool results, each replaced by a digest of what the rules read of it
-// (none before the detectors' reach), and the reasoning. Tool output is
-// most of a history: the cache holds about a quarter of it.
+// (none before the detectors' reach, and no evidence text where no rule
+// can report it: evidenceZone), and the reasoning. Tool output is most of
+// a history: the cache holds about a fifth of it (37 KB a session of 100
+// tool turns, 156 KB), most of it the steps' Step and Call structs.
 //
 // The cache is a local LRU bounded by a memory budget. It is safe for
 // concurrent use.
@@ -188,6 +191,10 @@ func (c *SessionCache) put(en *cacheEntry) {
 // the last step takes user-role tool output and further items.
 const lookBack = 64
 
+// stepsRoom is the room a resumed parse leaves for new steps after the
+// restored ones: a turn adds one or two, and the cache keeps what is left.
+const stepsRoom = 4
+
 // sessionParse is one cached parse: the entry it resumes from, if any,
 // and the entry it leaves.
 type sessionParse struct {
@@ -334,7 +341,7 @@ func (p *parser) restore(prev *cacheEntry) {
 	sp := p.sess
 	sp.base, sp.held, sp.calls = len(prev.steps), prev.held, prev.calls
 	sp.region, sp.n, sp.last = prev.prefix, prev.n, prev.last
-	steps := make([]Step, len(prev.steps), len(prev.steps)+16)
+	steps := make([]Step, len(prev.steps), len(prev.steps)+stepsRoom)
 	copy(steps, prev.steps)
 	from := max(0, len(steps)-lookBack)
 	writable := func(s int) bool {
@@ -410,6 +417,13 @@ func (sp *sessionParse) finish(p *parser) {
 			held -= forget(t.Steps[prevFrom:end])
 		}
 		held += compact(t.Steps[lo:], prev, from-lo)
+		held -= sp.engine.unreport(t, lo, sp.base)
+	}
+	steps := t.Steps
+	if cap(steps)-len(steps) > stepsRoom {
+		// Grown by appends (a full parse, or a turn of many steps): the
+		// cache would keep up to as many empty steps as full ones.
+		steps = slices.Clone(steps)
 	}
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
@@ -420,8 +434,8 @@ func (sp *sessionParse) finish(p *parser) {
 		prefix:        sp.region,
 		sum:           sum,
 		last:          sp.last,
-		steps:         slices.Clip(t.Steps),
-		stepsCap:      cap(t.Steps),
+		steps:         slices.Clip(steps),
+		stepsCap:      cap(steps),
 		start:         t.Start,
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
@@ -441,64 +455,141 @@ func (sp *sessionParse) finish(p *parser) {
 // cache's. It returns the memory the steps' new strings and digests hold,
 // less that of the digests dropped.
 func compact(steps, prev []Step, from int) int {
-	n := 0
-	each := func(own func(*string)) {
-		for i := range steps {
-			st := &steps[i]
-			var ps *Step
-			if i < len(prev) {
-				ps = &prev[i]
-			}
-			st.Reasoning = ""
-			if ps == nil || !sameString(st.Text, ps.Text) {
-				own(&st.Text)
-			}
-			for k := range st.Calls {
-				fs := st.Calls[k].strings()
-				if ps == nil || k >= len(ps.Calls) {
-					for _, f := range fs {
-						own(f)
-					}
-					continue
-				}
-				was := ps.Calls[k].strings()
-				for j, f := range fs {
-					if !sameString(*f, *was[j]) {
-						own(f)
-					}
-				}
-			}
-		}
-	}
 	digests := 0
 	for i := range steps {
+		steps[i].Reasoning = ""
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
 			switch {
 			case i < from:
 				// Out of reach: forget dropped the results of the calls
 				// restored unwritten, which are the cache's.
-				if c.digest != nil || c.Result != "" {
+				if c.digested() || c.Result != "" {
 					digests -= c.digest.size()
-					c.Result, c.digest = "", nil
+					c.Result, c.digest, c.resultFacts = "", nil, 0
 				}
-			case c.HasResult && c.digest == nil:
+			case c.HasResult && !c.digested():
 				digestResult(c)
 				digests += c.digest.size()
 			}
 		}
 	}
-	each(func(s *string) { n += len(*s) })
+	n := 0
+	eachNewString(steps, prev, func(s *string) { n += len(*s) }, func(*string, string) {})
 	buf := make([]byte, 0, n)
-	each(func(s *string) {
+	eachNewString(steps, prev, func(s *string) {
 		if *s == "" {
 			return
 		}
 		m := len(buf)
 		buf = append(buf, *s...)
 		*s = unsafe.String(&buf[m], len(*s))
-	})
+	}, func(s *string, to string) { *s = to })
 	return n + digests
+}
+
+// eachNewString calls own with each string of steps that is not prev's
+// (see compact), in order, or share with it and an equal string it may
+// take instead: one the steps hold already (the previous step's text or
+// tool name, or the primary argument in the call's canonical arguments,
+// which often quote it). Agents repeat their narration and their tools,
+// and a call's strings are most of what a cached step holds. The choice
+// depends on the strings' values only, so that two walks, one before own
+// moves them and one while it does, choose alike.
+func eachNewString(steps, prev []Step, own func(*string), share func(*string, string)) {
+	for i := range steps {
+		st := &steps[i]
+		var ps, before *Step
+		if i < len(prev) {
+			ps = &prev[i]
+		}
+		if i > 0 {
+			before = &steps[i-1]
+		}
+		if ps != nil && sameString(st.Text, ps.Text) && sameCalls(st.Calls, ps.Calls) {
+			continue // a restored step this parse did not write
+		}
+		switch {
+		case ps != nil && sameString(st.Text, ps.Text):
+		case before != nil && st.Text != "" && st.Text == before.Text:
+			share(&st.Text, before.Text)
+		default:
+			own(&st.Text)
+		}
+		for k := range st.Calls {
+			c := &st.Calls[k]
+			var was *[6]*string
+			if ps != nil && k < len(ps.Calls) {
+				w := ps.Calls[k].strings()
+				was = &w
+			}
+			for j, f := range c.strings() {
+				if was != nil && sameString(*f, *was[j]) {
+					continue
+				}
+				if to := repeated(f, c, before); to != "" {
+					share(f, to)
+				} else {
+					own(f)
+				}
+			}
+		}
+	}
+}
+
+// sameCalls reports whether a and b are the same calls in memory.
+func sameCalls(a, b []Call) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// repeated returns a string equal to *f, a string of call c of the step
+// after before, that the cache holds already, or is moving in the same
+// walk before *f: a tool name of before's calls, or the primary argument
+// where the canonical arguments quote it. "" if none.
+func repeated(f *string, c *Call, before *Step) string {
+	switch {
+	case f == &c.Name && before != nil:
+		for k := range before.Calls {
+			if before.Calls[k].Name == c.Name {
+				return before.Calls[k].Name
+			}
+		}
+	case f == &c.Primary && c.Primary != "":
+		if at := strings.Index(c.Args, c.Primary); at >= 0 {
+			return c.Args[at : at+len(c.Primary)]
+		}
+	}
+	return ""
+}
+
+// unreport drops the evidence text of the digests in t's steps from lo
+// on that no rule can report any more (see evidenceZone); those of steps
+// before lo had theirs dropped by an earlier turn, or keep the text of a
+// few calls. The calls of the steps before base may be the cache's: they
+// are replaced, not written. It returns the memory freed.
+func (e *Engine) unreport(t *Trajectory, lo, base int) int {
+	z := e.evidenceZone(t)
+	freed := 0
+	for s := lo; s < len(t.Steps); s++ {
+		st := &t.Steps[s]
+		copied := s >= base
+		for k := range st.Calls {
+			d := st.Calls[k].digest
+			if d == nil || z.reports(s, k, &st.Calls[k]) {
+				continue
+			}
+			if !copied {
+				calls := make([]Call, len(st.Calls))
+				for j := range st.Calls {
+					st.Calls[j].copyTo(&calls[j])
+				}
+				st.Calls, copied = calls, true
+			}
+			st.Calls[k].digest = nil
+			freed += d.size()
+		}
+	}
+	return freed
 }
 
 // rehome moves the calls of steps into one array of their number: the
@@ -536,7 +627,7 @@ func forget(steps []Step) int {
 		st := &steps[i]
 		kept := false
 		for k := range st.Calls {
-			kept = kept || st.Calls[k].digest != nil || st.Calls[k].Result != ""
+			kept = kept || st.Calls[k].digested() || st.Calls[k].Result != ""
 		}
 		if !kept {
 			continue
@@ -545,7 +636,7 @@ func forget(steps []Step) int {
 		for k := range st.Calls {
 			st.Calls[k].copyTo(&calls[k])
 			freed += calls[k].digest.size()
-			calls[k].Result, calls[k].digest = "", nil
+			calls[k].Result, calls[k].digest, calls[k].resultFacts = "", nil, 0
 		}
 		st.Calls = calls
 	}
@@ -595,7 +686,7 @@ func (c *Call) copyTo(dst *Call) {
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
 		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint, argFacts: c.argFacts,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
-		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest,
+		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest, resultFacts: c.resultFacts,
 		IsError: c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
 	}
 }

@@ -84,7 +84,7 @@ func cacheCases(t *testing.T) []cacheCase {
 			out = append(out, cacheCase{filepath.Base(f), h})
 		}
 	}
-	return out
+	return append(out, zoneHistories(DefaultConfig().Window)...)
 }
 
 // settle computes every lazily cached field, so that two trajectories
@@ -239,18 +239,25 @@ func cachedSame(e *Engine, got, want *Trajectory) string {
 		}
 		for k := range gs.Calls {
 			gc := &gs.Calls[k]
-			if k < len(ws.Calls) && s < from && gc.digest == nil && gc.Result == "" {
+			if k < len(ws.Calls) && s < from && !gc.digested() && gc.Result == "" {
 				gc.Result = ws.Calls[k].Result // dropped
 				continue
 			}
-			if gc.digest == nil || k >= len(ws.Calls) {
+			if !gc.digested() || k >= len(ws.Calls) {
 				continue
 			}
 			wc := ws.Calls[k]
-			if digestResult(&wc); wc.digest == nil || *wc.digest != *gc.digest {
-				return fmt.Sprintf("step %d call %d: digest %+v, want %+v", s, k, gc.digest, wc.digest)
+			if digestResult(&wc); wc.digest != nil && gc.digest == nil {
+				// The evidence text was dropped.
+				if z := e.evidenceZone(want); z.reports(s, k, &wc) {
+					return fmt.Sprintf("step %d call %d: evidence dropped, and a rule may report it", s, k)
+				}
+				wc.digest = nil
 			}
-			gc.Result, gc.digest = ws.Calls[k].Result, nil
+			if wc.resultFacts != gc.resultFacts || wc.resultFP != gc.resultFP || (wc.digest == nil) != (gc.digest == nil) || wc.digest != nil && *wc.digest != *gc.digest {
+				return fmt.Sprintf("step %d call %d: digest %x %x %+v, want %x %x %+v", s, k, gc.resultFacts, gc.resultFP, gc.digest, wc.resultFacts, wc.resultFP, wc.digest)
+			}
+			gc.Result, gc.digest, gc.resultFacts = ws.Calls[k].Result, nil, 0
 		}
 	}
 	settle(&g)
@@ -590,8 +597,8 @@ func TestSessionCacheReach(t *testing.T) {
 	}
 	for s, st := range en.steps {
 		for _, c := range st.Calls {
-			if c.Result != "" || (s < from) != (c.digest == nil) {
-				t.Fatalf("step %d (reach from %d): result %d bytes, digest %v", s, from, len(c.Result), c.digest != nil)
+			if c.Result != "" || (s < from) == c.digested() {
+				t.Fatalf("step %d (reach from %d): result %d bytes, digested %v", s, from, len(c.Result), c.digested())
 			}
 		}
 	}
@@ -614,7 +621,7 @@ func TestSessionCacheErrorPatterns(t *testing.T) {
 	}
 	for s, st := range c.get("s").steps {
 		for _, c := range st.Calls {
-			if c.digest != nil || c.HasResult && c.Result == "" {
+			if c.digested() || c.HasResult && c.Result == "" {
 				t.Fatalf("step %d: result dropped for an engine with error patterns", s)
 			}
 		}
@@ -700,6 +707,183 @@ func TestSessionCacheHeapMatchesCount(t *testing.T) {
 				t.Errorf("the sessions keep %d bytes alive, %.1fx the %d the cache counts", held, float64(held)/float64(counted), counted)
 			}
 			runtime.KeepAlive(c)
+		})
+	}
+}
+
+// growingHistory is the history of e2e/load's growing sessions after
+// turns turns: every call reads another part of another module, answered
+// with about 1.3 KB of output.
+func growingHistory(turns int) history {
+	out := strings.Repeat("line of output with some words 0123\n", 36)
+	msgs := []json.RawMessage{json.RawMessage(`{"role":"system","content":"You are a coding agent."}`), json.RawMessage(`{"role":"user","content":"Port the service."}`)}
+	for i := range turns {
+		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("sed -n '%d,%dp' src/module_%d.py", i, i+40, i)})
+		call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Looking at the next module.", "tool_calls": []any{
+			map[string]any{"id": fmt.Sprintf("call_%d", i), "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", i), "content": fmt.Sprintf("module %d\n%s", i, out)})
+		msgs = append(msgs, call, res)
+	}
+	return history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"fake-model"`)}, msgs: msgs}
+}
+
+// sessionHeap grows sessions sessions of h turn by turn from its first
+// from messages (sent at once) and returns the heap each keeps alive, as
+// runtime.MemStats sees it, and the bytes the cache counts for one.
+func sessionHeap(t *testing.T, e *Engine, h history, from, sessions int) (held, counted int64) {
+	t.Helper()
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	c := NewSessionCache(1 << 40)
+	heap() // and the pools emptied
+	before := heap()
+	for s := 0; s < sessions; s++ {
+		for k := from; k <= len(h.msgs); k += 2 {
+			if _, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, h.body(h.msgs[:k])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after := heap()
+	runtime.KeepAlive(c)
+	return (int64(after) - int64(before)) / int64(sessions), c.Stats().Bytes / int64(sessions)
+}
+
+// TestSessionCacheHeapPerSession: a session of a realistic history of
+// about 150 KB (the growing workload at 100 turns, the mean of turns
+// 1..200; or 57 turns of 2.3 KB of output each) keeps at most max bytes
+// of heap, as runtime.MemStats sees it, grown turn by turn. Other lengths
+// are logged for the record (max 0).
+func TestSessionCacheHeapPerSession(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench := func(turns int) history {
+		h, _ := splitHistory(t, ChatCompletions, benchBody(turns))
+		return h
+	}
+	for _, tt := range []struct {
+		name string
+		h    history
+		from int // messages of the first request
+		max  int64
+	}{
+		{"growing 20 turns", growingHistory(20), 2, 0},
+		{"growing 100 turns", growingHistory(100), 2, 40 << 10},
+		{"growing 200 turns", growingHistory(200), 2, 0},
+		{"bench 20 turns", bench(20), 2, 0},
+		{"bench 57 turns", bench(57), 2, 28 << 10},
+		{"bench 200 turns", bench(200), 2, 0},
+		{"bench 1000 turns", bench(1000), 1900, 0},
+	} {
+		held, counted := sessionHeap(t, e, tt.h, tt.from, 20)
+		t.Logf("%s (%d KB): %d bytes of heap a session, %d counted", tt.name, len(tt.h.body(tt.h.msgs))>>10, held, counted)
+		if tt.max > 0 && held > tt.max {
+			t.Errorf("%s: a session keeps %d bytes of heap; want at most %d", tt.name, held, tt.max)
+		}
+	}
+}
+
+// chatTurn is an assistant message calling bash with cmd (id call_i) and,
+// when res is not "", the tool message answering it.
+func chatTurn(i int, cmd, res string) []json.RawMessage {
+	id := fmt.Sprintf("call_%d", i)
+	args, _ := json.Marshal(map[string]string{"command": cmd})
+	call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Working on it.", "tool_calls": []any{
+		map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+	if res == "" {
+		return []json.RawMessage{call}
+	}
+	out, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": id, "content": res})
+	return []json.RawMessage{call, out}
+}
+
+// zoneHistories are histories whose verdict reports the result of a call
+// out of the window of w steps and before the last three calls, each by a
+// rule that may (see evidenceZone).
+func zoneHistories(w int) (out []cacheCase) {
+	for _, c := range []struct {
+		name string
+		msgs func() []json.RawMessage
+	}{
+		{"a repeated call answered long ago (tool_repetition's run)", func() []json.RawMessage {
+			var m []json.RawMessage
+			for i := 0; i < 4; i++ {
+				m = append(m, chatTurn(i, "cat setup.py", "No such file or directory: setup.py\n")...)
+			}
+			for i := 4; i < w+10; i++ { // never answered
+				m = append(m, chatTurn(i, "cat setup.py", "")...)
+			}
+			return m
+		}},
+		{"a state restored long ago (edit_undo)", func() []json.RawMessage {
+			var m []json.RawMessage
+			for i := 0; i < 6; i++ {
+				m = append(m, chatTurn(2*i, fmt.Sprintf("sed -i 's/x/y%d/' app.py", i), "")...)
+				m = append(m, chatTurn(2*i+1, "git checkout app.py", fmt.Sprintf("Updated 1 path from the index (%d)\n", i))...)
+			}
+			for i := 12; i < w+20; i++ {
+				m = append(m, chatTurn(i, fmt.Sprintf("cat docs/page_%d.md", i), fmt.Sprintf("page %d\nsome text\nmore text\n", i))...)
+			}
+			return m
+		}},
+	} {
+		msgs := append([]json.RawMessage{json.RawMessage(`{"role":"user","content":"Fix the build."}`)}, c.msgs()...)
+		out = append(out, cacheCase{c.name, history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}})
+	}
+	return out
+}
+
+// TestSessionCacheEvidenceZone grows histories turn by turn whose verdict
+// reports the result of a call out of the window and before the last
+// three calls, each by the rule that may (see evidenceZone): the cache
+// must keep that call's evidence text, and judge every turn as uncached.
+func TestSessionCacheEvidenceZone(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.cfg.Window
+	for _, tt := range zoneHistories(w) {
+		t.Run(tt.name, func(t *testing.T) {
+			h, msgs := tt.h, tt.h.msgs
+			c := NewSessionCache(64 << 20)
+			var want *Trajectory
+			for k := 1; k <= len(msgs); k++ {
+				_, want = checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+			}
+			if c.Stats().Hits == 0 {
+				t.Fatal("no turn was served from the cache")
+			}
+			// The case is what it says: the result reported is only that
+			// of calls out of the window and before the last three.
+			var calls []callAt
+			for s, st := range want.Steps {
+				for k := range st.Calls {
+					calls = append(calls, callAt{s, k})
+				}
+			}
+			old := false
+			for _, d := range e.Inspect(want).Detections {
+				if d.Evidence.Result == "" {
+					continue
+				}
+				old = true
+				for i, at := range calls {
+					c := &want.Steps[at.s].Calls[at.k]
+					if c.HasResult && c.outcome() == d.Evidence.Result && (at.s >= len(want.Steps)-w || i >= len(calls)-3) {
+						old = false
+					}
+				}
+			}
+			if !old {
+				t.Fatalf("no detection reports only an old result: %+v", e.Inspect(want).Detections)
+			}
 		})
 	}
 }

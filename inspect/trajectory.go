@@ -61,6 +61,9 @@ type Call struct {
 	HasResult bool // a tool message answered this call
 	// argFacts are facts of Args and Primary (see factsKnown).
 	argFacts uint8
+	// resultFacts, when it has resultDigested, are the facts of a result
+	// a SessionCache dropped (see digestResult).
+	resultFacts uint8
 	// Result is the result text as sent (content string or text parts
 	// joined); "" where a SessionCache keeps a digest instead.
 	Result string
@@ -69,7 +72,8 @@ type Call struct {
 	// resultFP caches ResultFingerprint (0: not computed yet). It is read
 	// and written atomically: Trajectories may be inspected concurrently.
 	resultFP uint64
-	// digest stands for Result when a SessionCache dropped its text.
+	// digest holds the evidence text of a dropped result while a rule may
+	// report it; nil otherwise.
 	digest  *resultDigest
 	IsError bool
 	// ErrorSignature hashes the normalised error (type + message); 0 if not an error.
@@ -86,8 +90,8 @@ func (c *Call) ResultFingerprint() uint64 {
 	if !c.HasResult {
 		return 0
 	}
-	if c.digest != nil {
-		return c.digest.fp
+	if c.digested() {
+		return atomic.LoadUint64(&c.resultFP)
 	}
 	if h := atomic.LoadUint64(&c.resultFP); h != 0 {
 		return h
