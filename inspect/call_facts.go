@@ -1,40 +1,108 @@
 package inspect
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/loopguard/loopguard/internal/rawjson"
+)
 
 // Facts of a call's arguments that rules ask of every call they read, on
 // every request: computed once, with the arguments (parser.setArgs), so
-// that a long cached session does not search each call's text again each
-// turn. A Call built otherwise has none, and they are computed on use.
+// that a long cached session does not parse or search each call's text
+// again each turn. A Call built otherwise has none, and they are computed
+// on use.
 const (
 	factsKnown      uint8 = 1 << iota
 	argsQuoted            // Args holds a '"' (editUndo reads no other)
 	argsPatch             // Args holds an apply_patch file header (patchFile)
-	argsPathish           // Args spells "path" or "file", or has an escape: every pathKeys name does
-	primaryRestores       // restoreHint(Primary): the command may restore a file
+	primaryRestores       // Primary restores a file (appendRestores finds one)
+	argsReplace           // Args is a replace edit: callFacts.old and new hash its texts
+	argsWrite             // Args is a whole-file write: callFacts.new hashes its content
+	argsNamesPath         // an edit's Args name its path: callFacts.editPath
 )
 
-func argFactsOf(c *Call) uint8 {
-	f := factsKnown
+// callFacts holds the facts of a call's arguments: the bits above, and
+// what editUndo and paramDrift read of every call in their reach. It keeps
+// hashes and a view of Args, no copies of text (a path with escapes is the
+// rare exception).
+type callFacts struct {
+	// old and new hash (|1) a replace edit's old and new text; new alone
+	// the content of a whole-file write (see editFactsOf).
+	old, new uint64
+	// target is targetHash(Primary): the files the call names.
+	target uint64
+	// editPath is the path an edit's arguments name (see argsNamesPath;
+	// when they name none, the edit is of the file SWE-agent's editor has
+	// open).
+	editPath string
+	bits     uint8
+}
+
+func argFactsOf(c *Call) callFacts {
+	f := callFacts{bits: factsKnown, target: targetHash(c.Primary)}
 	if strings.IndexByte(c.Args, '"') >= 0 {
-		f |= argsQuoted
+		f.bits |= argsQuoted
 	}
 	if strings.Contains(c.Args, patchFile) {
-		f |= argsPatch
-	}
-	if strings.Contains(c.Args, "path") || strings.Contains(c.Args, "file") || strings.IndexByte(c.Args, '\\') >= 0 {
-		f |= argsPathish
+		f.bits |= argsPatch
 	}
 	if c.Primary != "" && restoreHint(c.Primary) {
-		f |= primaryRestores
+		if rs, _ := appendRestores(nil, c.Primary); len(rs) > 0 {
+			f.bits |= primaryRestores
+		}
+	}
+	if f.bits&(argsQuoted|argsPatch) == argsQuoted {
+		editFactsOf(&f, c.Args)
 	}
 	return f
 }
 
-// facts returns the call's argument facts.
-func (c *Call) facts() uint8 {
-	if c.argFacts&factsKnown != 0 {
+// editFactsOf reads the edit that arguments make, if any: a path (the
+// first pathKeys name holding a string), and the first editPairs pair
+// whose both texts are strings or, failing one, the first contentKeys
+// text.
+func editFactsOf(f *callFacts, args string) {
+	if rawKind(args) != '{' || !rawjson.Valid(rawjson.Bytes(args)) {
+		return
+	}
+	var e editFields
+	e.read(args)
+	for i := range editPairs {
+		o, n := e.vals[pairSlots+2*i], e.vals[pairSlots+2*i+1]
+		if rawKind(o) == '"' && rawKind(n) == '"' {
+			f.old, f.new = hashJSONString(o)|1, hashJSONString(n)|1
+			f.bits |= argsReplace
+			break
+		}
+	}
+	if f.bits&argsReplace == 0 {
+		for _, v := range e.vals[contentSlots:] {
+			if rawKind(v) == '"' {
+				f.new = hashJSONString(v) | 1
+				f.bits |= argsWrite
+				break
+			}
+		}
+		if f.bits&argsWrite == 0 {
+			return // no edit: its path is of no use
+		}
+	}
+	for _, v := range e.vals[:pairSlots] {
+		if rawKind(v) == '"' {
+			f.editPath = jsonString(v)
+			f.bits |= argsNamesPath
+			return
+		}
+	}
+}
+
+// known returns the call's argument facts.
+func (c *Call) known() callFacts {
+	if c.argFacts.bits&factsKnown != 0 {
 		return c.argFacts
 	}
 	return argFactsOf(c)
 }
+
+// facts returns the bits of the call's argument facts.
+func (c *Call) facts() uint8 { return c.known().bits }

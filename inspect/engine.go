@@ -138,9 +138,11 @@ type work struct {
 	// simToks holds the word hashes of simB (see similarity).
 	simToks []uint64
 	simB    string
-	tmp     []byte
-	tmp2    []byte
-	cs      canonScratch
+	// lev is the latest call's levenshtein pattern (see similarity).
+	lev  levPattern
+	tmp  []byte
+	tmp2 []byte
+	cs   canonScratch
 }
 
 // ErrDetector is wrapped by Verdict.Err when a detector panicked.
@@ -163,8 +165,10 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 	}()
 	w := e.pool.Get().(*work)
 	w.simB, w.simToks = "", w.simToks[:0] // the hashes of "", and no other trajectory's string kept
+	w.lev.set("")
 	defer func() {
 		w.simB = ""
+		w.lev.set("")
 		e.pool.Put(w)
 	}()
 	lim := e.cfg.resolve(t.Model)

@@ -46,7 +46,7 @@ func (in *inspection) attemptsDiffer(idx []int) bool {
 			for _, prev := range gaps[:g] {
 				for b := prev[0]; b < prev[1]; b++ {
 					y := &evs[b]
-					if y.c.Name == x.c.Name && (y.fp == x.fp || in.similarity(y.c.Args, x.c.Args) >= in.lim.DriftSimilarity) {
+					if y.c.Name == x.c.Name && (y.fp == x.fp || in.similar(y.c.Args, x.c.Args, in.lim.DriftSimilarity)) {
 						return false
 					}
 				}

@@ -314,16 +314,7 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 	var states []state
 	var rs []restore
 	// Most histories restore nothing: find out before classifying calls.
-	restores := false
-	for a := range evs {
-		if evs[a].c.facts()&primaryRestores != 0 {
-			if rs, _ = appendRestores(rs[:0], evs[a].c.Primary); len(rs) > 0 {
-				restores = true
-				break
-			}
-		}
-	}
-	if !restores {
+	if !slices.ContainsFunc(evs, func(x ev) bool { return x.c.facts()&primaryRestores != 0 }) {
 		return nil, false
 	}
 	attempt, lastEnd := false, -1

@@ -60,7 +60,7 @@ type Call struct {
 
 	HasResult bool // a tool message answered this call
 	// argFacts are facts of Args and Primary (see factsKnown).
-	argFacts uint8
+	argFacts callFacts
 	// Result is the result text as sent (content string or text parts
 	// joined); "" where a SessionCache keeps a digest instead.
 	Result string
