@@ -16,26 +16,33 @@ const (
 	argsQuoted            // Args holds a '"' (editUndo reads no other)
 	argsPatch             // Args holds an apply_patch file header (patchFile)
 	primaryRestores       // Primary restores a file (appendRestores finds one)
-	argsReplace           // Args is a replace edit: callFacts.old and new hash its texts
-	argsWrite             // Args is a whole-file write: callFacts.new hashes its content
-	argsNamesPath         // an edit's Args name its path: callFacts.editPath
+	argsReplace           // Args is a replace edit: editFacts.old and new hash its texts
+	argsWrite             // Args is a whole-file write: editFacts.new hashes its content
+	argsNamesPath         // an edit's Args name its path: editFacts.path
 )
 
 // callFacts holds the facts of a call's arguments: the bits above, and
-// what editUndo and paramDrift read of every call in their reach. It keeps
-// hashes and a view of Args, no copies of text (a path with escapes is the
-// rare exception).
+// what editUndo and paramDrift read of every call in their reach. It is
+// kept small, in every cached call: hashes, and for an edit a pointer to
+// its hashes and a view of its path in Args (a path with escapes is
+// copied, the rare exception).
 type callFacts struct {
-	// old and new hash (|1) a replace edit's old and new text; new alone
-	// the content of a whole-file write (see editFactsOf).
-	old, new uint64
 	// target is targetHash(Primary): the files the call names.
 	target uint64
-	// editPath is the path an edit's arguments name (see argsNamesPath;
-	// when they name none, the edit is of the file SWE-agent's editor has
-	// open).
-	editPath string
-	bits     uint8
+	// edit is the edit the arguments make (argsReplace, argsWrite), nil
+	// when none.
+	edit *editFacts
+	bits uint8
+}
+
+// editFacts is what editUndo reads of an edit's arguments.
+type editFacts struct {
+	// old and new hash (|1) a replace edit's old and new text; new alone
+	// the content of a whole-file write.
+	old, new uint64
+	// path is the path the arguments name (see argsNamesPath; when they
+	// name none, the edit is of the file SWE-agent's editor has open).
+	path string
 }
 
 func argFactsOf(c *Call) callFacts {
@@ -67,10 +74,11 @@ func editFactsOf(f *callFacts, args string) {
 	}
 	var e editFields
 	e.read(args)
+	var ed editFacts
 	for i := range editPairs {
 		o, n := e.vals[pairSlots+2*i], e.vals[pairSlots+2*i+1]
 		if rawKind(o) == '"' && rawKind(n) == '"' {
-			f.old, f.new = hashJSONString(o)|1, hashJSONString(n)|1
+			ed.old, ed.new = hashJSONString(o)|1, hashJSONString(n)|1
 			f.bits |= argsReplace
 			break
 		}
@@ -78,7 +86,7 @@ func editFactsOf(f *callFacts, args string) {
 	if f.bits&argsReplace == 0 {
 		for _, v := range e.vals[contentSlots:] {
 			if rawKind(v) == '"' {
-				f.new = hashJSONString(v) | 1
+				ed.new = hashJSONString(v) | 1
 				f.bits |= argsWrite
 				break
 			}
@@ -89,11 +97,13 @@ func editFactsOf(f *callFacts, args string) {
 	}
 	for _, v := range e.vals[:pairSlots] {
 		if rawKind(v) == '"' {
-			f.editPath = jsonString(v)
+			ed.path = jsonString(v)
 			f.bits |= argsNamesPath
-			return
+			break
 		}
 	}
+	f.edit = new(editFacts) // only now: a pointer to ed would allocate it for every call
+	*f.edit = ed
 }
 
 // known returns the call's argument facts.

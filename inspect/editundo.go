@@ -131,15 +131,15 @@ func (in *inspection) editUndo() (Detection, bool) {
 		}
 		e := edit{a: a, path: open}
 		if f.bits&argsNamesPath != 0 {
-			e.path = f.editPath
+			e.path = f.edit.path
 		}
 		if e.path == "" {
 			continue
 		}
 		if f.bits&argsReplace != 0 {
-			e.old, e.new = f.old, f.new
+			e.old, e.new = f.edit.old, f.edit.new
 		} else {
-			e.content = f.new
+			e.content = f.edit.new
 		}
 		edits = append(edits, e)
 	}
