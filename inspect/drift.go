@@ -20,13 +20,15 @@ func (in *inspection) paramDrift() (Detection, bool) {
 		if x.c.Name != L.c.Name {
 			continue
 		}
+		// Another file, however alike the arguments: the same tool at
+		// other work, not a retry (asked first: it costs no comparison).
+		if x.c.PrimaryFingerprint != L.c.PrimaryFingerprint {
+			if t := x.c.known().target; t != lt && t != 0 && lt != 0 {
+				continue
+			}
+		}
 		if x.fp == L.fp || (L.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == L.c.PrimaryFingerprint) ||
 			in.similar(x.c.Args, L.c.Args, in.lim.DriftSimilarity) {
-			if x.c.PrimaryFingerprint != L.c.PrimaryFingerprint {
-				if t := x.c.known().target; t != lt && t != 0 && lt != 0 {
-					continue // another file: the same tool at other work, not a retry
-				}
-			}
 			idx = append(idx, a)
 			if x.fp != L.fp {
 				fps++
