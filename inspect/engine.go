@@ -21,9 +21,12 @@ type Engine struct {
 	pool     sync.Pool // *work
 	// ignoreLower holds Config.Ignore's names lowered, when they are all
 	// ASCII (see ignored); nil otherwise. ignoreLens has bit n set when
-	// one is n bytes long.
+	// one is n bytes long, ignoreFirst byte c when one begins with c.
 	ignoreLower map[string]bool
 	ignoreLens  uint64
+	ignoreFirst [256]bool
+	// toolIgnore is set when a Config.Tools override ignores its tool.
+	toolIgnore bool
 }
 
 // NewEngine validates cfg and returns an engine. All problems are reported
@@ -42,7 +45,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 		for _, n := range cfg.Ignore {
 			e.ignoreLower[strings.ToLower(n)] = true
 			e.ignoreLens |= 1 << min(len(n), 63)
+			if n != "" {
+				e.ignoreFirst[lowerASCII(n[0])] = true
+			}
 		}
+	}
+	for _, o := range cfg.Tools {
+		e.toolIgnore = e.toolIgnore || o.Ignore
 	}
 	return e, nil
 }
@@ -55,21 +64,26 @@ func (e *Engine) ignored(tool string) bool {
 	if e.ignoreLower == nil || len(tool) > len(buf) || !isASCII(tool) {
 		return e.cfg.ignored(tool)
 	}
-	if o, ok := e.cfg.Tools[tool]; ok && o.Ignore {
-		return true
+	if e.toolIgnore {
+		if o, ok := e.cfg.Tools[tool]; ok && o.Ignore {
+			return true
+		}
 	}
-	if e.ignoreLens&(1<<len(tool)) == 0 {
-		return false // no ignored name of its length
+	if e.ignoreLens&(1<<len(tool)) == 0 || tool != "" && !e.ignoreFirst[lowerASCII(tool[0])] {
+		return false // no ignored name of its length and first letter
 	}
 	b := buf[:len(tool)]
 	for i := range len(tool) {
-		c := tool[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b[i] = c
+		b[i] = lowerASCII(tool[i])
 	}
 	return e.ignoreLower[string(b)]
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		c += 'a' - 'A'
+	}
+	return c
 }
 
 func isASCII(s string) bool {
