@@ -146,9 +146,11 @@ func meaningfulError(text string) bool {
 
 // work is the per-Inspect scratch memory.
 type work struct {
-	evs   []ev
-	toks  []uint64
-	toks2 []uint64
+	evs  []ev
+	toks []uint64
+	// texts are the word sets of the last two texts compared (see
+	// textSimilarity).
+	texts [2]textSets
 	// simToks holds the word hashes of simB (see similarity).
 	simToks []uint64
 	simB    string
@@ -180,9 +182,13 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 	w := e.pool.Get().(*work)
 	w.simB, w.simToks = "", w.simToks[:0] // the hashes of "", and no other trajectory's string kept
 	w.lev.set("")
+	w.texts[0].forget()
+	w.texts[1].forget()
 	defer func() {
 		w.simB = ""
 		w.lev.set("")
+		w.texts[0].forget()
+		w.texts[1].forget()
 		e.pool.Put(w)
 	}()
 	lim := e.cfg.resolve(t.Model)

@@ -97,10 +97,38 @@ func (in *inspection) textSimilarity(a, b string) float64 {
 	if a == b {
 		return 1
 	}
-	in.w.toks = wordHashes(in.w.toks[:0], a)
-	in.w.toks2 = wordHashes(in.w.toks2[:0], b)
-	w := jaccard(in.w.toks, in.w.toks2)
-	in.w.toks = bigramHashes(in.w.toks[:0], a)
-	in.w.toks2 = bigramHashes(in.w.toks2[:0], b)
-	return (w + jaccard(in.w.toks, in.w.toks2)) / 2
+	sa := in.textSetsOf(a, b)
+	sb := in.textSetsOf(b, a)
+	return (jaccard(sa.words, sb.words) + jaccard(sa.bigrams, sb.bigrams)) / 2
+}
+
+// textSets are a text's word and word-bigram hash sets.
+type textSets struct {
+	text           string
+	words, bigrams []uint64
+}
+
+// textSetsOf returns the sets of s. The two last computed are kept
+// (work.texts), and the one of other is not replaced: output_repetition
+// compares the latest text with each before it, summary_loop each text
+// with the next.
+func (in *inspection) textSetsOf(s, other string) *textSets {
+	kept := &in.w.texts
+	for i := range kept {
+		if sameString(kept[i].text, s) {
+			return &kept[i]
+		}
+	}
+	ts := &kept[0]
+	if sameString(ts.text, other) {
+		ts = &kept[1]
+	}
+	ts.text, ts.words, ts.bigrams = s, wordHashes(ts.words[:0], s), bigramHashes(ts.bigrams[:0], s)
+	return ts
+}
+
+// forget keeps no text: what a later inspection finds kept must be of
+// its own strings.
+func (ts *textSets) forget() {
+	ts.text, ts.words, ts.bigrams = "", ts.words[:0], ts.bigrams[:0] // the sets of ""
 }

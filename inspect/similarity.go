@@ -61,12 +61,19 @@ func eachWordHash(s string, fn func(h uint64)) {
 		for i < len(s) && !isWordByte(s[i]) && s[i] < 0x80 {
 			i++
 		}
-		j := i
+		// An ASCII word is lowered as it is hashed; another goes through
+		// strings.ToLower.
+		j, h, ascii := i, newFNV(), true
 		for j < len(s) && (isWordByte(s[j]) || s[j] >= 0x80) {
+			ascii = ascii && s[j] < 0x80
+			h = h.byte(lowerASCII(s[j]))
 			j++
 		}
 		if j > i {
-			fn(hashString(strings.ToLower(s[i:j])))
+			if !ascii {
+				h = newFNV().str(strings.ToLower(s[i:j]))
+			}
+			fn(uint64(h))
 		}
 		i = j
 	}
