@@ -19,6 +19,7 @@ const (
 	argsReplace           // Args is a replace edit: editFacts.old and new hash its texts
 	argsWrite             // Args is a whole-file write: editFacts.new hashes its content
 	argsNamesPath         // an edit's Args name its path: editFacts.path
+	callReadOnly          // the call only looks (readOnly)
 )
 
 // callFacts holds the facts of a call's arguments: the bits above, and
@@ -57,6 +58,9 @@ func argFactsOf(c *Call) callFacts {
 		if rs, _ := appendRestores(nil, c.Primary); len(rs) > 0 {
 			f.bits |= primaryRestores
 		}
+	}
+	if readOnly(c) {
+		f.bits |= callReadOnly
 	}
 	if f.bits&(argsQuoted|argsPatch) == argsQuoted {
 		editFactsOf(&f, c.Args)
@@ -116,3 +120,6 @@ func (c *Call) known() callFacts {
 
 // facts returns the bits of the call's argument facts.
 func (c *Call) facts() uint8 { return c.known().bits }
+
+// onlyLooks is readOnly(c), known.
+func (c *Call) onlyLooks() bool { return c.facts()&callReadOnly != 0 }

@@ -18,7 +18,8 @@ func TestCallFacts(t *testing.T) {
 		path, old, new      string // the edit's path and texts, unescaped
 	}{
 		{name: "no quote", args: `[1,2]`},
-		{name: "plain command", args: `{"command":"ls -la"}`, primary: "ls -la", want: argsQuoted},
+		{name: "plain command", args: `{"command":"ls -la"}`, primary: "ls -la", want: argsQuoted | callReadOnly},
+		{name: "changing command", args: `{"command":"make"}`, primary: "make", want: argsQuoted},
 		{name: "path only", args: `{"path":"a.go","new_str":"x"}`, primary: "a.go", want: argsQuoted},
 		{name: "replace", args: `{"new_str":"y","old_str":"x","path":"a.go"}`, primary: "a.go", want: argsQuoted | argsReplace | argsNamesPath, path: "a.go", old: "x", new: "y"},
 		{name: "first pair", args: `{"new":"b","new_string":"y","old":"a","old_string":"x"}`, want: argsQuoted | argsReplace, old: "x", new: "y"},
@@ -74,14 +75,14 @@ func sameFacts(a, b callFacts) bool {
 
 func showFacts(f callFacts) string {
 	if f.edit == nil {
-		return fmt.Sprintf("{bits %07b target %x}", f.bits, f.target)
+		return fmt.Sprintf("{bits %08b target %x}", f.bits, f.target)
 	}
-	return fmt.Sprintf("{bits %07b target %x edit %+v}", f.bits, f.target, *f.edit)
+	return fmt.Sprintf("{bits %08b target %x edit %+v}", f.bits, f.target, *f.edit)
 }
 
 // callFactsRef computes a call's facts the way the rules read them before
-// they were stored: gjson finding each argument, appendRestores on the
-// primary argument.
+// they were stored: gjson finding each argument, appendRestores and
+// readOnly on the call.
 func callFactsRef(c *Call) callFacts {
 	f := callFacts{bits: factsKnown, target: targetHash(c.Primary)}
 	if strings.Contains(c.Args, `"`) {
@@ -92,6 +93,9 @@ func callFactsRef(c *Call) callFacts {
 	}
 	if rs, _ := appendRestores(nil, c.Primary); len(rs) > 0 {
 		f.bits |= primaryRestores
+	}
+	if readOnly(c) {
+		f.bits |= callReadOnly
 	}
 	if f.bits&(argsQuoted|argsPatch) != argsQuoted || !strings.HasPrefix(c.Args, "{") || !gjson.Valid(c.Args) {
 		return f

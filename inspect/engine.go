@@ -290,7 +290,7 @@ func (in *inspection) collect() {
 				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
 				// A call that only looks and shows content (a log tail with
 				// an ERROR line in it) did not fail: what it shows may change.
-				x.look = x.isErr && readOnly(c) && c.showsLines()
+				x.look = x.isErr && c.onlyLooks() && c.showsLines()
 				x.neg = !x.isErr && c.negativeResult() && searchLike(c) || x.isErr && !x.meaningful && c.negativeResult()
 				x.ack = !x.isErr && !x.neg && c.isAck()
 			}

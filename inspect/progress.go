@@ -39,7 +39,7 @@ func (in *inspection) attemptsDiffer(idx []int) bool {
 		tried := false
 		for a := gap[0]; a < gap[1]; a++ {
 			x := &evs[a]
-			if readOnly(x.c) || x.fp == evs[idx[0]].fp {
+			if x.c.onlyLooks() || x.fp == evs[idx[0]].fp {
 				continue
 			}
 			tried = true

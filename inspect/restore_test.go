@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -105,6 +106,27 @@ func TestReadOnlyCommand(t *testing.T) {
 	for _, tt := range tests {
 		if got := readOnlyCommand(tt.give); got != tt.want {
 			t.Errorf("readOnlyCommand(%q) = %v; want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+// TestFieldsAndNames: the copy-free word split and name match answer as
+// strings.Fields and strings.ToLower+Contains do.
+func TestFieldsAndNames(t *testing.T) {
+	for _, s := range []string{"", "  ", "git checkout -- a.go", "\tsed -n '1,2p'\n f.py\v\f\r", "a\u00a0b c\u0085d", "naïve  word", "x"} {
+		if got, want := fields(nil, s), strings.Fields(s); !slices.Equal(got, want) {
+			t.Errorf("fields(%q) = %q; want %q", s, got, want)
+		}
+	}
+	for _, name := range []string{"read_file", "ReadFile", "VIEW", "Bash", "str_replace_editor", "\u212Aill_list", "ſearch", "FETCH_url", "Grep", "rea", ""} {
+		for _, w := range []string{"read", "view", "search", "list", "fetch", "grep"} {
+			n := name
+			if !isASCII(n) {
+				n = strings.ToLower(n)
+			}
+			if got, want := containsLower(n, w), strings.Contains(strings.ToLower(name), w); got != want {
+				t.Errorf("containsLower(%q, %q) = %v; want %v", name, w, got, want)
+			}
 		}
 	}
 }
