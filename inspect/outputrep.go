@@ -123,7 +123,8 @@ func (in *inspection) textSetsOf(s, other string) *textSets {
 	if sameString(ts.text, other) {
 		ts = &kept[1]
 	}
-	ts.text, ts.words, ts.bigrams = s, wordHashes(ts.words[:0], s), bigramHashes(ts.bigrams[:0], s)
+	ts.text = s
+	ts.words, ts.bigrams = wordAndBigramHashes(ts.words[:0], ts.bigrams[:0], s)
 	return ts
 }
 

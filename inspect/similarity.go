@@ -86,18 +86,22 @@ func wordHashes(dst []uint64, s string) []uint64 {
 	return slices.Compact(dst)
 }
 
-// bigramHashes appends the sorted hashes of consecutive word pairs.
-func bigramHashes(dst []uint64, s string) []uint64 {
+// wordAndBigramHashes appends the sorted, deduplicated hashes of the
+// words of s to words (as wordHashes) and of its consecutive word pairs
+// to bigrams, in one pass over s.
+func wordAndBigramHashes(words, bigrams []uint64, s string) ([]uint64, []uint64) {
 	var prev uint64
 	have := false
 	eachWordHash(s, func(h uint64) {
+		words = append(words, h)
 		if have {
-			dst = append(dst, prev*31+h)
+			bigrams = append(bigrams, prev*31+h)
 		}
 		prev, have = h, true
 	})
-	slices.Sort(dst)
-	return slices.Compact(dst)
+	slices.Sort(words)
+	slices.Sort(bigrams)
+	return slices.Compact(words), slices.Compact(bigrams)
 }
 
 func jaccard(a, b []uint64) float64 {
