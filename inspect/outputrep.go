@@ -17,11 +17,20 @@ type textStep struct {
 // rules: they legitimately repeat.
 const minWords = 8
 
-func wordCount(s string) int {
+// minNarrationWords is how long narration beside tool calls must be for
+// the text rules.
+const minNarrationWords = 40
+
+// wordCount counts the words of s, up to limit: the rules ask no more
+// (a long text is read no further than its first limit words).
+func wordCount(s string, limit int) int {
 	n, in := 0, false
 	for i := 0; i < len(s); i++ {
 		sp := s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'
 		if !sp && !in {
+			if n == limit {
+				return n
+			}
 			n++
 		}
 		in = !sp
@@ -39,8 +48,8 @@ func (in *inspection) outputRepetition() (Detection, bool) {
 	for s := len(t.Steps) - 1; s >= start && len(texts) < 6; s-- {
 		st := &t.Steps[s]
 		txt := strings.TrimSpace(st.Text)
-		wc := wordCount(txt)
-		if wc < minWords || (len(st.Calls) > 0 && wc < 40) {
+		wc := wordCount(txt, minNarrationWords)
+		if wc < minWords || (len(st.Calls) > 0 && wc < minNarrationWords) {
 			if len(texts) == 0 && s < len(t.Steps)-2 {
 				return Detection{}, false // the latest texts are not recent: nothing current
 			}

@@ -134,3 +134,22 @@ func TestWordHashesLowered(t *testing.T) {
 		}
 	}
 }
+
+func TestWordCount(t *testing.T) {
+	for _, tt := range []struct {
+		s           string
+		limit, want int
+	}{
+		{"", 40, 0},
+		{"  one\ttwo\nthree\r\n", 40, 3},
+		{strings.Repeat("word ", 39), 40, 39},
+		{strings.Repeat("word ", 40), 40, 40},
+		{strings.Repeat("word ", 400), 40, 40},
+		{"a b c", 2, 2},
+		{"a\u00a0b", 40, 1}, // only ASCII spaces part words
+	} {
+		if got := wordCount(tt.s, tt.limit); got != tt.want {
+			t.Errorf("wordCount(%.20q, %d) = %d; want %d", tt.s, tt.limit, got, tt.want)
+		}
+	}
+}
