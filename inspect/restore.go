@@ -447,11 +447,15 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 // fo0 src/` the same.
 func targetHash(p string) uint64 {
 	h, any := newFNV(), false
-	for p != "" {
-		var w string
-		w, p = cutAny(p, " \t\n")
+	for i := 0; i < len(p); {
+		j := i
+		for j < len(p) && p[j] != ' ' && p[j] != '\t' && p[j] != '\n' {
+			j++
+		}
+		w := p[i:j]
+		i = j + 1
 		// Quoted words are patterns and scripts (sed 's/a/b/'), not files.
-		if w == "" || w[0] == '-' || w[0] == '\'' || w[0] == '"' || strings.ContainsAny(w, "<>=$|;&(){}") {
+		if w == "" || w[0] == '-' || w[0] == '\'' || w[0] == '"' || hasShellMeta(w) {
 			continue
 		}
 		if strings.IndexByte(w, '/') >= 0 || pathLike(w) {
@@ -463,6 +467,26 @@ func targetHash(p string) uint64 {
 		return 0
 	}
 	return uint64(h)
+}
+
+// shellMeta marks the bytes of shell syntax: a word holding one is no
+// file name.
+var shellMeta = func() (t [256]bool) {
+	for _, c := range []byte("<>=$|;&(){}") {
+		t[c] = true
+	}
+	return t
+}()
+
+// hasShellMeta is strings.ContainsAny(w, "<>=$|;&(){}"), without making
+// the set of them each time.
+func hasShellMeta(w string) bool {
+	for i := 0; i < len(w); i++ {
+		if shellMeta[w[i]] {
+			return true
+		}
+	}
+	return false
 }
 
 // cutAny splits s at its first byte in seps: what comes before, and what
