@@ -6,11 +6,11 @@ import (
 	"github.com/loopguard/loopguard/internal/rawjson"
 )
 
-// Facts of a call's arguments that rules ask of every call they read, on
-// every request: computed once, with the arguments (parser.setArgs), so
-// that a long cached session does not parse or search each call's text
-// again each turn. A Call built otherwise has none, and they are computed
-// on use.
+// Facts of a call (its name and arguments) that rules ask of every call
+// they read, on every request: computed once, with the arguments
+// (parser.setArgs), so that a long cached session does not parse or
+// search each call's text again each turn. A Call built otherwise has
+// none, and they are computed on use.
 const (
 	factsKnown      uint8 = 1 << iota
 	argsQuoted            // Args holds a '"' (editUndo reads no other)
@@ -22,8 +22,9 @@ const (
 	callReadOnly          // the call only looks (readOnly)
 )
 
-// callFacts holds the facts of a call's arguments: the bits above, and
-// what editUndo and paramDrift read of every call in their reach. It is
+// callFacts holds the facts of a call: the bits above, and what
+// editUndo and the rules comparing targets read of every call in their
+// reach. It is
 // kept small, in every cached call: hashes, and for an edit a pointer to
 // its hashes and a view of its path in Args (a path with escapes is
 // copied, the rare exception).
