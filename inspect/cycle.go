@@ -111,7 +111,7 @@ func (in *inspection) cycleMatch(a, b *ev) bool {
 		return true
 	}
 	return a.isErr && b.isErr && a.err == b.err && a.meaningful && a.c.Name == b.c.Name &&
-		editCall(a.c) && targetHash(a.c.Primary) == targetHash(b.c.Primary)
+		editCall(a.c) && a.c.known().target == b.c.known().target
 }
 
 // editCall reports a call of an edit tool: replace-style arguments or a

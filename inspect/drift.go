@@ -14,22 +14,21 @@ func (in *inspection) paramDrift() (Detection, bool) {
 	L := &evs[len(evs)-1]
 	var idx []int
 	fps := 0
-	lt, ltKnown := uint64(0), false
+	lt := L.c.known().target
 	for a := in.win; a < len(evs); a++ {
 		x := &evs[a]
 		if x.c.Name != L.c.Name {
 			continue
 		}
-		if x.fp == L.fp || (L.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == L.c.PrimaryFingerprint) ||
-			in.similarity(x.c.Args, L.c.Args) >= in.lim.DriftSimilarity {
-			if x.c.PrimaryFingerprint != L.c.PrimaryFingerprint {
-				if !ltKnown {
-					lt, ltKnown = targetHash(L.c.Primary), true
-				}
-				if t := targetHash(x.c.Primary); t != lt && t != 0 && lt != 0 {
-					continue // another file: the same tool at other work, not a retry
-				}
+		// Another file, however alike the arguments: the same tool at
+		// other work, not a retry (asked first: it costs no comparison).
+		if x.c.PrimaryFingerprint != L.c.PrimaryFingerprint {
+			if t := x.c.known().target; t != lt && t != 0 && lt != 0 {
+				continue
 			}
+		}
+		if x.fp == L.fp || (L.c.PrimaryFingerprint != 0 && x.c.PrimaryFingerprint == L.c.PrimaryFingerprint) ||
+			in.similar(x.c.Args, L.c.Args, in.lim.DriftSimilarity) {
 			idx = append(idx, a)
 			if x.fp != L.fp {
 				fps++

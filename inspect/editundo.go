@@ -3,6 +3,7 @@ package inspect
 import (
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/tidwall/gjson"
@@ -19,42 +20,47 @@ var editPairs = [...][2]string{
 var pathKeys = [...]string{"path", "file_path", "filePath", "target_file", "filename", "file", "absolute_path"}
 var contentKeys = [...]string{"content", "file_text", "contents", "text", "code"}
 
-// editKeys are the argument names editUndo reads, each once.
-var editKeys = func() map[string]int {
-	m := map[string]int{}
-	add := func(k string) {
-		if _, ok := m[k]; !ok {
-			m[k] = len(m)
-		}
+// editFields holds the raw values of the argument names editUndo reads
+// in one arguments object, read in one pass: the first member of each
+// name, as gjson.Get (which this replaced) finds it. vals holds them in
+// the order of pathKeys, editPairs and contentKeys.
+type editFields struct {
+	vals [contentSlots + len(contentKeys)]string
+}
+
+// Where each list's names begin in editFields.vals.
+const (
+	pairSlots    = len(pathKeys)
+	contentSlots = pairSlots + 2*len(editPairs)
+)
+
+// editSlots maps each argument name editUndo reads to its places in
+// editFields.vals ("replace" is in two pairs).
+var editSlots = func() map[string][]int {
+	m := map[string][]int{}
+	for i, k := range pathKeys {
+		m[k] = append(m[k], i)
 	}
-	for _, k := range pathKeys {
-		add(k)
+	for i, kp := range editPairs {
+		m[kp[0]] = append(m[kp[0]], pairSlots+2*i)
+		m[kp[1]] = append(m[kp[1]], pairSlots+2*i+1)
 	}
-	for _, kp := range editPairs {
-		add(kp[0])
-		add(kp[1])
-	}
-	for _, k := range contentKeys {
-		add(k)
+	for i, k := range contentKeys {
+		m[k] = append(m[k], contentSlots+i)
 	}
 	return m
 }()
 
-// editFields holds the raw values of editKeys in one arguments object,
-// read in one pass: the first member of each name, as gjson.Get (which
-// this replaced) finds it.
-type editFields struct{ vals [32]string }
-
 func (f *editFields) read(args string) {
 	eachMember(args, func(k, v string) bool {
-		if i, ok := editKeys[jsonString(k)]; ok && f.vals[i] == "" {
-			f.vals[i] = v
+		for _, i := range editSlots[jsonString(k)] {
+			if f.vals[i] == "" {
+				f.vals[i] = v
+			}
 		}
 		return true
 	})
 }
-
-func (f *editFields) get(k string) string { return f.vals[editKeys[k]] }
 
 // jsonString returns the value of a raw JSON string: a view when it has
 // no escapes, else unescaped as gjson does it (a rare case).
@@ -68,10 +74,10 @@ func jsonString(raw string) string {
 	return gjson.Parse(raw).Str
 }
 
-// hashJSONString hashes the value of a raw JSON string without allocating
-// in the common case. Escapes other than \u decode the same in
-// appendUnescaped and gjson; \u escapes (lone surrogates differ) go to gjson.
-func (in *inspection) hashJSONString(raw string) uint64 {
+// hashJSONString hashes the value of a raw JSON string, unescaped.
+// Escapes other than \u decode the same in AppendUnescaped and gjson; \u
+// escapes (lone surrogates differ) go to gjson.
+func hashJSONString(raw string) uint64 {
 	body := raw[1 : len(raw)-1]
 	if strings.IndexByte(body, '\\') < 0 {
 		return hashString(body)
@@ -79,9 +85,17 @@ func (in *inspection) hashJSONString(raw string) uint64 {
 	if strings.Contains(body, `\u`) {
 		return hashString(gjson.Parse(raw).Str)
 	}
-	in.w.tmp = rawjson.AppendUnescaped(in.w.tmp[:0], body)
-	return uint64(newFNV().bytes(in.w.tmp))
+	buf := unescapeBufs.Get().(*[]byte)
+	*buf = rawjson.AppendUnescaped((*buf)[:0], body)
+	h := uint64(newFNV().bytes(*buf))
+	if cap(*buf) <= maxPooledScratch {
+		unescapeBufs.Put(buf)
+	}
+	return h
 }
+
+// unescapeBufs hold the unescaped texts hashJSONString hashes.
+var unescapeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 type edit struct {
 	a        int // event index
@@ -100,55 +114,32 @@ func (in *inspection) editUndo() (Detection, bool) {
 	open := "" // the file SWE-agent's editor has open: its edit names none
 	for a := range evs {
 		x := &evs[a]
-		facts := x.c.facts()
-		if x.isErr || facts&argsQuoted == 0 {
+		f := x.c.known()
+		if x.isErr || f.bits&argsQuoted == 0 {
 			continue
 		}
 		if x.c.Name == "open" && x.c.Primary != "" {
 			open = x.c.Primary
 			continue
 		}
-		if facts&argsPatch != 0 {
+		if f.bits&argsPatch != 0 {
 			edits = appendPatchEdits(edits, a, x.c)
 			continue
 		}
-		// Every pathKeys name spells "path" or "file", unless escaped.
-		if open == "" && facts&argsPathish == 0 {
+		if f.bits&(argsReplace|argsWrite) == 0 {
 			continue
 		}
-		if rawKind(x.c.Args) != '{' || !rawjson.Valid(rawjson.Bytes(x.c.Args)) {
+		e := edit{a: a, path: open}
+		if f.bits&argsNamesPath != 0 {
+			e.path = f.edit.path
+		}
+		if e.path == "" {
 			continue
 		}
-		var f editFields
-		f.read(x.c.Args)
-		path := open
-		for _, k := range pathKeys {
-			if v := f.get(k); rawKind(v) == '"' {
-				path = jsonString(v)
-				break
-			}
-		}
-		if path == "" {
-			continue
-		}
-		e := edit{a: a, path: path}
-		for _, kp := range editPairs {
-			o, n := f.get(kp[0]), f.get(kp[1])
-			if rawKind(o) == '"' && rawKind(n) == '"' {
-				e.old, e.new = in.hashJSONString(o)|1, in.hashJSONString(n)|1
-				break
-			}
-		}
-		if e.old == 0 {
-			for _, k := range contentKeys {
-				if v := f.get(k); rawKind(v) == '"' {
-					e.content = in.hashJSONString(v) | 1
-					break
-				}
-			}
-			if e.content == 0 {
-				continue
-			}
+		if f.bits&argsReplace != 0 {
+			e.old, e.new = f.edit.old, f.edit.new
+		} else {
+			e.content = f.edit.new
 		}
 		edits = append(edits, e)
 	}

@@ -80,9 +80,3 @@ func TestEditUndo(t *testing.T) {
 		{name: "state_returns 4: 4 restores", give: restoreRounds(4, okRun), cfg: func(c *Config) { c.StateReturns = 4 }, want: warned},
 	})
 }
-
-func TestEditKeysFit(t *testing.T) {
-	if n, max := len(editKeys), len(editFields{}.vals); n > max {
-		t.Fatalf("len(editKeys) = %d; editFields holds %d", n, max)
-	}
-}

@@ -21,9 +21,12 @@ type Engine struct {
 	pool     sync.Pool // *work
 	// ignoreLower holds Config.Ignore's names lowered, when they are all
 	// ASCII (see ignored); nil otherwise. ignoreLens has bit n set when
-	// one is n bytes long.
+	// one is n bytes long, ignoreFirst byte c when one begins with c.
 	ignoreLower map[string]bool
 	ignoreLens  uint64
+	ignoreFirst [256]bool
+	// toolIgnore is set when a Config.Tools override ignores its tool.
+	toolIgnore bool
 }
 
 // NewEngine validates cfg and returns an engine. All problems are reported
@@ -42,7 +45,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 		for _, n := range cfg.Ignore {
 			e.ignoreLower[strings.ToLower(n)] = true
 			e.ignoreLens |= 1 << min(len(n), 63)
+			if n != "" {
+				e.ignoreFirst[lowerASCII(n[0])] = true
+			}
 		}
+	}
+	for _, o := range cfg.Tools {
+		e.toolIgnore = e.toolIgnore || o.Ignore
 	}
 	return e, nil
 }
@@ -55,21 +64,26 @@ func (e *Engine) ignored(tool string) bool {
 	if e.ignoreLower == nil || len(tool) > len(buf) || !isASCII(tool) {
 		return e.cfg.ignored(tool)
 	}
-	if o, ok := e.cfg.Tools[tool]; ok && o.Ignore {
-		return true
+	if e.toolIgnore {
+		if o, ok := e.cfg.Tools[tool]; ok && o.Ignore {
+			return true
+		}
 	}
-	if e.ignoreLens&(1<<len(tool)) == 0 {
-		return false // no ignored name of its length
+	if e.ignoreLens&(1<<len(tool)) == 0 || tool != "" && !e.ignoreFirst[lowerASCII(tool[0])] {
+		return false // no ignored name of its length and first letter
 	}
 	b := buf[:len(tool)]
 	for i := range len(tool) {
-		c := tool[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b[i] = c
+		b[i] = lowerASCII(tool[i])
 	}
 	return e.ignoreLower[string(b)]
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		c += 'a' - 'A'
+	}
+	return c
 }
 
 func isASCII(s string) bool {
@@ -132,15 +146,19 @@ func meaningfulError(text string) bool {
 
 // work is the per-Inspect scratch memory.
 type work struct {
-	evs   []ev
-	toks  []uint64
-	toks2 []uint64
+	evs  []ev
+	toks []uint64
+	// texts are the word sets of the last two texts compared (see
+	// textSimilarity).
+	texts [2]textSets
 	// simToks holds the word hashes of simB (see similarity).
 	simToks []uint64
 	simB    string
-	tmp     []byte
-	tmp2    []byte
-	cs      canonScratch
+	// lev is the latest call's levenshtein pattern (see similarity).
+	lev  levPattern
+	tmp  []byte
+	tmp2 []byte
+	cs   canonScratch
 }
 
 // ErrDetector is wrapped by Verdict.Err when a detector panicked.
@@ -163,8 +181,14 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 	}()
 	w := e.pool.Get().(*work)
 	w.simB, w.simToks = "", w.simToks[:0] // the hashes of "", and no other trajectory's string kept
+	w.lev.set("")
+	w.texts[0].forget()
+	w.texts[1].forget()
 	defer func() {
 		w.simB = ""
+		w.lev.set("")
+		w.texts[0].forget()
+		w.texts[1].forget()
 		e.pool.Put(w)
 	}()
 	lim := e.cfg.resolve(t.Model)
@@ -266,7 +290,7 @@ func (in *inspection) collect() {
 				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
 				// A call that only looks and shows content (a log tail with
 				// an ERROR line in it) did not fail: what it shows may change.
-				x.look = x.isErr && readOnly(c) && c.showsLines()
+				x.look = x.isErr && c.onlyLooks() && c.showsLines()
 				x.neg = !x.isErr && c.negativeResult() && searchLike(c) || x.isErr && !x.meaningful && c.negativeResult()
 				x.ack = !x.isErr && !x.neg && c.isAck()
 			}

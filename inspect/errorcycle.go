@@ -51,7 +51,7 @@ func (in *inspection) errorCycle() (Detection, bool) {
 		x := &evs[a]
 		if x.isErr && x.err == sig {
 			idx = append(idx, a)
-			targets = append(targets, targetHash(x.c.Primary))
+			targets = append(targets, x.c.known().target)
 			continue
 		}
 		if x.has && !x.isErr && in.failedBefore(x, idx, targets) {
@@ -85,19 +85,13 @@ func (in *inspection) errorCycle() (Detection, bool) {
 // errors at idx (whose targetHash are targets): the same call, or the
 // same tool on the same target (`python a.py` after `python a.py -v`).
 func (in *inspection) failedBefore(x *ev, idx []int, targets []uint64) bool {
-	t, known := uint64(0), false
 	for i, a := range idx {
 		e := &in.evs[a]
 		if e.fp == x.fp || e.c.PrimaryFingerprint != 0 && e.c.PrimaryFingerprint == x.c.PrimaryFingerprint {
 			return true
 		}
-		if e.c.Name == x.c.Name && targets[i] != 0 {
-			if !known {
-				t, known = targetHash(x.c.Primary), true
-			}
-			if t == targets[i] {
-				return true
-			}
+		if e.c.Name == x.c.Name && targets[i] != 0 && x.c.known().target == targets[i] {
+			return true
 		}
 	}
 	return false

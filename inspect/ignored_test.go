@@ -6,7 +6,8 @@ import "testing"
 // Config.ignored's folding does, for ASCII and other names and lists.
 func TestEngineIgnored(t *testing.T) {
 	names := []string{"todo_write", "TodoWrite", "TODOWRITE", "todowrite", "Todo_Write", "think", "THINK", "thinking", "bash", "",
-		"kill", "Kill", "\u212Aill", "ſearch", "search", "SEARCH", "naïve", "NAÏVE", "x" + string(make([]byte, 70))}
+		"kill", "Kill", "\u212Aill", "ſearch", "search", "SEARCH", "naïve", "NAÏVE", "x" + string(make([]byte, 70)),
+		"xodo_write", "todo_writx", "Thinx", "thinK"}
 	for _, tt := range []struct {
 		name   string
 		ignore []string
@@ -17,6 +18,8 @@ func TestEngineIgnored(t *testing.T) {
 		{"non-ASCII list", []string{"\u212Aill", "naïve"}, nil},
 		{"ASCII list, folded names", []string{"kill", "search"}, nil},
 		{"per tool", []string{"think"}, map[string]ToolOverride{"bash": {Ignore: true}, "Kill": {Ignore: true}, "grep": {}}},
+		{"per tool, none ignored", []string{"think"}, map[string]ToolOverride{"bash": {RepeatInWindow: 9}}},
+		{"empty name", []string{"", "think"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -17,11 +17,20 @@ type textStep struct {
 // rules: they legitimately repeat.
 const minWords = 8
 
-func wordCount(s string) int {
+// minNarrationWords is how long narration beside tool calls must be for
+// the text rules.
+const minNarrationWords = 40
+
+// wordCount counts the words of s, up to limit: the rules ask no more
+// (a long text is read no further than its first limit words).
+func wordCount(s string, limit int) int {
 	n, in := 0, false
 	for i := 0; i < len(s); i++ {
 		sp := s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r'
 		if !sp && !in {
+			if n == limit {
+				return n
+			}
 			n++
 		}
 		in = !sp
@@ -39,8 +48,8 @@ func (in *inspection) outputRepetition() (Detection, bool) {
 	for s := len(t.Steps) - 1; s >= start && len(texts) < 6; s-- {
 		st := &t.Steps[s]
 		txt := strings.TrimSpace(st.Text)
-		wc := wordCount(txt)
-		if wc < minWords || (len(st.Calls) > 0 && wc < 40) {
+		wc := wordCount(txt, minNarrationWords)
+		if wc < minWords || (len(st.Calls) > 0 && wc < minNarrationWords) {
 			if len(texts) == 0 && s < len(t.Steps)-2 {
 				return Detection{}, false // the latest texts are not recent: nothing current
 			}
@@ -97,10 +106,39 @@ func (in *inspection) textSimilarity(a, b string) float64 {
 	if a == b {
 		return 1
 	}
-	in.w.toks = wordHashes(in.w.toks[:0], a)
-	in.w.toks2 = wordHashes(in.w.toks2[:0], b)
-	w := jaccard(in.w.toks, in.w.toks2)
-	in.w.toks = bigramHashes(in.w.toks[:0], a)
-	in.w.toks2 = bigramHashes(in.w.toks2[:0], b)
-	return (w + jaccard(in.w.toks, in.w.toks2)) / 2
+	sa := in.textSetsOf(a, b)
+	sb := in.textSetsOf(b, a)
+	return (jaccard(sa.words, sb.words) + jaccard(sa.bigrams, sb.bigrams)) / 2
+}
+
+// textSets are a text's word and word-bigram hash sets.
+type textSets struct {
+	text           string
+	words, bigrams []uint64
+}
+
+// textSetsOf returns the sets of s. The two last computed are kept
+// (work.texts), and the one of other is not replaced: output_repetition
+// compares the latest text with each before it, summary_loop each text
+// with the next.
+func (in *inspection) textSetsOf(s, other string) *textSets {
+	kept := &in.w.texts
+	for i := range kept {
+		if sameString(kept[i].text, s) {
+			return &kept[i]
+		}
+	}
+	ts := &kept[0]
+	if sameString(ts.text, other) {
+		ts = &kept[1]
+	}
+	ts.text = s
+	ts.words, ts.bigrams = wordAndBigramHashes(ts.words[:0], ts.bigrams[:0], s)
+	return ts
+}
+
+// forget keeps no text: what a later inspection finds kept must be of
+// its own strings.
+func (ts *textSets) forget() {
+	ts.text, ts.words, ts.bigrams = "", ts.words[:0], ts.bigrams[:0] // the sets of ""
 }

@@ -1,6 +1,11 @@
 package inspect
 
-import "testing"
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
 
 func TestOutputRepetition(t *testing.T) {
 	const plan = "I will now write the unit tests for the parser and the renderer modules."
@@ -56,4 +61,95 @@ func TestOutputRepetition(t *testing.T) {
 		{name: "output_similar_last above the texts' similarity", give: []string{"bash:ls=>a", "say:" + texts[1], "user:continue", "say:" + texts[2]},
 			cfg: func(c *Config) { c.OutputSimilarLast = simLast + 0.01 }, want: absent},
 	})
+}
+
+// textSimilarityRef is textSimilarity without kept sets, each set made
+// in a pass of its own.
+func textSimilarityRef(a, b string) float64 {
+	if a == b {
+		return 1
+	}
+	bigrams := func(s string) []uint64 {
+		var out []uint64
+		var prev uint64
+		have := false
+		eachWordHash(s, func(h uint64) {
+			if have {
+				out = append(out, prev*31+h)
+			}
+			prev, have = h, true
+		})
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return (jaccard(wordHashes(nil, a), wordHashes(nil, b)) + jaccard(bigrams(a), bigrams(b))) / 2
+}
+
+// TestTextSimilarityKeptSets: comparing texts in any order (the latest
+// with each before it, each with the next, at random) through the two
+// kept sets gives what comparing them afresh gives.
+func TestTextSimilarityKeptSets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 2))
+	words := []string{"the", "The", "CONFIG", "loader", "reads", "settings.toml", "café", "Ünïcode", "  ", "\n", ",", "port", "x"}
+	texts := make([]string, 12)
+	for i := range texts {
+		var b strings.Builder
+		for n := rng.IntN(30); n > 0; n-- {
+			b.WriteString(words[rng.IntN(len(words))])
+			b.WriteByte(' ')
+		}
+		texts[i] = b.String()
+	}
+	texts[3] = texts[2][:len(texts[2])/2] // one text within another
+	in := &inspection{w: &work{}}
+	for i := 0; i < 5000; i++ {
+		var a, b string
+		switch i % 3 {
+		case 0: // the latest with each before it
+			a, b = texts[len(texts)-1], texts[i/3%len(texts)]
+		case 1: // each with the next
+			k := i / 3 % (len(texts) - 1)
+			a, b = texts[k+1], texts[k]
+		default:
+			a, b = texts[rng.IntN(len(texts))], texts[rng.IntN(len(texts))]
+		}
+		if got, want := in.textSimilarity(a, b), textSimilarityRef(a, b); got != want {
+			t.Fatalf("call %d: textSimilarity(%q, %q) = %v; want %v", i, a, b, got, want)
+		}
+	}
+}
+
+// TestWordHashesLowered: words are hashed lowered, non-ASCII ones as
+// strings.ToLower lowers them.
+func TestWordHashesLowered(t *testing.T) {
+	for _, s := range []string{"Hello World", "HELLO world_1", "ÉCOLE école", "ǅemal Ωmega ω", "straße STRASSE", "a\u212Ab K"} {
+		var want []uint64
+		for _, w := range strings.FieldsFunc(s, func(r rune) bool { return r < 0x80 && !isWordByte(byte(r)) }) {
+			want = append(want, hashString(strings.ToLower(w)))
+		}
+		var got []uint64
+		eachWordHash(s, func(h uint64) { got = append(got, h) })
+		if !slices.Equal(got, want) {
+			t.Errorf("word hashes of %q: %x; want %x", s, got, want)
+		}
+	}
+}
+
+func TestWordCount(t *testing.T) {
+	for _, tt := range []struct {
+		s           string
+		limit, want int
+	}{
+		{"", 40, 0},
+		{"  one\ttwo\nthree\r\n", 40, 3},
+		{strings.Repeat("word ", 39), 40, 39},
+		{strings.Repeat("word ", 40), 40, 40},
+		{strings.Repeat("word ", 400), 40, 40},
+		{"a b c", 2, 2},
+		{"a\u00a0b", 40, 1}, // only ASCII spaces part words
+	} {
+		if got := wordCount(tt.s, tt.limit); got != tt.want {
+			t.Errorf("wordCount(%.20q, %d) = %d; want %d", tt.s, tt.limit, got, tt.want)
+		}
+	}
 }

@@ -39,14 +39,14 @@ func (in *inspection) attemptsDiffer(idx []int) bool {
 		tried := false
 		for a := gap[0]; a < gap[1]; a++ {
 			x := &evs[a]
-			if readOnly(x.c) || x.fp == evs[idx[0]].fp {
+			if x.c.onlyLooks() || x.fp == evs[idx[0]].fp {
 				continue
 			}
 			tried = true
 			for _, prev := range gaps[:g] {
 				for b := prev[0]; b < prev[1]; b++ {
 					y := &evs[b]
-					if y.c.Name == x.c.Name && (y.fp == x.fp || in.similarity(y.c.Args, x.c.Args) >= in.lim.DriftSimilarity) {
+					if y.c.Name == x.c.Name && (y.fp == x.fp || in.similar(y.c.Args, x.c.Args, in.lim.DriftSimilarity)) {
 						return false
 					}
 				}

@@ -239,13 +239,31 @@ func readOnly(c *Call) bool {
 	if strings.HasPrefix(p, "view ") || strings.HasPrefix(p, "read ") {
 		return true
 	}
-	name := strings.ToLower(c.Name)
+	name := c.Name
+	if !isASCII(name) {
+		name = strings.ToLower(name) // an ASCII name is lowered as it is compared
+	}
 	for _, w := range [...]string{"read", "view", "search", "grep", "glob", "find", "list", "open", "goto", "scroll", "fetch"} {
-		if strings.Contains(name, w) {
+		if containsLower(name, w) {
 			return true
 		}
 	}
 	return readOnlyCommand(p)
+}
+
+// containsLower reports strings.Contains(strings.ToLower(s), sub) for s
+// ASCII or lowered already, and sub lower-case ASCII: no lowered copy.
+func containsLower(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		j := 0
+		for j < len(sub) && lowerASCII(s[i+j]) == sub[j] {
+			j++
+		}
+		if j == len(sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // quietRedirects send output nowhere: they write no file.
@@ -263,7 +281,8 @@ func readOnlyCommand(p string) bool {
 	for p != "" {
 		var seg string
 		seg, p = cutAny(p, ";&|\n")
-		if w := strings.Fields(seg); len(w) > 0 {
+		var buf [16]string
+		if w := fields(buf[:0], seg); len(w) > 0 {
 			if !readOnlyWords(w) {
 				return false
 			}
@@ -271,6 +290,27 @@ func readOnlyCommand(p string) bool {
 		}
 	}
 	return any
+}
+
+// fields appends the words of s (strings.Fields) to buf.
+func fields(buf []string, s string) []string {
+	if !isASCII(s) {
+		return append(buf, strings.Fields(s)...) // Unicode spaces
+	}
+	for i := 0; i < len(s); {
+		for i < len(s) && asciiSpace[s[i]] {
+			i++
+		}
+		j := i
+		for j < len(s) && !asciiSpace[s[j]] {
+			j++
+		}
+		if j > i {
+			buf = append(buf, s[i:j])
+		}
+		i = j
+	}
+	return buf
 }
 
 // readOnlyWords reports a simple command (its words) that only prints.
@@ -314,16 +354,7 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 	var states []state
 	var rs []restore
 	// Most histories restore nothing: find out before classifying calls.
-	restores := false
-	for a := range evs {
-		if evs[a].c.facts()&primaryRestores != 0 {
-			if rs, _ = appendRestores(rs[:0], evs[a].c.Primary); len(rs) > 0 {
-				restores = true
-				break
-			}
-		}
-	}
-	if !restores {
+	if !slices.ContainsFunc(evs, func(x ev) bool { return x.c.facts()&primaryRestores != 0 }) {
 		return nil, false
 	}
 	attempt, lastEnd := false, -1
@@ -344,7 +375,7 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 			}
 		}
 		if len(rs) == 0 {
-			if !readOnly(x.c) {
+			if !x.c.onlyLooks() {
 				tried()
 			} else if x.has {
 				lastEnd = a
@@ -416,11 +447,15 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 // fo0 src/` the same.
 func targetHash(p string) uint64 {
 	h, any := newFNV(), false
-	for p != "" {
-		var w string
-		w, p = cutAny(p, " \t\n")
+	for i := 0; i < len(p); {
+		j := i
+		for j < len(p) && p[j] != ' ' && p[j] != '\t' && p[j] != '\n' {
+			j++
+		}
+		w := p[i:j]
+		i = j + 1
 		// Quoted words are patterns and scripts (sed 's/a/b/'), not files.
-		if w == "" || w[0] == '-' || w[0] == '\'' || w[0] == '"' || strings.ContainsAny(w, "<>=$|;&(){}") {
+		if w == "" || w[0] == '-' || w[0] == '\'' || w[0] == '"' || hasShellMeta(w) {
 			continue
 		}
 		if strings.IndexByte(w, '/') >= 0 || pathLike(w) {
@@ -432,6 +467,26 @@ func targetHash(p string) uint64 {
 		return 0
 	}
 	return uint64(h)
+}
+
+// shellMeta marks the bytes of shell syntax: a word holding one is no
+// file name.
+var shellMeta = func() (t [256]bool) {
+	for _, c := range []byte("<>=$|;&(){}") {
+		t[c] = true
+	}
+	return t
+}()
+
+// hasShellMeta is strings.ContainsAny(w, "<>=$|;&(){}"), without making
+// the set of them each time.
+func hasShellMeta(w string) bool {
+	for i := 0; i < len(w); i++ {
+		if shellMeta[w[i]] {
+			return true
+		}
+	}
+	return false
 }
 
 // cutAny splits s at its first byte in seps: what comes before, and what

@@ -1,7 +1,9 @@
 package inspect
 
 import (
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -105,6 +107,68 @@ func TestReadOnlyCommand(t *testing.T) {
 	for _, tt := range tests {
 		if got := readOnlyCommand(tt.give); got != tt.want {
 			t.Errorf("readOnlyCommand(%q) = %v; want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+// TestFieldsAndNames: the copy-free word split and name match answer as
+// strings.Fields and strings.ToLower+Contains do.
+func TestFieldsAndNames(t *testing.T) {
+	for _, s := range []string{"", "  ", "git checkout -- a.go", "\tsed -n '1,2p'\n f.py\v\f\r", "a\u00a0b c\u0085d", "naïve  word", "x"} {
+		if got, want := fields(nil, s), strings.Fields(s); !slices.Equal(got, want) {
+			t.Errorf("fields(%q) = %q; want %q", s, got, want)
+		}
+	}
+	for _, name := range []string{"read_file", "ReadFile", "VIEW", "Bash", "str_replace_editor", "\u212Aill_list", "ſearch", "FETCH_url", "Grep", "rea", ""} {
+		for _, w := range []string{"read", "view", "search", "list", "fetch", "grep"} {
+			n := name
+			if !isASCII(n) {
+				n = strings.ToLower(n)
+			}
+			if got, want := containsLower(n, w), strings.Contains(strings.ToLower(name), w); got != want {
+				t.Errorf("containsLower(%q, %q) = %v; want %v", name, w, got, want)
+			}
+		}
+	}
+}
+
+// targetHashRef is targetHash as it was written first, with cutAny and
+// strings.ContainsAny.
+func targetHashRef(p string) uint64 {
+	h, any := newFNV(), false
+	for p != "" {
+		var w string
+		w, p = cutAny(p, " \t\n")
+		if w == "" || w[0] == '-' || w[0] == '\'' || w[0] == '"' || strings.ContainsAny(w, "<>=$|;&(){}") {
+			continue
+		}
+		if strings.IndexByte(w, '/') >= 0 || pathLike(w) {
+			h = h.str(w).byte(0)
+			any = true
+		}
+	}
+	if !any {
+		return 0
+	}
+	return uint64(h)
+}
+
+// TestTargetHashRandom: random command lines hash to the targets the
+// first writing of targetHash found.
+func TestTargetHashRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	parts := []string{"pytest", "tests/a.py", "a.go", "-v", "'s/a/b/'", `"x.py"`, "src/", "2>/dev/null", "$HOME/x.py", "a=b.py", "(cd", "x)",
+		"é.py", "\xff.go", " ", "  ", "\t", "\n", "&&", "|", "README.md", "v1.2"}
+	for i := 0; i < 20000; i++ {
+		var b strings.Builder
+		for n := rng.IntN(8); n > 0; n-- {
+			b.WriteString(parts[rng.IntN(len(parts))])
+			if rng.IntN(3) > 0 {
+				b.WriteByte(' ')
+			}
+		}
+		if p := b.String(); targetHash(p) != targetHashRef(p) {
+			t.Fatalf("targetHash(%q) = %x; want %x", p, targetHash(p), targetHashRef(p))
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -94,5 +95,38 @@ func TestSimilarity(t *testing.T) {
 				t.Errorf("similarity(%q, %q) = %.3f; want %.3f, as the other way round", tt.b, tt.a, back, got)
 			}
 		})
+	}
+}
+
+// TestSimilarKeepsPattern: similar decides similarity(a, b) >= thr, and
+// a levenshtein pattern kept from one comparison to the next (b the same
+// string, then another) gives the distance a fresh one gives.
+func TestSimilarKeepsPattern(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 7))
+	words := []string{"foo", "fo0", "FOO", "src/a.go", "src/b.go", `"path":`, "{", "}", " ", "café", "-n", "grep", "x"}
+	text := func() string {
+		var b strings.Builder
+		for n := rng.IntN(12); n > 0; n-- {
+			b.WriteString(words[rng.IntN(len(words))])
+		}
+		return b.String()
+	}
+	in := &inspection{w: &work{}}
+	for i := 0; i < 3000; i++ {
+		b := text()
+		for j := 0; j < 5; j++ {
+			a := text()
+			if len(a) <= 64 && len(b) <= 64 && a != b {
+				in.w.lev.set(b)
+				if got, want := in.w.lev.distance(a), levenshteinRef(b, a); got != want {
+					t.Fatalf("kept pattern %q: distance to %q %d; want %d", b, a, got, want)
+				}
+			}
+			for _, thr := range []float64{0, 0.5, 0.6, 0.8, 0.9, 1} {
+				if got, want := in.similar(a, b, thr), in.similarity(a, b) >= thr; got != want {
+					t.Fatalf("similar(%q, %q, %v) = %v; want %v", a, b, thr, got, want)
+				}
+			}
+		}
 	}
 }

@@ -60,7 +60,7 @@ type Call struct {
 
 	HasResult bool // a tool message answered this call
 	// argFacts are facts of Args and Primary (see factsKnown).
-	argFacts uint8
+	argFacts callFacts
 	// resultFacts, when it has resultDigested, are the facts of a result
 	// a SessionCache dropped (see digestResult).
 	resultFacts uint8
