@@ -58,12 +58,17 @@ type Call struct {
 	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
 	PrimaryFingerprint uint64
 
-	HasResult bool // a tool message answered this call
 	// argFacts are facts of Args and Primary (see factsKnown).
 	argFacts callFacts
+
+	// The one-byte fields sit together: a SessionCache keeps a Call per
+	// turn of every session, and padding is a fifth of its size.
+	HasResult bool // a tool message answered this call
+	IsError   bool
 	// resultFacts, when it has resultDigested, are the facts of a result
 	// a SessionCache dropped (see digestResult).
 	resultFacts uint8
+
 	// Result is the result text as sent (content string or text parts
 	// joined); "" where a SessionCache keeps a digest instead.
 	Result string
@@ -74,8 +79,7 @@ type Call struct {
 	resultFP uint64
 	// digest holds the evidence text of a dropped result while a rule may
 	// report it; nil otherwise.
-	digest  *resultDigest
-	IsError bool
+	digest *resultDigest
 	// ErrorSignature hashes the normalised error (type + message); 0 if not an error.
 	ErrorSignature uint64
 	ErrorText      string // the normalised error line, shortened
