@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -148,9 +149,14 @@ func TestOtherAPIsStreamCut(t *testing.T) {
 				up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 					w.Header().Set("Content-Type", "text/event-stream")
 					io.WriteString(w, tt.head)
-					for i := 0; i < 5000; i++ {
+					// Bounded by time, not by a count of events: loopback
+					// socket buffers can take thousands of events before the
+					// cut closes the connection, and a count would end the
+					// stream first under load.
+					deadline := time.Now().Add(10 * time.Second)
+					for i := 0; time.Now().Before(deadline); i++ {
 						if _, err := io.WriteString(w, tt.delta(i)); err != nil || r.Context().Err() != nil {
-							closed <- i
+							closed <- i + 1
 							return
 						}
 						w.(http.Flusher).Flush()
