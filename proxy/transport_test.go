@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // rawUpstream is an upstream written at the TCP level, to misbehave the way
@@ -408,5 +410,129 @@ func TestHeaderTimeoutOnReusedConnectionNotRetried(t *testing.T) {
 	}
 	if got := up.reqs.Load(); got != 2 {
 		t.Errorf("upstream saw %d requests; want 2 (a timed-out request is not sent again)", got)
+	}
+}
+
+// bodyFrom sends one request to a raw upstream and returns its body.
+func bodyFrom(t *testing.T, u *rawUpstream, idle time.Duration) *upstreamBody {
+	t.Helper()
+	up, err := newUpstream(UpstreamConfig{URL: u.url(), ConnectTimeout: time.Second, HeaderTimeout: 5 * time.Second,
+		IdleTimeout: idle, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(u.url() + "/v1/stream")
+	req.Header.SetHost("x")
+	body, err := up.roundTrip(&exchange{}, req, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { body.Close(nil) })
+	return body
+}
+
+// rawStreamHead is a chunked stream's response header.
+const rawStreamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+// Chunks the upstream sent together come in one read, so that the relay
+// writes the events they hold together; a chunk not all there yet is never
+// waited for: the read returns what is buffered.
+func TestUpstreamBodyReadsBufferedChunksTogether(t *testing.T) {
+	const burst = "f\r\ndata: {\"a\":1}\n\n\r\n" + "f\r\ndata: {\"a\":2}\n\n\r\n" + "f\r\ndata: {\"a\":3}\n\n\r\n"
+	const events = "data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: {\"a\":3}\n\n"
+	for _, tt := range []struct {
+		name       string
+		tail, rest string // sent with the burst; after the first read
+		first      string // what the first read returns
+		body       string
+	}{
+		{"whole chunks", "", "", events, events},
+		{"next chunk in part", "5\r\nab", "cde\r\n", events + "ab", events + "abcde"},
+		{"next chunk without its CRLF", "5\r\nabcde", "\r\n", events, events + "abcde"},
+		{"size line in part", "5", "\r\nabcde\r\n", events, events + "abcde"},
+		{"size line alone", "5\r\n", "abcde\r\n", events, events + "abcde"},
+		{"last chunk", "0\r\n", "", events, events},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+				if _, ok := u.readRequest(br); !ok {
+					return
+				}
+				_, _ = io.WriteString(c, rawStreamHead+burst+tt.tail)
+				<-release
+				if !strings.HasPrefix(tt.tail, "0") {
+					_, _ = io.WriteString(c, tt.rest+"0\r\n")
+				}
+				_, _ = io.WriteString(c, "\r\n")
+			})
+			body := bodyFrom(t, up, time.Minute)
+			time.Sleep(50 * time.Millisecond) // the burst is in, and the tail
+			p := make([]byte, 4096)
+			n, err := body.Read(p)
+			close(release)
+			if err != nil || string(p[:n]) != tt.first {
+				t.Fatalf("first read = %q, %v; want %q, nil", p[:n], err, tt.first)
+			}
+			rest, err := io.ReadAll(body)
+			if got := string(p[:n]) + string(rest); err != nil || got != tt.body {
+				t.Errorf("body = %q, %v; want %q, nil", got, err, tt.body)
+			}
+		})
+	}
+}
+
+// The body's idle timeout counts the time a read waits, as when the
+// deadline was renewed before every read, though it is armed once an idle
+// period: events closer than the timeout keep the stream open however long
+// it runs, a relay that was busy longer than the timeout (a slow client)
+// still gets what arrived meanwhile, and silence ends the stream.
+func TestUpstreamBodyIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	const chunk = "6\r\nevent\n\r\n"
+	for _, tt := range []struct {
+		name  string
+		gaps  []int         // the upstream's pause before each chunk, in ms
+		busy  time.Duration // the reader's pause after each read
+		reads int           // chunks read before errIdle; -1: all, then the end
+	}{
+		{"events closer than the timeout", []int{0, 200, 200, 200, 200, 200}, 0, -1},
+		{"reader busy past the timeout", []int{0, 50, 50}, 2 * idle, -1},
+		{"silence", []int{0, 200, 1000}, 0, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+				if _, ok := u.readRequest(br); !ok {
+					return
+				}
+				_, _ = io.WriteString(c, rawStreamHead)
+				for _, gap := range tt.gaps {
+					time.Sleep(time.Duration(gap) * time.Millisecond)
+					if _, err := io.WriteString(c, chunk); err != nil {
+						return
+					}
+				}
+				_, _ = io.WriteString(c, "0\r\n\r\n")
+			})
+			body := bodyFrom(t, up, idle)
+			p := make([]byte, 6)
+			reads := 0
+			for {
+				_, err := body.Read(p)
+				if err == io.EOF && tt.reads < 0 {
+					break
+				}
+				if err != nil {
+					if err != errIdle || reads != tt.reads {
+						t.Fatalf("read %d: %v; want %d reads, then errIdle (-1: all, then io.EOF)", reads, err, tt.reads)
+					}
+					break
+				}
+				reads++
+				time.Sleep(tt.busy)
+			}
+		})
 	}
 }
