@@ -132,6 +132,23 @@ func (r *streamRelay) nextBuffered() (ev sse.Event, ok bool) {
 	return r.rd.NextBuffered()
 }
 
+// readReady reads what the upstream sent ahead and returns the next event
+// when all of it came (sse.Reader.ReadReady); false otherwise, or when the
+// reader panicked (then raw is set). Reading moves the reader's buffer:
+// the events returned before are invalid after it.
+func (r *streamRelay) readReady() (ev sse.Event, ok bool) {
+	if r.raw {
+		return sse.Event{}, false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(nil, "sse", p)
+			ev, ok = sse.Event{}, false
+		}
+	}()
+	return r.rd.ReadReady()
+}
+
 // event returns what the client gets for ev and whether the stream stops
 // after it. When the observer panics, the client gets what it held, then
 // ev as the upstream sent it, and raw is set. That is every byte when the

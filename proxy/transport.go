@@ -195,7 +195,6 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		b := &upstreamBody{
 			resp:   resp,
 			r:      resp.BodyStream(),
-			br:     rd,
 			conn:   tc,
 			raw:    conn,
 			idle:   up.idle,
@@ -214,6 +213,8 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		if b.r == nil {
 			b.eof = true // no body: HEAD, 204, 304
+		} else if b.length == -1 {
+			b.r = &chunkedBody{br: rd}
 		}
 		return b, nil
 	}
@@ -240,8 +241,7 @@ func isHeaderParseError(err error) bool {
 // so nothing is released under a running read.
 type upstreamBody struct {
 	resp *fasthttp.Response
-	r    io.Reader
-	br   *bufio.Reader // what r reads from
+	r    io.Reader // fasthttp's body stream, or a chunkedBody
 	conn *trackedConn
 	raw  net.Conn // what the pool holds; closing it interrupts a Read
 	idle time.Duration
@@ -260,10 +260,7 @@ type upstreamBody struct {
 }
 
 // Read reads the body, starting the idle timeout anew (trackedConn) and
-// turning a missed deadline into errIdle. The chunks of a chunked body that
-// are buffered already come in one read: fasthttp returns one chunk a read,
-// and a stream relayed one chunk a read is written one event a write even
-// when the upstream is ahead of it.
+// turning a missed deadline into errIdle.
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	if b.closed.Load() {
 		return 0, io.ErrClosedPipe
@@ -280,11 +277,6 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		b.conn.waitFrom = time.Now()
 	}
 	n, err := b.r.Read(p)
-	for err == nil && b.length == -1 && n > 0 && n < len(p) && nextChunkBuffered(b.br, len(p)-n) {
-		var m int
-		m, err = b.r.Read(p[n:])
-		n += m
-	}
 	b.n += int64(n)
 	switch {
 	case errors.Is(err, io.EOF):
@@ -299,6 +291,18 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		err = errIdle
 	}
 	return n, err
+}
+
+// Ready reports whether a Read returns bytes at once, without waiting on
+// the connection (sse.Readier): the rest of a chunked body's current chunk,
+// or its next chunk, is buffered already.
+func (b *upstreamBody) Ready() bool {
+	if b.closed.Load() || !b.mu.TryLock() {
+		return false
+	}
+	defer b.mu.Unlock()
+	cb, ok := b.r.(*chunkedBody)
+	return ok && !b.closed.Load() && !b.eof && cb.ready()
 }
 
 // ContentLength is the body's declared length: -1 chunked, -2 until close.
@@ -325,50 +329,6 @@ func (b *upstreamBody) Close(cause error) {
 		fasthttp.ReleaseResponse(b.resp)
 		b.mu.Unlock()
 	})
-}
-
-// nextChunkBuffered reports whether reading the next chunk of a chunked
-// body from br, into room bytes, cannot block: br holds the chunk's whole
-// size line and then either the whole chunk with its CRLF, or fewer bytes
-// than the chunk or room (fasthttp reads them and waits for nothing more).
-// Only after a read that left room does br start with a size line: a chunk
-// is read to its end, CRLF included, before a read returns less than asked
-// while br holds bytes. The last chunk (size 0) is left to the next read,
-// which reads the trailer.
-func nextChunkBuffered(br *bufio.Reader, room int) bool {
-	b, _ := br.Peek(br.Buffered())
-	size, i := 0, 0
-	for ; i < len(b); i++ {
-		d := unhex(b[i])
-		if d < 0 {
-			break
-		}
-		if i == 7 {
-			return false // 256 MiB or more: not one event
-		}
-		size = size<<4 | d
-	}
-	if i == 0 || size == 0 {
-		return false
-	}
-	eol := bytes.IndexByte(b[i:], '\n')
-	if eol < 0 {
-		return false
-	}
-	data := len(b) - i - eol - 1
-	return data > 0 && (data >= size+2 || data < size || room < size)
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
 }
 
 // peerClosed reports, without blocking, whether an idle pooled connection

@@ -536,3 +536,61 @@ func TestUpstreamBodyIdleTimeout(t *testing.T) {
 		})
 	}
 }
+
+// Ready tells the relay a read returns at once: while the upstream's burst
+// is buffered, mid-chunk or between chunks, and no longer once the rest of
+// a chunk is still to come.
+func TestUpstreamBodyReady(t *testing.T) {
+	const burst = "f\r\ndata: {\"a\":1}\n\n\r\n" + "f\r\ndata: {\"a\":2}\n\n\r\n" + "5\r\nab"
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		if _, ok := u.readRequest(br); !ok {
+			return
+		}
+		_, _ = io.WriteString(c, rawStreamHead+burst)
+		<-release
+		_, _ = io.WriteString(c, "cde\r\n0\r\n\r\n")
+	})
+	defer close(release)
+	body := bodyFrom(t, up, time.Minute)
+	time.Sleep(50 * time.Millisecond) // the burst is in
+	var got []string
+	for _, size := range []int{10, 5, 15, 15} {
+		p := make([]byte, size)
+		n, err := body.Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%q %v", p[:n], body.Ready()))
+	}
+	q := func(s string, ready bool) string { return fmt.Sprintf("%q %v", s, ready) }
+	want := []string{q(`data: {"a"`, true), q(":1}\n\n", true), q("data: {\"a\":2}\n\n", true), q("ab", false)}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("reads and Ready after each:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestChunkSize(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		size int
+		ok   bool
+	}{
+		{"f\r\n", 15, true},
+		{"1A2\r\n", 0x1a2, true},
+		{"10;name=value\r\n", 16, true},
+		{"10 \t\r\n", 16, true},
+		{"0\r\n", 0, true},
+		{"\r\n", 0, false},
+		{"10\n", 0, false},
+		{"10 x\r\n", 0, false},
+		{"g\r\n", 0, false},
+		{"1000000\r\n", 1 << 24, true},
+		{"10000000\r\n", 0, false}, // 256 MiB: not an event
+	} {
+		size, ok := chunkSize([]byte(tt.line))
+		if size != tt.size || ok != tt.ok {
+			t.Errorf("chunkSize(%q) = %d, %v; want %d, %v", tt.line, size, ok, tt.size, tt.ok)
+		}
+	}
+}
