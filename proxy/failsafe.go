@@ -118,8 +118,11 @@ func (r *streamRelay) next() (ev sse.Event, err error) {
 }
 
 // nextBuffered returns the next event when the reader holds all of it;
-// false when it must read first, or it panicked (then raw is set).
-func (r *streamRelay) nextBuffered() (ev sse.Event, ok bool) {
+// false when it must read first, or it panicked (then raw is set). With
+// read, it first reads what the upstream sent ahead and holds ready
+// (sse.Reader.ReadReady): that moves the reader's buffer, and the events
+// returned before are invalid after it.
+func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
 	if r.raw {
 		return sse.Event{}, false
 	}
@@ -129,24 +132,10 @@ func (r *streamRelay) nextBuffered() (ev sse.Event, ok bool) {
 			ev, ok = sse.Event{}, false
 		}
 	}()
+	if read {
+		return r.rd.ReadReady()
+	}
 	return r.rd.NextBuffered()
-}
-
-// readReady reads what the upstream sent ahead and returns the next event
-// when all of it came (sse.Reader.ReadReady); false otherwise, or when the
-// reader panicked (then raw is set). Reading moves the reader's buffer:
-// the events returned before are invalid after it.
-func (r *streamRelay) readReady() (ev sse.Event, ok bool) {
-	if r.raw {
-		return sse.Event{}, false
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			r.fail(nil, "sse", p)
-			ev, ok = sse.Event{}, false
-		}
-	}()
-	return r.rd.ReadReady()
 }
 
 // event returns what the client gets for ev and whether the stream stops

@@ -391,11 +391,11 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				// out may alias the observer's buffer, which the next event
 				// reuses, or the reader's, which reading moves: keep a copy
 				// before either.
-				next, ok := r.nextBuffered()
+				next, ok := r.nextBuffered(false)
 				if !ok && !r.raw && r.rd.Ready() {
 					batch = appendBatch(batch, out)
 					out = nil
-					next, ok = r.readReady()
+					next, ok = r.nextBuffered(true)
 				}
 				if ok {
 					if out != nil {
