@@ -166,7 +166,7 @@ func (c *chunkedBody) trailer() error {
 		if len(line) == 2 && line[0] == '\r' {
 			return nil
 		}
-		if line[len(line)-2] != '\r' {
+		if len(line) < 2 || line[len(line)-2] != '\r' {
 			return errChunk
 		}
 	}

@@ -594,3 +594,37 @@ func TestChunkSize(t *testing.T) {
 		}
 	}
 }
+
+// chunkedBody decodes what fasthttp accepts and fails on broken framing
+// with errChunk or io.ErrUnexpectedEOF, never a panic or a hang.
+func TestChunkedBody(t *testing.T) {
+	for _, tt := range []struct {
+		name, in, body string
+		err            error
+	}{
+		{"chunks", "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", "abcde", io.EOF},
+		{"trailer", "3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", "abc", io.EOF},
+		{"trailer with a bare LF", "3\r\nabc\r\n0\r\n\n", "abc", errChunk},
+		{"no CRLF after data", "3\r\nabcX\r\n0\r\n\r\n", "abc", errChunk},
+		{"bad size", "x\r\nabc\r\n", "", errChunk},
+		{"size line too long", "3;" + strings.Repeat("x", 200) + "\r\nabc\r\n", "", errChunk},
+		{"cut in data", "5\r\nab", "ab", io.ErrUnexpectedEOF},
+		{"cut in size line", "3\r\nabc\r\n1", "abc", io.ErrUnexpectedEOF},
+		{"cut before the trailer", "3\r\nabc\r\n0\r\n", "abc", io.ErrUnexpectedEOF},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &chunkedBody{br: bufio.NewReaderSize(strings.NewReader(tt.in), 64)}
+			var got []byte
+			p := make([]byte, 4)
+			var err error
+			for err == nil {
+				var n int
+				n, err = c.Read(p)
+				got = append(got, p[:n]...)
+			}
+			if string(got) != tt.body || err != tt.err {
+				t.Errorf("read %q, %v; want %q, %v", got, err, tt.body, tt.err)
+			}
+		})
+	}
+}

@@ -120,8 +120,8 @@ type trackedConn struct {
 	// idle is the body's idle timeout while a response body is read from
 	// the connection (upstreamBody), 0 otherwise; waitFrom is when the
 	// body's current read began. The read deadline is armed once an idle
-	// period, not once a read: a timer change per stream event costs more
-	// than the rest of the read. A deadline that passes while the reader
+	// period, not once a read (a runtime timer change per stream event). A
+	// deadline that passes while the reader
 	// had not waited idle long (the relay was writing to the client) is
 	// moved on to waitFrom+idle and the read goes on. Only the goroutine
 	// reading the body touches them.

@@ -204,12 +204,15 @@ func (r *Reader) Ready() bool {
 	return r.rdy != nil && r.err == nil && r.rdy.Ready()
 }
 
-// ReadReady reads the bytes the underlying reader holds, when Ready, and
-// returns the next event as NextBuffered does; it never waits for bytes
-// still to come. A proxy uses it to send the events an upstream sent ahead
-// in one write. Reading may move the buffer: the events returned before
-// are invalid after ReadReady, as after Next.
+// ReadReady returns the next event as NextBuffered does, reading first,
+// when it must and Ready, the bytes the underlying reader holds; it never
+// waits for bytes still to come. A proxy uses it to send the events an
+// upstream sent ahead in one write. Reading may move the buffer: the events
+// returned before are invalid after ReadReady, as after Next.
 func (r *Reader) ReadReady() (Event, bool) {
+	if ev, ok := r.NextBuffered(); ok {
+		return ev, true
+	}
 	if !r.Ready() {
 		return Event{}, false
 	}
