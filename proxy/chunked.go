@@ -25,8 +25,13 @@ type chunkedBody struct {
 // carries the upstream's bytes.
 var errChunk = errors.New("the upstream sent a malformed chunked body")
 
-// maxChunkSizeDigits bounds a chunk's size line: 7 hex digits are 256 MiB.
-const maxChunkSizeDigits = 7
+// maxChunkSizeDigits bounds a chunk's size line as fasthttp does on 64-bit
+// platforms (leading zeros count); maxChunkSize bounds the size, which only
+// counts bytes still to come and is never allocated.
+const (
+	maxChunkSizeDigits = 15
+	maxChunkSize       = 1<<31 - 1
+)
 
 // Read waits on the connection only while it has nothing to return: once
 // it has bytes, it goes on only as far as the buffered bytes take it.
@@ -108,7 +113,7 @@ func chunkSize(line []byte) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	size, i := 0, 0
+	size, i := int64(0), 0
 	for ; i < len(rest); i++ {
 		d := unhex(rest[i])
 		if d < 0 {
@@ -117,16 +122,16 @@ func chunkSize(line []byte) (int, bool) {
 		if i == maxChunkSizeDigits {
 			return 0, false
 		}
-		size = size<<4 | d
+		size = size<<4 | int64(d)
 	}
-	if i == 0 {
+	if i == 0 || size > maxChunkSize {
 		return 0, false
 	}
 	ext := rest[i:]
 	if len(ext) > 0 && ext[0] != ';' && len(bytes.Trim(ext, " \t")) > 0 {
 		return 0, false
 	}
-	return size, true
+	return int(size), true
 }
 
 func unhex(c byte) int {
@@ -156,18 +161,15 @@ func (c *chunkedBody) crlf() error {
 }
 
 // trailer reads the trailer section after the last chunk, up to the blank
-// line that ends the body.
+// line that ends the body; a bare LF ends a line, as fasthttp takes it.
 func (c *chunkedBody) trailer() error {
 	for {
 		line, err := c.br.ReadSlice('\n')
 		if err != nil {
 			return chunkReadError(err)
 		}
-		if len(line) == 2 && line[0] == '\r' {
+		if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
 			return nil
-		}
-		if len(line) < 2 || line[len(line)-2] != '\r' {
-			return errChunk
 		}
 	}
 }

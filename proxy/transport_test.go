@@ -586,7 +586,10 @@ func TestChunkSize(t *testing.T) {
 		{"10 x\r\n", 0, false},
 		{"g\r\n", 0, false},
 		{"1000000\r\n", 1 << 24, true},
-		{"10000000\r\n", 0, false}, // 256 MiB: not an event
+		{"7fffffff\r\n", 1<<31 - 1, true},
+		{"80000000\r\n", 0, false},         // 2 GiB
+		{"000000000000001\r\n", 1, true},   // 15 digits
+		{"0000000000000001\r\n", 0, false}, // 16
 	} {
 		size, ok := chunkSize([]byte(tt.line))
 		if size != tt.size || ok != tt.ok {
@@ -604,7 +607,7 @@ func TestChunkedBody(t *testing.T) {
 	}{
 		{"chunks", "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", "abcde", io.EOF},
 		{"trailer", "3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", "abc", io.EOF},
-		{"trailer with a bare LF", "3\r\nabc\r\n0\r\n\n", "abc", errChunk},
+		{"trailer ended by a bare LF", "3\r\nabc\r\n0\r\nX-T: 1\n\n", "abc", io.EOF},
 		{"no CRLF after data", "3\r\nabcX\r\n0\r\n\r\n", "abc", errChunk},
 		{"bad size", "x\r\nabc\r\n", "", errChunk},
 		{"size line too long", "3;" + strings.Repeat("x", 200) + "\r\nabc\r\n", "", errChunk},
