@@ -118,8 +118,11 @@ func (r *streamRelay) next() (ev sse.Event, err error) {
 }
 
 // nextBuffered returns the next event when the reader holds all of it;
-// false when it must read first, or it panicked (then raw is set).
-func (r *streamRelay) nextBuffered() (ev sse.Event, ok bool) {
+// false when it must read first, or it panicked (then raw is set). With
+// read, it first reads what the upstream sent ahead and holds ready
+// (sse.Reader.ReadReady): that moves the reader's buffer, and the events
+// returned before are invalid after it.
+func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
 	if r.raw {
 		return sse.Event{}, false
 	}
@@ -129,6 +132,9 @@ func (r *streamRelay) nextBuffered() (ev sse.Event, ok bool) {
 			ev, ok = sse.Event{}, false
 		}
 	}()
+	if read {
+		return r.rd.ReadReady()
+	}
 	return r.rd.NextBuffered()
 }
 

@@ -401,7 +401,8 @@ type relayStats struct {
 // An event costs one read, one scan for its end, one write and one flush,
 // and no allocation (TestRelayEventAllocs); inspection adds the observer's
 // event call. Events that one read brought together (an upstream ahead of
-// its client) go out in one write and one flush, as they came.
+// its client, and what it sent ahead of that read, which the next reads
+// return at once) go out in one write and one flush, as they came.
 func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats) (stop error) {
 	var batch *[]byte // events read together and not yet written; pooled
 	ready := false    // r.ev is an event NextBuffered returned
@@ -419,13 +420,20 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				batched = len(*batch)
 			}
 			if !cut && err == nil && !r.raw && batched+len(out) <= batchMax {
-				if r.ev, ready = r.nextBuffered(); ready {
-					// out may alias the observer's buffer, which the next
-					// event reuses: keep a copy.
-					if batch == nil {
-						batch = batchBufs.Get().(*[]byte)
+				// out may alias the observer's buffer, which the next event
+				// reuses, or the reader's, which reading moves: keep a copy
+				// before either.
+				next, ok := r.nextBuffered(false)
+				if !ok && !r.raw && r.rd.Ready() {
+					batch = appendBatch(batch, out)
+					out = nil
+					next, ok = r.nextBuffered(true)
+				}
+				if ok {
+					if out != nil {
+						batch = appendBatch(batch, out)
 					}
-					*batch = append(*batch, out...)
+					r.ev, ready = next, true
 					continue
 				}
 			}
@@ -499,6 +507,15 @@ const batchMax = serverWriteBuf - 32
 // batchBufs hold the events of one read until they are written; a stream
 // holds one only while it relays a burst.
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, batchMax); return &b }}
+
+// appendBatch appends out to batch, taking one from batchBufs first if nil.
+func appendBatch(batch *[]byte, out []byte) *[]byte {
+	if batch == nil {
+		batch = batchBufs.Get().(*[]byte)
+	}
+	*batch = append(*batch, out...)
+	return batch
+}
 
 // passBody relays a non-streamed body that is not held whole; fasthttp
 // closes it when the response is written. It implements CloseWithError and

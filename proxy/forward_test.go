@@ -464,15 +464,18 @@ func TestStreamRequestTimeout(t *testing.T) {
 }
 
 // TestRelayWritesPerRead checks that relay sends the events one read
-// brought in one write and one flush, byte for byte as they came, and a
-// paced stream's events one write each; with inspection off and on, and
-// with an observer that cuts in the middle of a read's events.
+// brought in one write and one flush, byte for byte as they came, and so
+// the events of the reads that return at once after it (an upstream ahead
+// of its client), and a paced stream's events one write each; with
+// inspection off and on, and with an observer that cuts in the middle of a
+// read's events.
 func TestRelayWritesPerRead(t *testing.T) {
 	o, events := observerAndEvents(t)
 	var stream []byte
-	var sizes []int
+	var sizes, each []int
 	for i := range 60 {
 		stream = append(stream, events[64+i].Raw...)
+		each = append(each, len(events[64+i].Raw))
 		if i%3 == 2 {
 			// Three events per read.
 			sizes = append(sizes, len(events[64+i-2].Raw)+len(events[64+i-1].Raw)+len(events[64+i].Raw))
@@ -482,12 +485,15 @@ func TestRelayWritesPerRead(t *testing.T) {
 		name       string
 		obs        responseObserver
 		sizes      []int // bytes per read; nil: one event per read
+		ready      int   // reads that return at once after each that waits
 		wantWrites int
 	}{
-		{"paced, inspection off", nil, nil, 60},
-		{"paced, inspection on", o, nil, 60},
-		{"3 events per read, inspection off", nil, sizes, 20},
-		{"3 events per read, inspection on", o, sizes, 20},
+		{"paced, inspection off", nil, nil, 0, 60},
+		{"paced, inspection on", o, nil, 0, 60},
+		{"3 events per read, inspection off", nil, sizes, 0, 20},
+		{"3 events per read, inspection on", o, sizes, 0, 20},
+		{"4 reads at once, inspection off", nil, each, 3, 15},
+		{"4 reads at once, inspection on", o, each, 3, 15},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -495,6 +501,9 @@ func TestRelayWritesPerRead(t *testing.T) {
 			var rd io.Reader = src
 			if tt.sizes != nil {
 				rd = &sizedReader{b: stream, sizes: tt.sizes}
+			}
+			if tt.ready > 0 {
+				rd = &readyReader{sizedReader: rd.(*sizedReader), group: tt.ready + 1}
 			}
 			var sink writeCounter
 			w := bufio.NewWriterSize(&sink, streamBodyBuf)
@@ -569,6 +578,20 @@ func (r *sizedReader) Read(p []byte) (int, error) {
 	r.b = r.b[n:]
 	return n, nil
 }
+
+// readyReader is a sizedReader whose reads come in groups: the first of a
+// group waits, the others return at once (Ready).
+type readyReader struct {
+	*sizedReader
+	group, reads int
+}
+
+func (r *readyReader) Read(p []byte) (int, error) {
+	r.reads++
+	return r.sizedReader.Read(p)
+}
+
+func (r *readyReader) Ready() bool { return len(r.b) > 0 && r.reads%r.group != 0 }
 
 // writeCounter keeps what is written and counts the writes.
 type writeCounter struct {

@@ -210,7 +210,11 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			hc.CloseConn(cc)
 			return nil, aborted
 		}
-		_ = conn.SetReadDeadline(time.Time{})
+		if up.idle > 0 {
+			tc.armIdle(up.idle)
+		} else {
+			_ = conn.SetReadDeadline(time.Time{})
+		}
 
 		b := &upstreamBody{
 			resp:   resp,
@@ -233,6 +237,8 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		if b.r == nil {
 			b.eof = true // no body: HEAD, 204, 304
+		} else if b.length == -1 {
+			b.r = &chunkedBody{br: rd}
 		}
 		return b, nil
 	}
@@ -259,7 +265,7 @@ func isHeaderParseError(err error) bool {
 // so nothing is released under a running read.
 type upstreamBody struct {
 	resp *fasthttp.Response
-	r    io.Reader
+	r    io.Reader // fasthttp's body stream, or a chunkedBody
 	conn *trackedConn
 	raw  net.Conn // what the pool holds; closing it interrupts a Read
 	idle time.Duration
@@ -277,7 +283,7 @@ type upstreamBody struct {
 	once   sync.Once
 }
 
-// Read reads the body, renewing the idle deadline before every read and
+// Read reads the body, starting the idle timeout anew (trackedConn) and
 // turning a missed deadline into errIdle.
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	if b.closed.Load() {
@@ -292,7 +298,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if b.idle > 0 {
-		_ = b.conn.SetReadDeadline(time.Now().Add(b.idle))
+		b.conn.waitFrom = time.Now()
 	}
 	n, err := b.r.Read(p)
 	b.n += int64(n)
@@ -309,6 +315,18 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		err = errIdle
 	}
 	return n, err
+}
+
+// Ready reports whether a Read returns bytes at once, without waiting on
+// the connection (sse.Readier): the rest of a chunked body's current chunk,
+// or its next chunk, is buffered already.
+func (b *upstreamBody) Ready() bool {
+	if b.closed.Load() || !b.mu.TryLock() {
+		return false
+	}
+	defer b.mu.Unlock()
+	cb, ok := b.r.(*chunkedBody)
+	return ok && !b.closed.Load() && !b.eof && cb.ready()
 }
 
 // ContentLength is the body's declared length: -1 chunked, -2 until close.
@@ -329,7 +347,7 @@ func (b *upstreamBody) Close(cause error) {
 			b.mu.Lock() // the close above ends the running Read
 		}
 		if !discard && b.idle > 0 {
-			_ = b.conn.SetReadDeadline(time.Time{})
+			b.conn.disarmIdle()
 		}
 		b.release(discard)
 		fasthttp.ReleaseResponse(b.resp)

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // rawUpstream is an upstream written at the TCP level, to misbehave the way
@@ -408,5 +410,224 @@ func TestHeaderTimeoutOnReusedConnectionNotRetried(t *testing.T) {
 	}
 	if got := up.reqs.Load(); got != 2 {
 		t.Errorf("upstream saw %d requests; want 2 (a timed-out request is not sent again)", got)
+	}
+}
+
+// bodyFrom sends one request to a raw upstream and returns its body.
+func bodyFrom(t *testing.T, u *rawUpstream, idle time.Duration) *upstreamBody {
+	t.Helper()
+	up, err := newUpstream(UpstreamConfig{URL: u.url(), ConnectTimeout: time.Second, HeaderTimeout: 5 * time.Second,
+		IdleTimeout: idle, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	req.SetRequestURI(u.url() + "/v1/stream")
+	req.Header.SetHost("x")
+	body, err := up.roundTrip(&exchange{}, req, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { body.Close(nil) })
+	return body
+}
+
+// rawStreamHead is a chunked stream's response header.
+const rawStreamHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+// Chunks the upstream sent together come in one read, so that the relay
+// writes the events they hold together; a chunk not all there yet is never
+// waited for: the read returns what is buffered.
+func TestUpstreamBodyReadsBufferedChunksTogether(t *testing.T) {
+	const burst = "f\r\ndata: {\"a\":1}\n\n\r\n" + "f\r\ndata: {\"a\":2}\n\n\r\n" + "f\r\ndata: {\"a\":3}\n\n\r\n"
+	const events = "data: {\"a\":1}\n\ndata: {\"a\":2}\n\ndata: {\"a\":3}\n\n"
+	for _, tt := range []struct {
+		name       string
+		tail, rest string // sent with the burst; after the first read
+		first      string // what the first read returns
+		body       string
+	}{
+		{"whole chunks", "", "", events, events},
+		{"next chunk in part", "5\r\nab", "cde\r\n", events + "ab", events + "abcde"},
+		{"next chunk without its CRLF", "5\r\nabcde", "\r\n", events, events + "abcde"},
+		{"size line in part", "5", "\r\nabcde\r\n", events, events + "abcde"},
+		{"size line alone", "5\r\n", "abcde\r\n", events, events + "abcde"},
+		{"last chunk", "0\r\n", "", events, events},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			release := make(chan struct{})
+			up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+				if _, ok := u.readRequest(br); !ok {
+					return
+				}
+				_, _ = io.WriteString(c, rawStreamHead+burst+tt.tail)
+				<-release
+				if !strings.HasPrefix(tt.tail, "0") {
+					_, _ = io.WriteString(c, tt.rest+"0\r\n")
+				}
+				_, _ = io.WriteString(c, "\r\n")
+			})
+			body := bodyFrom(t, up, time.Minute)
+			time.Sleep(50 * time.Millisecond) // the burst is in, and the tail
+			p := make([]byte, 4096)
+			n, err := body.Read(p)
+			close(release)
+			if err != nil || string(p[:n]) != tt.first {
+				t.Fatalf("first read = %q, %v; want %q, nil", p[:n], err, tt.first)
+			}
+			rest, err := io.ReadAll(body)
+			if got := string(p[:n]) + string(rest); err != nil || got != tt.body {
+				t.Errorf("body = %q, %v; want %q, nil", got, err, tt.body)
+			}
+		})
+	}
+}
+
+// The body's idle timeout counts the time a read waits, as when the
+// deadline was renewed before every read, though it is armed once an idle
+// period: events closer than the timeout keep the stream open however long
+// it runs, a relay that was busy longer than the timeout (a slow client)
+// still gets what arrived meanwhile, and silence ends the stream.
+func TestUpstreamBodyIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	const chunk = "6\r\nevent\n\r\n"
+	for _, tt := range []struct {
+		name  string
+		gaps  []int         // the upstream's pause before each chunk, in ms
+		busy  time.Duration // the reader's pause after each read
+		reads int           // chunks read before errIdle; -1: all, then the end
+	}{
+		{"events closer than the timeout", []int{0, 200, 200, 200, 200, 200}, 0, -1},
+		{"reader busy past the timeout", []int{0, 50, 50}, 2 * idle, -1},
+		{"silence", []int{0, 200, 1000}, 0, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+				if _, ok := u.readRequest(br); !ok {
+					return
+				}
+				_, _ = io.WriteString(c, rawStreamHead)
+				for _, gap := range tt.gaps {
+					time.Sleep(time.Duration(gap) * time.Millisecond)
+					if _, err := io.WriteString(c, chunk); err != nil {
+						return
+					}
+				}
+				_, _ = io.WriteString(c, "0\r\n\r\n")
+			})
+			body := bodyFrom(t, up, idle)
+			p := make([]byte, 6)
+			reads := 0
+			for {
+				_, err := body.Read(p)
+				if err == io.EOF && tt.reads < 0 {
+					break
+				}
+				if err != nil {
+					if err != errIdle || reads != tt.reads {
+						t.Fatalf("read %d: %v; want %d reads, then errIdle (-1: all, then io.EOF)", reads, err, tt.reads)
+					}
+					break
+				}
+				reads++
+				time.Sleep(tt.busy)
+			}
+		})
+	}
+}
+
+// Ready tells the relay a read returns at once: while the upstream's burst
+// is buffered, mid-chunk or between chunks, and no longer once the rest of
+// a chunk is still to come.
+func TestUpstreamBodyReady(t *testing.T) {
+	const burst = "f\r\ndata: {\"a\":1}\n\n\r\n" + "f\r\ndata: {\"a\":2}\n\n\r\n" + "5\r\nab"
+	release := make(chan struct{})
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		if _, ok := u.readRequest(br); !ok {
+			return
+		}
+		_, _ = io.WriteString(c, rawStreamHead+burst)
+		<-release
+		_, _ = io.WriteString(c, "cde\r\n0\r\n\r\n")
+	})
+	defer close(release)
+	body := bodyFrom(t, up, time.Minute)
+	time.Sleep(50 * time.Millisecond) // the burst is in
+	var got []string
+	for _, size := range []int{10, 5, 15, 15} {
+		p := make([]byte, size)
+		n, err := body.Read(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%q %v", p[:n], body.Ready()))
+	}
+	q := func(s string, ready bool) string { return fmt.Sprintf("%q %v", s, ready) }
+	want := []string{q(`data: {"a"`, true), q(":1}\n\n", true), q("data: {\"a\":2}\n\n", true), q("ab", false)}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("reads and Ready after each:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestChunkSize(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		size int
+		ok   bool
+	}{
+		{"f\r\n", 15, true},
+		{"1A2\r\n", 0x1a2, true},
+		{"10;name=value\r\n", 16, true},
+		{"10 \t\r\n", 16, true},
+		{"0\r\n", 0, true},
+		{"\r\n", 0, false},
+		{"10\n", 0, false},
+		{"10 x\r\n", 0, false},
+		{"g\r\n", 0, false},
+		{"1000000\r\n", 1 << 24, true},
+		{"7fffffff\r\n", 1<<31 - 1, true},
+		{"80000000\r\n", 0, false},         // 2 GiB
+		{"000000000000001\r\n", 1, true},   // 15 digits
+		{"0000000000000001\r\n", 0, false}, // 16
+	} {
+		size, ok := chunkSize([]byte(tt.line))
+		if size != tt.size || ok != tt.ok {
+			t.Errorf("chunkSize(%q) = %d, %v; want %d, %v", tt.line, size, ok, tt.size, tt.ok)
+		}
+	}
+}
+
+// chunkedBody decodes what fasthttp accepts and fails on broken framing
+// with errChunk or io.ErrUnexpectedEOF, never a panic or a hang.
+func TestChunkedBody(t *testing.T) {
+	for _, tt := range []struct {
+		name, in, body string
+		err            error
+	}{
+		{"chunks", "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n", "abcde", io.EOF},
+		{"trailer", "3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", "abc", io.EOF},
+		{"trailer ended by a bare LF", "3\r\nabc\r\n0\r\nX-T: 1\n\n", "abc", io.EOF},
+		{"no CRLF after data", "3\r\nabcX\r\n0\r\n\r\n", "abc", errChunk},
+		{"bad size", "x\r\nabc\r\n", "", errChunk},
+		{"size line too long", "3;" + strings.Repeat("x", 200) + "\r\nabc\r\n", "", errChunk},
+		{"cut in data", "5\r\nab", "ab", io.ErrUnexpectedEOF},
+		{"cut in size line", "3\r\nabc\r\n1", "abc", io.ErrUnexpectedEOF},
+		{"cut before the trailer", "3\r\nabc\r\n0\r\n", "abc", io.ErrUnexpectedEOF},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &chunkedBody{br: bufio.NewReaderSize(strings.NewReader(tt.in), 64)}
+			var got []byte
+			p := make([]byte, 4)
+			var err error
+			for err == nil {
+				var n int
+				n, err = c.Read(p)
+				got = append(got, p[:n]...)
+			}
+			if string(got) != tt.body || err != tt.err {
+				t.Errorf("read %q, %v; want %q, %v", got, err, tt.body, tt.err)
+			}
+		})
 	}
 }

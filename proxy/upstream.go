@@ -117,6 +117,16 @@ type trackedConn struct {
 	raw  syscall.RawConn
 	peek func(fd uintptr)
 	dead bool
+	// idle is the body's idle timeout while a response body is read from
+	// the connection (upstreamBody), 0 otherwise; waitFrom is when the
+	// body's current read began. The read deadline is armed once an idle
+	// period, not once a read (a runtime timer change per stream event). A
+	// deadline that passes while the reader
+	// had not waited idle long (the relay was writing to the client) is
+	// moved on to waitFrom+idle and the read goes on. Only the goroutine
+	// reading the body touches them.
+	idle     time.Duration
+	waitFrom time.Time
 }
 
 func (r *connRegistry) track(c net.Conn) net.Conn {
@@ -147,9 +157,34 @@ func (r *connRegistry) lookup(local net.Addr) *trackedConn {
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.read.Add(int64(n))
-	return n, err
+	for {
+		n, err := c.Conn.Read(p)
+		c.read.Add(int64(n))
+		if err == nil || c.idle == 0 || !isTimeout(err) {
+			return n, err
+		}
+		due := c.waitFrom.Add(c.idle)
+		if !time.Now().Before(due) {
+			return n, err
+		}
+		// A timed-out read consumed nothing: it is safe to read again.
+		_ = c.Conn.SetReadDeadline(due)
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// armIdle starts the body's idle timeout; disarmIdle ends it before the
+// connection goes back to the pool.
+func (c *trackedConn) armIdle(d time.Duration) {
+	c.idle, c.waitFrom = d, time.Now()
+	_ = c.Conn.SetReadDeadline(c.waitFrom.Add(d))
+}
+
+func (c *trackedConn) disarmIdle() {
+	c.idle = 0
+	_ = c.Conn.SetReadDeadline(time.Time{})
 }
 
 func (c *trackedConn) Close() error {

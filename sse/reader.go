@@ -108,6 +108,7 @@ type eventState struct {
 // with a single data line. A Reader is not safe for concurrent use.
 type Reader struct {
 	rd   io.Reader
+	rdy  Readier // rd, when it can say it holds bytes
 	max  int
 	buf  []byte
 	r, w int    // buf[r:w] is read but not yet returned; r is the event start
@@ -148,7 +149,16 @@ func (r *Reader) Reset(rd io.Reader) {
 	if cap(data) > keep {
 		data = nil
 	}
-	*r = Reader{rd: rd, max: r.max, buf: buf, data: data, cr: -1}
+	rdy, _ := rd.(Readier)
+	*r = Reader{rd: rd, rdy: rdy, max: r.max, buf: buf, data: data, cr: -1}
+}
+
+// Readier is an io.Reader that can tell, without blocking, that a Read
+// would return bytes at once: bytes the source received and buffered but
+// were not read yet (a proxy's upstream connection when the upstream is
+// ahead of its client).
+type Readier interface {
+	Ready() bool
 }
 
 // Buffered returns the bytes read from the underlying reader but not yet
@@ -185,6 +195,28 @@ func (r *Reader) NextBuffered() (Event, bool) {
 	if r.err != nil {
 		return Event{}, false
 	}
+	return r.scan()
+}
+
+// Ready reports whether ReadReady would read: the underlying reader is a
+// Readier that holds bytes, and no error ended the stream.
+func (r *Reader) Ready() bool {
+	return r.rdy != nil && r.err == nil && r.rdy.Ready()
+}
+
+// ReadReady returns the next event as NextBuffered does, reading first,
+// when it must and Ready, the bytes the underlying reader holds; it never
+// waits for bytes still to come. A proxy uses it to send the events an
+// upstream sent ahead in one write. Reading may move the buffer: the events
+// returned before are invalid after ReadReady, as after Next.
+func (r *Reader) ReadReady() (Event, bool) {
+	if ev, ok := r.NextBuffered(); ok {
+		return ev, true
+	}
+	if !r.Ready() {
+		return Event{}, false
+	}
+	r.fill()
 	return r.scan()
 }
 

@@ -470,3 +470,61 @@ func TestReaderNextBuffered(t *testing.T) {
 		})
 	}
 }
+
+// readyReads is a source whose reads are ready (Ready) or would wait; a
+// read that would wait, while a test expects none, fails.
+type readyReads struct {
+	t      *testing.T
+	reads  []string
+	ready  []bool // whether reads[i] is there already
+	noWait bool   // reading now must not wait
+}
+
+func (r *readyReads) Read(p []byte) (int, error) {
+	if len(r.reads) == 0 {
+		return 0, io.EOF
+	}
+	if r.noWait && !r.ready[0] {
+		r.t.Fatalf("ReadReady read %q, which was not there yet", r.reads[0])
+	}
+	n := copy(p, r.reads[0])
+	r.reads, r.ready = r.reads[1:], r.ready[1:]
+	return n, nil
+}
+
+func (r *readyReads) Ready() bool { return len(r.ready) > 0 && r.ready[0] }
+
+// ReadReady reads on only while the source holds bytes, and returns the
+// next event once all of it is there.
+func TestReadReady(t *testing.T) {
+	src := &readyReads{t: t,
+		reads: []string{"data: 1\n\n", "data: 2\n\nda", "ta: 3\n\n", "data: 4\n\n"},
+		ready: []bool{false, true, true, false}}
+	r := NewReader(src, 0)
+	var got []string
+	ev, err := r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, string(ev.Raw))
+	src.noWait = true
+	for {
+		ev, ok := r.ReadReady()
+		if !ok {
+			break
+		}
+		got = append(got, string(ev.Raw))
+	}
+	src.noWait = false
+	if r.Ready() {
+		t.Error("Ready after the ready reads are drained")
+	}
+	ev, err = r.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, string(ev.Raw))
+	if want := "data: 1\n\n|data: 2\n\n|data: 3\n\n|data: 4\n\n"; strings.Join(got, "|") != want {
+		t.Errorf("events %q; want %q", strings.Join(got, "|"), want)
+	}
+}

@@ -1,0 +1,187 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+)
+
+// chunkedBody decodes a chunked response body (RFC 9112 section 7.1) from
+// the upstream connection's reader. fasthttp's body stream does the same,
+// but it returns one chunk a read and keeps its place in the chunk to
+// itself; an SSE upstream sends one event a chunk, so an upstream ahead of
+// its client was relayed one event a write. chunkedBody knows where it is:
+// a read returns every chunk already buffered, and ready tells whether a
+// read would wait on the connection. Trailer fields are read and dropped,
+// as the proxy forwards none.
+type chunkedBody struct {
+	br   *bufio.Reader
+	left int // bytes of the current chunk still to read; 0 at a size line
+	eof  bool
+}
+
+// errChunk is a chunked body whose framing is broken; the message never
+// carries the upstream's bytes.
+var errChunk = errors.New("the upstream sent a malformed chunked body")
+
+// maxChunkSizeDigits bounds a chunk's size line as fasthttp does on 64-bit
+// platforms (leading zeros count); maxChunkSize bounds the size, which only
+// counts bytes still to come and is never allocated.
+const (
+	maxChunkSizeDigits = 15
+	maxChunkSize       = 1<<31 - 1
+)
+
+// Read waits on the connection only while it has nothing to return: once
+// it has bytes, it goes on only as far as the buffered bytes take it.
+func (c *chunkedBody) Read(p []byte) (int, error) {
+	if c.eof {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) && (n == 0 || c.ready()) {
+		if c.left == 0 {
+			size, err := c.sizeLine()
+			if err != nil {
+				return n, err
+			}
+			if size == 0 {
+				if err := c.trailer(); err != nil {
+					return n, err
+				}
+				c.eof = true
+				return n, io.EOF
+			}
+			c.left = size
+		}
+		m, err := c.br.Read(p[n : n+min(len(p)-n, c.left)])
+		n += m
+		c.left -= m
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+		if c.left == 0 {
+			if err := c.crlf(); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// ready reports whether the next step of Read goes without waiting on the
+// connection: the rest of the current chunk is buffered with the CRLF that
+// ends it, or only part of it is (a read returns that part), or the next
+// chunk's size line and at least its first byte are, on the same terms.
+// The last chunk is left to a read of its own.
+func (c *chunkedBody) ready() bool {
+	buffered := c.br.Buffered()
+	if c.left > 0 {
+		return buffered > 0 && (buffered < c.left || buffered >= c.left+2)
+	}
+	b, _ := c.br.Peek(buffered)
+	line := bytes.IndexByte(b, '\n')
+	if line < 0 {
+		return false
+	}
+	size, ok := chunkSize(b[:line+1])
+	data := buffered - line - 1
+	return ok && size > 0 && data > 0 && (data < size || data >= size+2)
+}
+
+// sizeLine reads a chunk's size line.
+func (c *chunkedBody) sizeLine() (int, error) {
+	line, err := c.br.ReadSlice('\n')
+	if err != nil {
+		return 0, chunkReadError(err)
+	}
+	size, ok := chunkSize(line)
+	if !ok {
+		return 0, errChunk
+	}
+	return size, nil
+}
+
+// chunkSize parses a size line, CRLF included: hex digits, then either
+// nothing, blanks, or a chunk extension (ignored), as fasthttp accepts.
+func chunkSize(line []byte) (int, bool) {
+	rest, ok := bytes.CutSuffix(line, []byte("\r\n"))
+	if !ok {
+		return 0, false
+	}
+	size, i := int64(0), 0
+	for ; i < len(rest); i++ {
+		d := unhex(rest[i])
+		if d < 0 {
+			break
+		}
+		if i == maxChunkSizeDigits {
+			return 0, false
+		}
+		size = size<<4 | int64(d)
+	}
+	if i == 0 || size > maxChunkSize {
+		return 0, false
+	}
+	ext := rest[i:]
+	if len(ext) > 0 && ext[0] != ';' && len(bytes.Trim(ext, " \t")) > 0 {
+		return 0, false
+	}
+	return int(size), true
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// crlf reads the CRLF that ends a chunk's data.
+func (c *chunkedBody) crlf() error {
+	for _, want := range []byte("\r\n") {
+		b, err := c.br.ReadByte()
+		if err != nil {
+			return chunkReadError(err)
+		}
+		if b != want {
+			return errChunk
+		}
+	}
+	return nil
+}
+
+// trailer reads the trailer section after the last chunk, up to the blank
+// line that ends the body; a bare LF ends a line, as fasthttp takes it.
+func (c *chunkedBody) trailer() error {
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			return chunkReadError(err)
+		}
+		if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
+			return nil
+		}
+	}
+}
+
+// chunkReadError is what reading the framing failed with: a line longer
+// than the reader's buffer is broken framing, an end is unexpected.
+func chunkReadError(err error) error {
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull):
+		return errChunk
+	case err == io.EOF:
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
