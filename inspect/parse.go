@@ -324,9 +324,16 @@ func (p *parser) eachTextPart(c string, fn func(raw string)) {
 	})
 }
 
+// newCalls returns n calls carved from a chunk of 64, or of n for a parse
+// resuming a cached session: the one or two calls of a turn (which
+// finish moves, see rehome).
 func (p *parser) newCalls(n int) []Call {
 	if cap(p.calls)-len(p.calls) < n {
-		p.calls = make([]Call, 0, max(n, 64))
+		chunk := 64
+		if p.sess != nil && p.sess.prev != nil {
+			chunk = n
+		}
+		p.calls = make([]Call, 0, max(n, chunk))
 	}
 	start := len(p.calls)
 	p.calls = p.calls[:start+n]

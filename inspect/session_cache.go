@@ -74,19 +74,22 @@ func (c *SessionCache) Stats() CacheStats {
 }
 
 // cacheEntry is one session's parse state after its last request's
-// messages. Its steps are never written again: a request resuming from it
-// copies the steps that parsing on may change (see parser.restore).
+// messages. A request resuming from it leases it (see SessionCache.lease):
+// when nothing else reads its steps, the request takes it out of the cache
+// and extends its steps in place; else it copies them. The calls of its
+// steps are never written again: both copy those that parsing on may
+// change (see parser.restore).
 type cacheEntry struct {
-	key  string
-	api  API
-	meta []string
+	cache *SessionCache
+	key   string
+	api   API
+	meta  []string
 	// The history array's first prefix bytes, from its '[' to the end of
 	// its last message (message n-1), hash to sum.
 	n, prefix int
 	sum       uint64
 	last      [2]int // the last message's offsets in the array
-	steps     []Step
-	stepsCap  int // of the array steps is in (it is clipped)
+	steps     []Step // with room for the next turns' (roomFor)
 	start     int
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
@@ -97,6 +100,11 @@ type cacheEntry struct {
 	// held is the memory the steps' strings and digests keep alive.
 	held  int
 	bytes int64
+	// readers counts the trajectories (the one the entry was made for,
+	// until Trajectory.Release) and the parses copying its steps; leased
+	// is set when a parse took it to write. Both are guarded by cache.mu.
+	readers int
+	leased  bool
 }
 
 var (
@@ -108,7 +116,7 @@ var (
 const entryOverhead = 512
 
 func (en *cacheEntry) size() int64 {
-	return int64(en.held) + int64(en.stepsCap)*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
+	return int64(en.held) + int64(cap(en.steps))*stepSize + int64(en.calls)*callSize + int64(len(en.key)) + entryOverhead
 }
 
 // ParseSession is ParseAPI for a request of the given session, resuming
@@ -145,7 +153,8 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 		c.misses.Add(1)
 	}
 	en := sp.done
-	en.key, en.api, en.meta = session, api, meta
+	en.cache, en.key, en.api, en.meta = c, session, api, meta
+	en.readers, t.lease = 1, en // t's steps are en's until t.Release
 	c.put(en)
 	return t, nil
 }
@@ -161,6 +170,42 @@ func (c *SessionCache) get(key string) *cacheEntry {
 	return el.Value.(*cacheEntry)
 }
 
+// lease lets a parse resume from en, which it got from get: it returns
+// own when the parse may write en's steps, having taken en out of the
+// cache (no trajectory or other parse reads them); else, when en is not
+// leased, it counts the parse as a reader until unlease, and the parse
+// copies the steps. ok is false when another parse leased en meanwhile:
+// it is being written, and the parse reads the body in full.
+func (c *SessionCache) lease(en *cacheEntry) (own, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch el := c.entries[en.key]; {
+	case en.leased:
+		return false, false
+	case en.readers == 0 && el != nil && el.Value == en:
+		en.leased = true
+		c.remove(el)
+		return true, true
+	}
+	en.readers++
+	return false, true
+}
+
+// unlease ends a read of en's steps (a copy, or a trajectory).
+func (c *SessionCache) unlease(en *cacheEntry) {
+	c.mu.Lock()
+	en.readers--
+	c.mu.Unlock()
+}
+
+// remove drops the entry of el; c.mu is held.
+func (c *SessionCache) remove(el *list.Element) {
+	en := el.Value.(*cacheEntry)
+	c.lru.Remove(el)
+	delete(c.entries, en.key)
+	c.bytes -= en.bytes
+}
+
 // put stores en as its session's state, evicting the least recently used
 // sessions beyond the budget. An entry larger than the whole budget is
 // not kept.
@@ -169,9 +214,7 @@ func (c *SessionCache) put(en *cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el := c.entries[en.key]; el != nil {
-		c.bytes -= el.Value.(*cacheEntry).bytes
-		c.lru.Remove(el)
-		delete(c.entries, en.key)
+		c.remove(el)
 	}
 	if en.bytes > c.budget {
 		return
@@ -179,10 +222,7 @@ func (c *SessionCache) put(en *cacheEntry) {
 	c.entries[en.key] = c.lru.PushFront(en)
 	c.bytes += en.bytes
 	for c.bytes > c.budget {
-		old := c.lru.Back().Value.(*cacheEntry)
-		c.lru.Remove(c.lru.Back())
-		delete(c.entries, old.key)
-		c.bytes -= old.bytes
+		c.remove(c.lru.Back())
 	}
 }
 
@@ -194,6 +234,11 @@ const lookBack = 64
 // stepsRoom is the room a resumed parse leaves for new steps after the
 // restored ones: a turn adds one or two, and the cache keeps what is left.
 const stepsRoom = 4
+
+// roomFor is the room for new steps an entry of n steps may keep: its
+// steps grow in place (see SessionCache.lease), and this room makes
+// copying them on growth cost a few steps a turn.
+func roomFor(n int) int { return stepsRoom + n/32 }
 
 // sessionParse is one cached parse: the entry it resumes from, if any,
 // and the entry it leaves.
@@ -211,9 +256,13 @@ type sessionParse struct {
 	base      int // steps taken over from prev
 	held      int // memory of those steps' strings
 	calls     int // calls in those steps
-	engine    *Engine
-	digest    bool
-	done      *cacheEntry
+	// was is what the last lookBack steps taken over were before this
+	// parse: prev's own when it copied them, else a copy in tail.
+	was    []Step
+	tail   [lookBack]Step
+	engine *Engine
+	digest bool
+	done   *cacheEntry
 }
 
 // historyKey is the member of a body of api that holds its history.
@@ -315,6 +364,9 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 		return rawjson.SkipSpace(arr, 1), 0, last
 	}
 	sp.arr = p.offset(arr)
+	if sp.prev != nil && !p.restore(sp.prev) {
+		sp.prev = nil // another request of the session is extending it
+	}
 	if sp.prev == nil {
 		// The cache keeps the arena as long as the session: it grows in
 		// chunks, not sized for the body, most of which (a system prompt,
@@ -322,7 +374,6 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 		p.ar = newArena(min(len(p.src)+1024, arenaChunk))
 		return rawjson.SkipSpace(arr, 1), 0, last
 	}
-	p.restore(sp.prev)
 	// The new messages' strings fit in their own bytes, and the cache
 	// keeps this arena for the session: no 4 KiB minimum per turn, and
 	// small chunks should a turn need more (primary arguments are copies).
@@ -331,19 +382,38 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 	return rawjson.SkipSpace(arr, sp.region), sp.n, sp.last
 }
 
-// restore takes over prev's steps and state. The steps are copied into
-// memory of this parse's own, and the calls of those it may write too:
-// pairing a result (findCall: a call of the last lookBack steps with none
-// yet) or adding to the last step writes there, and prev is shared with
-// other requests of the session. The calls of other steps stay shared,
-// and nothing writes them (compact, forget).
-func (p *parser) restore(prev *cacheEntry) {
+// restore takes over prev's steps and state; false when another parse
+// leased prev (see SessionCache.lease). Leased, prev's steps are extended
+// in place; else they are copied into memory of this parse's own, as
+// others read them. Either way the calls of the steps this parse may
+// write are copied: pairing a result (findCall: a call of the last
+// lookBack steps with none yet) or adding to the last step writes there,
+// and calls are shared with the session's earlier trajectories. The calls
+// of other steps stay shared, and nothing writes them (compact, forget).
+func (p *parser) restore(prev *cacheEntry) bool {
+	own, ok := prev.cache.lease(prev)
+	if !ok {
+		return false
+	}
 	sp := p.sess
 	sp.base, sp.held, sp.calls = len(prev.steps), prev.held, prev.calls
 	sp.region, sp.n, sp.last = prev.prefix, prev.n, prev.last
-	steps := make([]Step, len(prev.steps), len(prev.steps)+stepsRoom)
-	copy(steps, prev.steps)
-	from := max(0, len(steps)-lookBack)
+	n := len(prev.steps)
+	from := max(0, n-lookBack)
+	steps := prev.steps
+	switch {
+	case !own:
+		steps = make([]Step, n, n+stepsRoom)
+		copy(steps, prev.steps)
+		prev.cache.unlease(prev)
+		sp.was = prev.steps[from:]
+	case cap(steps)-n < stepsRoom:
+		steps = make([]Step, n, n+roomFor(n))
+		copy(steps, prev.steps)
+		fallthrough
+	default:
+		sp.was = append(sp.tail[:0], steps[from:]...)
+	}
 	writable := func(s int) bool {
 		for i := range steps[s].Calls {
 			if !steps[s].Calls[i].HasResult {
@@ -352,15 +422,15 @@ func (p *parser) restore(prev *cacheEntry) {
 		}
 		return s == len(steps)-1
 	}
-	n := 0
+	k := 0
 	for s := from; s < len(steps); s++ {
 		if writable(s) {
-			n += len(steps[s].Calls)
+			k += len(steps[s].Calls)
 		}
 	}
-	if n > 0 {
-		calls := make([]Call, n)
-		k := 0
+	if k > 0 {
+		calls := make([]Call, k)
+		k = 0
 		for s := from; s < len(steps); s++ {
 			src := steps[s].Calls
 			if len(src) == 0 || !writable(s) {
@@ -376,6 +446,7 @@ func (p *parser) restore(prev *cacheEntry) {
 	p.t.Steps = steps
 	p.t.Start = prev.start
 	p.lastAssistant, p.open = prev.lastAssistant, prev.open
+	return true
 }
 
 // note records message raw, a view of the history array, as the last one
@@ -406,25 +477,24 @@ func (sp *sessionParse) finish(p *parser) {
 		// this parse wrote: the new ones and the restored ones it may
 		// have changed.
 		lo, prevFrom := 0, 0
-		var prev []Step
 		if sp.prev != nil {
 			lo, prevFrom = max(0, sp.base-lookBack), sp.prev.from
-			prev = sp.prev.steps[lo:]
 		}
 		from, _ = sp.engine.reach(t)
 		held = sp.held
 		if end := min(from, sp.base); prevFrom < end {
 			held -= forget(t.Steps[prevFrom:end])
 		}
-		held += compact(t.Steps[lo:], prev, from-lo)
+		held += compact(t.Steps[lo:], sp.was, from-lo)
 		held -= sp.engine.unreport(t, lo, sp.base)
 	}
 	steps := t.Steps
-	if cap(steps)-len(steps) > stepsRoom {
+	if cap(steps)-len(steps) > roomFor(len(steps)) {
 		// Grown by appends (a full parse, or a turn of many steps): the
 		// cache would keep up to as many empty steps as full ones.
 		steps = slices.Clone(steps)
 	}
+	t.Steps = slices.Clip(t.Steps) // the room is the entry's
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
 		calls += len(t.Steps[s].Calls)
@@ -434,8 +504,7 @@ func (sp *sessionParse) finish(p *parser) {
 		prefix:        sp.region,
 		sum:           sum,
 		last:          sp.last,
-		steps:         slices.Clip(steps),
-		stepsCap:      cap(steps),
+		steps:         steps,
 		start:         t.Start,
 		calls:         calls,
 		lastAssistant: p.lastAssistant,

@@ -1,11 +1,17 @@
 package inspect
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // benchSession measures one turn of a session whose previous turn is in
-// the cache (warm) or whose cached history is another one (miss): parse
-// and inspect of the request that adds one call and its result to a
-// history of turns calls.
+// the cache (warm) or whose cached history is another one (miss): parse,
+// inspect and release (as the proxy does) of the request that adds one
+// call and its result to a history of turns calls. Before each turn the
+// previous turn's state is put back, as the request before left it: the
+// turn extends its steps in place, so this writes back the steps a turn
+// may write (see restore and finish), about 256 of them, and is timed.
 func benchSession(b *testing.B, turns int, warm bool) {
 	e, _ := NewEngine(DefaultConfig())
 	h, _ := splitHistory(b, ChatCompletions, benchBody(turns+1))
@@ -15,16 +21,22 @@ func benchSession(b *testing.B, turns int, warm bool) {
 	}
 	body := h.body(h.msgs)
 	c := NewSessionCache(1 << 30)
-	if _, err := e.ParseSession(c, "s", ChatCompletions, prevBody); err != nil {
+	tr, err := e.ParseSession(c, "s", ChatCompletions, prevBody)
+	if err != nil {
 		b.Fatal(err)
 	}
+	tr.Release()
 	prev := c.get("s")
+	keep := max(0, min(prev.from, len(prev.steps)-lookBack))
+	saved := slices.Clone(prev.steps[keep:])
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := processCPU()
 	for i := 0; i < b.N; i++ {
-		c.put(prev) // the previous turn's state, as the last request left it
+		copy(prev.steps[keep:], saved)
+		en := *prev
+		c.put(&en)
 		tr, err := e.ParseSession(c, "s", ChatCompletions, body)
 		if err != nil {
 			b.Fatal(err)
@@ -32,6 +44,7 @@ func benchSession(b *testing.B, turns int, warm bool) {
 		if v := e.Inspect(tr); v.Loop {
 			b.Fatal("healthy history reported as a loop")
 		}
+		tr.Release()
 	}
 	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 	st := c.Stats()

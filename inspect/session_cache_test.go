@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 // history is a request body split into its history array and the rest, so
@@ -124,8 +125,16 @@ func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API
 // through the cached and the uncached parse: grown turn by turn, then
 // edited, truncated, compacted, re-sent and grown at random. Every request
 // must yield the same trajectory and verdict both ways, and growing turns
-// must be served from the cache.
+// must be served from the cache. It runs with each trajectory released
+// once judged, as the proxy does (the next turn extends its steps in
+// place), and kept (the next turn copies them).
 func TestSessionCacheSameVerdicts(t *testing.T) {
+	for _, release := range []bool{true, false} {
+		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) { sameVerdicts(t, release) })
+	}
+}
+
+func sameVerdicts(t *testing.T, release bool) {
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -133,17 +142,25 @@ func TestSessionCacheSameVerdicts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(12, 1))
 	var hits uint64
 	cases := cacheCases(t)
+	check := func(c *SessionCache, api API, body []byte, what string) (got, want *Trajectory) {
+		t.Helper()
+		got, want = checkSame(t, e, c, "s", api, body, what)
+		if release {
+			got.Release()
+		}
+		return got, want
+	}
 	for _, cc := range cases {
 		c := NewSessionCache(64 << 20)
 		h, n := cc.h, len(cc.h.msgs)
 		// Turn by turn, as an agent sends it.
 		var prevGot, prevWant *Trajectory
 		for k := 1; k <= n; k++ {
-			got, want := checkSame(t, e, c, "s", h.api, h.body(h.msgs[:k]), fmt.Sprintf("%s grown to %d", cc.name, k))
-			// The next turn resumed from this one's state: it must not
-			// have written into this trajectory (pairing a result with
-			// one of its calls, say).
-			if prevGot != nil {
+			got, want := check(c, h.api, h.body(h.msgs[:k]), fmt.Sprintf("%s grown to %d", cc.name, k))
+			// The next turn resumed from this one's state: unless this
+			// one was released, it must not have written into this
+			// trajectory (pairing a result with one of its calls, say).
+			if prevGot != nil && !release {
 				if diff := cachedSame(e, prevGot, prevWant); diff != "" {
 					t.Fatalf("%s: turn %d changed turn %d's trajectory: %s", cc.name, k, k-1, diff)
 				}
@@ -174,16 +191,16 @@ func TestSessionCacheSameVerdicts(t *testing.T) {
 				what = "drop"
 			case op == 6: // a broken body that extends the history
 				body := h.body(append(cur[:len(cur):len(cur)], h.msgs[rng.IntN(n)]))
-				checkSame(t, e, c, "s", h.api, corrupt(body, rng), fmt.Sprintf("%s step %d (corrupt)", cc.name, step))
+				check(c, h.api, corrupt(body, rng), fmt.Sprintf("%s step %d (corrupt)", cc.name, step))
 				continue
 			default: // the same history again (a retry)
 				what = "resend"
 			}
-			checkSame(t, e, c, "s", h.api, h.body(cur), fmt.Sprintf("%s step %d (%s to %d messages)", cc.name, step, what, len(cur)))
+			check(c, h.api, h.body(cur), fmt.Sprintf("%s step %d (%s to %d messages)", cc.name, step, what, len(cur)))
 		}
 		// Another session's history under the same key.
 		other := cases[rng.IntN(len(cases))].h
-		checkSame(t, e, c, "s", other.api, other.body(other.msgs), cc.name+" then another history")
+		check(c, other.api, other.body(other.msgs), cc.name+" then another history")
 		hits += c.Stats().Hits
 	}
 	if hits == 0 {
@@ -226,6 +243,7 @@ func cachedSame(e *Engine, got, want *Trajectory) string {
 	settle(want)
 	from, _ := e.reach(want)
 	g := *got
+	g.lease = nil
 	g.Steps = slices.Clone(got.Steps)
 	for s := range g.Steps {
 		gs := &g.Steps[s]
@@ -361,7 +379,9 @@ func corrupt(body []byte, rng *rand.Rand) []byte {
 
 // TestSessionCacheConcurrentTurns sends the turns of one session from
 // several goroutines at once, inspecting each trajectory while others
-// resume from it: under -race, a write into a shared step shows, and every
+// resume from it, half of them releasing theirs once judged (the next
+// turn may then lease the entry and extend its steps in place): under
+// -race, a write into steps another request reads shows, and every
 // verdict must still be the full parse's.
 func TestSessionCacheConcurrentTurns(t *testing.T) {
 	e, err := NewEngine(DefaultConfig())
@@ -394,6 +414,9 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 					errs <- fmt.Sprintf("turn %d: %v; want %v", k, v.Detections, want[k].Detections)
 					return
 				}
+				if g%2 == 0 {
+					tr.Release()
+				}
 			}
 		}()
 	}
@@ -404,6 +427,46 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 	}
 	if c.Stats().Hits == 0 {
 		t.Error("no turn was served from the cache")
+	}
+}
+
+// TestSessionCacheLeasedTurns: a session whose trajectories are released
+// once judged extends one steps array in place turn after turn (copying
+// it only to grow it: most turns, stepsRoom at a time at first), and
+// judges every turn as uncached; one whose
+// trajectories are kept copies its steps every turn, leaving each
+// trajectory as it was.
+func TestSessionCacheLeasedTurns(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(300))
+	for _, release := range []bool{true, false} {
+		c := NewSessionCache(64 << 20)
+		var prev *Trajectory
+		inPlace, turns, requests := 0, 0, 0
+		for k := 2; k <= len(h.msgs); k += 2 {
+			requests++
+			got, _ := checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("release %v, grown to %d", release, k))
+			if prev != nil && len(prev.Steps) > 0 {
+				turns++
+				if unsafe.SliceData(got.Steps) == unsafe.SliceData(prev.Steps) {
+					inPlace++
+				}
+			}
+			if release {
+				got.Release()
+			}
+			prev = got
+		}
+		t.Logf("release %v: %d of %d turns extended the previous steps in place", release, inPlace, turns)
+		if release && inPlace < turns*2/3 || !release && inPlace > 0 {
+			t.Errorf("release %v: %d of %d turns extended the previous turn's steps in place", release, inPlace, turns)
+		}
+		if st := c.Stats(); st.Hits != uint64(requests-1) {
+			t.Errorf("release %v: stats %+v; want %d hits", release, st, requests-1)
+		}
 	}
 }
 

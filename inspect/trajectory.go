@@ -23,6 +23,23 @@ type Trajectory struct {
 
 	// meta is the metadata-argument list the fingerprints were made with.
 	meta []string
+	// lease is the session cache's entry whose steps Steps are, until
+	// Release.
+	lease *cacheEntry
+}
+
+// Release tells the session cache that t is no longer read: the next turn
+// of t's session may then extend t's steps in place instead of copying
+// them (see SessionCache). Neither t nor anything it holds may be read
+// after Release, which is to be called once. A Trajectory not made by
+// Engine.ParseSession needs none; an unreleased one costs its session's
+// next turn a copy of its steps.
+func (t *Trajectory) Release() {
+	if t == nil || t.lease == nil {
+		return
+	}
+	t.lease.cache.unlease(t.lease)
+	t.lease = nil
 }
 
 // Layout holds byte offsets [start, end) into a chat-completions body: of

@@ -204,6 +204,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 		p.failOpen(&pl, "unreadable_history", err)
 		return pl
 	}
+	defer traj.Release() // the session's next turn extends its steps in place
 	verdict := p.engine.Inspect(traj)
 	if verdict.Err != nil {
 		p.failOpen(&pl, "detector", verdict.Err)
