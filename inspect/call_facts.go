@@ -113,10 +113,20 @@ func editFactsOf(f *callFacts, args string) {
 
 // known returns the call's argument facts.
 func (c *Call) known() callFacts {
-	if c.argFacts.bits&factsKnown != 0 {
-		return c.argFacts
+	if c.argBits&factsKnown != 0 {
+		return c.storedFacts()
 	}
 	return argFactsOf(c)
+}
+
+// storedFacts are the facts stored in c (none: not known).
+func (c *Call) storedFacts() callFacts {
+	return callFacts{target: c.argTarget, edit: c.argEdit, bits: c.argBits}
+}
+
+// storeFacts stores f in c.
+func (c *Call) storeFacts(f callFacts) {
+	c.argTarget, c.argEdit, c.argBits = f.target, f.edit, f.bits
 }
 
 // facts returns the bits of the call's argument facts.

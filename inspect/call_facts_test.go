@@ -49,8 +49,8 @@ func TestCallFacts(t *testing.T) {
 			if got := c.known(); !sameFacts(got, want) {
 				t.Errorf("facts of a built call %s, want %s", showFacts(got), showFacts(want))
 			}
-			c.argFacts = argFactsOf(&c)
-			if got := c.argFacts; !sameFacts(got, want) {
+			c.storeFacts(argFactsOf(&c))
+			if got := c.storedFacts(); !sameFacts(got, want) {
 				t.Errorf("stored facts %s, want %s", showFacts(got), showFacts(want))
 			}
 		})
@@ -59,8 +59,8 @@ func TestCallFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := tr.Steps[0].Calls[0]; !sameFacts(c.argFacts, argFactsOf(&c)) || c.argFacts.bits&primaryRestores == 0 {
-		t.Errorf("parsed call's facts %s, want %s", showFacts(c.argFacts), showFacts(argFactsOf(&c)))
+	if c := tr.Steps[0].Calls[0]; !sameFacts(c.storedFacts(), argFactsOf(&c)) || c.storedFacts().bits&primaryRestores == 0 {
+		t.Errorf("parsed call's facts %s, want %s", showFacts(c.storedFacts()), showFacts(argFactsOf(&c)))
 	}
 }
 
@@ -146,11 +146,11 @@ func TestCallFactsCorpus(t *testing.T) {
 		for s := range tr.Steps {
 			for k := range tr.Steps[s].Calls {
 				c := &tr.Steps[s].Calls[k]
-				if want := callFactsRef(c); !sameFacts(c.argFacts, want) {
-					t.Errorf("%s step %d call %d: stored facts %s, want %s", cc.ID, s, k, showFacts(c.argFacts), showFacts(want))
+				if want := callFactsRef(c); !sameFacts(c.storedFacts(), want) {
+					t.Errorf("%s step %d call %d: stored facts %s, want %s", cc.ID, s, k, showFacts(c.storedFacts()), showFacts(want))
 				}
 				calls++
-				if c.argFacts.bits&(argsReplace|argsWrite) != 0 {
+				if c.storedFacts().bits&(argsReplace|argsWrite) != 0 {
 					edits++
 				}
 			}

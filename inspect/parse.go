@@ -436,7 +436,7 @@ func (p *parser) setArgs(c *Call, argText string) {
 	} else {
 		c.Args = p.ar.copy(trimmed)
 	}
-	c.argFacts = argFactsOf(c)
+	c.storeFacts(argFactsOf(c))
 	h := newFNV().str(c.Name).byte(0).str(c.Args)
 	c.Fingerprint = uint64(h)
 	if c.Primary != "" {
@@ -549,7 +549,7 @@ func (p *parser) findCall(rawID, fnName string) *Call {
 func (p *parser) setResult(c *Call, msg int, res string) {
 	c.HasResult = true
 	c.Result = res
-	c.ResultMessage = msg
+	c.ResultMessage = int32(msg)
 	// The result fingerprint is computed lazily (Call.ResultFingerprint):
 	// the detectors compare only recent and repeated results.
 	ei := classifyError(resultText(res))

@@ -753,7 +753,8 @@ func (h prefixHash) extend(prefix string) (prefixHash, uint64) {
 func (c *Call) copyTo(dst *Call) {
 	*dst = Call{
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
-		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint, argFacts: c.argFacts,
+		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint,
+		argTarget: c.argTarget, argEdit: c.argEdit, argBits: c.argBits,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
 		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest, resultFacts: c.resultFacts,
 		IsError: c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,

@@ -752,15 +752,22 @@ func TestSessionCacheHeapMatchesCount(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	for _, per := range []int{2, 4} { // messages a turn adds: one step, two
-		t.Run(fmt.Sprintf("%d messages a turn", per), func(t *testing.T) {
+	for _, tt := range []struct {
+		per     int  // messages a turn adds: one step, two
+		release bool // the trajectories are released (steps grown in place)
+	}{{2, true}, {4, true}, {2, false}, {4, false}} {
+		t.Run(fmt.Sprintf("%d messages a turn, release %v", tt.per, tt.release), func(t *testing.T) {
 			const sessions = 40
 			c := NewSessionCache(1 << 40)
 			before := heap()
 			for s := 0; s < sessions; s++ {
-				for k := 2; k <= len(h.msgs); k += per {
-					if _, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, bodies[k]); err != nil {
+				for k := 2; k <= len(h.msgs); k += tt.per {
+					tr, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, bodies[k])
+					if err != nil {
 						t.Fatal(err)
+					}
+					if tt.release {
+						tr.Release()
 					}
 				}
 			}
@@ -791,7 +798,7 @@ func growingHistory(turns int) history {
 }
 
 // sessionHeap grows sessions sessions of h turn by turn from its first
-// from messages (sent at once) and returns the heap each keeps alive, as
+// from messages (sent at once), releasing each trajectory and returns the heap each keeps alive, as
 // runtime.MemStats sees it, and the bytes the cache counts for one.
 func sessionHeap(t *testing.T, e *Engine, h history, from, sessions int) (held, counted int64) {
 	t.Helper()
@@ -806,9 +813,11 @@ func sessionHeap(t *testing.T, e *Engine, h history, from, sessions int) (held, 
 	before := heap()
 	for s := 0; s < sessions; s++ {
 		for k := from; k <= len(h.msgs); k += 2 {
-			if _, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, h.body(h.msgs[:k])); err != nil {
+			tr, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, h.body(h.msgs[:k]))
+			if err != nil {
 				t.Fatal(err)
 			}
+			tr.Release() // as the proxy does
 		}
 	}
 	after := heap()
@@ -837,10 +846,10 @@ func TestSessionCacheHeapPerSession(t *testing.T) {
 		max  int64
 	}{
 		{"growing 20 turns", growingHistory(20), 2, 0},
-		{"growing 100 turns", growingHistory(100), 2, 40 << 10},
+		{"growing 100 turns", growingHistory(100), 2, 38 << 10},
 		{"growing 200 turns", growingHistory(200), 2, 0},
 		{"bench 20 turns", bench(20), 2, 0},
-		{"bench 57 turns", bench(57), 2, 28 << 10},
+		{"bench 57 turns", bench(57), 2, 26 << 10},
 		{"bench 200 turns", bench(200), 2, 0},
 		{"bench 1000 turns", bench(1000), 1900, 0},
 	} {

@@ -75,22 +75,26 @@ type Call struct {
 	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
 	PrimaryFingerprint uint64
 
-	// argFacts are facts of Args and Primary (see factsKnown).
-	argFacts callFacts
+	// argTarget, argEdit and argBits are the call's argument facts (a
+	// callFacts, see Call.known), stored apart so that the bits sit with
+	// the other one-byte fields.
+	argTarget uint64
+	argEdit   *editFacts
 
-	// The one-byte fields sit together: a SessionCache keeps a Call per
-	// turn of every session, and padding is a fifth of its size.
+	// The small fields sit together: a SessionCache keeps a Call per turn
+	// of every session, and padding was a fifth of its size.
 	HasResult bool // a tool message answered this call
 	IsError   bool
 	// resultFacts, when it has resultDigested, are the facts of a result
 	// a SessionCache dropped (see digestResult).
 	resultFacts uint8
+	argBits     uint8
+	// ResultMessage is the index of the tool message in request.messages, -1 if none.
+	ResultMessage int32
 
 	// Result is the result text as sent (content string or text parts
 	// joined); "" where a SessionCache keeps a digest instead.
 	Result string
-	// ResultMessage is the index of the tool message in request.messages, -1 if none.
-	ResultMessage int
 	// resultFP caches ResultFingerprint (0: not computed yet). It is read
 	// and written atomically: Trajectories may be inspected concurrently.
 	resultFP uint64
