@@ -430,6 +430,73 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 	}
 }
 
+// TestSessionCacheConcurrentEdits is the property test with requests of
+// one session sent at once: goroutines grow, truncate, edit and re-send
+// its history at random, most releasing each trajectory once judged, so
+// that leases, copies and full parses of the same entry interleave. Every
+// request must yield the full parse's trajectory and verdict, and under
+// -race no request may write steps another reads.
+func TestSessionCacheConcurrentEdits(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(60))
+	n := len(h.msgs)
+	c := NewSessionCache(64 << 20)
+	var wg sync.WaitGroup
+	errs := make(chan string, 6)
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			cur := slices.Clone(h.msgs[:n/2])
+			for step := 0; step < 60; step++ {
+				switch op := rng.IntN(6); {
+				case op <= 2 && len(cur) < n:
+					cur = append(cur, h.msgs[len(cur):min(n, len(cur)+1+rng.IntN(2))]...)
+				case op == 3 && len(cur) > 2:
+					cur = cur[:len(cur)-1-rng.IntN(3)]
+				case op == 4:
+					i := rng.IntN(len(cur))
+					cur = append(cur[:i:i], append([]json.RawMessage{editMessage(t, cur[i], false)}, cur[i+1:]...)...)
+				}
+				body := h.body(cur)
+				got, err := e.ParseSession(c, "s", ChatCompletions, body)
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				want, err := e.ParseAPI(ChatCompletions, body)
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				if diff := cachedSame(e, got, want); diff != "" {
+					errs <- fmt.Sprintf("goroutine %d step %d: %s", g, step, diff)
+					return
+				}
+				if gv, wv := e.Inspect(got), e.Inspect(want); !reflect.DeepEqual(gv, wv) {
+					errs <- fmt.Sprintf("goroutine %d step %d: verdict %v, want %v", g, step, gv.Detections, wv.Detections)
+					return
+				}
+				if g < 4 {
+					got.Release()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
+	}
+	if c.Stats().Hits == 0 {
+		t.Error("no request was served from the cache")
+	}
+}
+
 // TestSessionCacheLeasedTurns: a session whose trajectories are released
 // once judged extends one steps array in place turn after turn (copying
 // it only to grow it: most turns, stepsRoom at a time at first), and
@@ -709,17 +776,8 @@ func TestSessionCacheSyntaxErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := []json.RawMessage{json.RawMessage(`{"role":"system","content":"You are a coding agent."}`), json.RawMessage(`{"role":"user","content":"Fix the parser."}`)}
-	for i := 0; i < 8; i++ {
-		id := fmt.Sprintf("call_%d", i)
-		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("python parser_%d.py", i)})
-		call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Running it again.", "tool_calls": []any{
-			map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
-		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": id, "content": fmt.Sprintf(
-			"Traceback (most recent call last):\n  File \"parser_%d.py\", line %d\n    if x = 1:\n         ^\nSyntaxError: invalid syntax", i, 10+7*i)})
-		msgs = append(msgs, call, res)
-	}
-	h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+	h := syntaxErrorHistory(8, 0)
+	msgs := h.msgs
 	c := NewSessionCache(64 << 20)
 	for k := 1; k <= len(msgs); k++ {
 		checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
@@ -733,30 +791,58 @@ func TestSessionCacheSyntaxErrors(t *testing.T) {
 	}
 }
 
+// syntaxErrorHistory is turns calls of a script that fails with a syntax
+// error on another line each time, the traceback padded with pad lines of
+// output (the cache keeps such results' text, see keepsResult).
+func syntaxErrorHistory(turns, pad int) history {
+	msgs := []json.RawMessage{json.RawMessage(`{"role":"system","content":"You are a coding agent."}`), json.RawMessage(`{"role":"user","content":"Fix the parser."}`)}
+	out := strings.Repeat("collecting the parser's modules\n", pad)
+	for i := 0; i < turns; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		args, _ := json.Marshal(map[string]string{"command": fmt.Sprintf("python parser_%d.py", i)})
+		call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Running it again.", "tool_calls": []any{
+			map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": id, "content": fmt.Sprintf(
+			"%sTraceback (most recent call last):\n  File \"parser_%d.py\", line %d\n    if x = 1:\n         ^\nSyntaxError: invalid syntax", out, i, 10+7*i)})
+		msgs = append(msgs, call, res)
+	}
+	return history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+}
+
 // TestSessionCacheHeapMatchesCount: the bytes the cache counts are the
 // memory its sessions keep alive, whether turns add one step or several
-// (a turn's calls must not keep the parser's chunk of 64 alive).
+// (a turn's calls must not keep the parser's chunk of 64 alive), or one
+// message: a result then answers a call of the cached steps, and the text
+// the cache keeps of it (a syntax error's) must be moved out of the
+// parse's arena, whether the steps were copied or extended in place.
 func TestSessionCacheHeapMatchesCount(t *testing.T) {
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(60))
-	bodies := make([][]byte, len(h.msgs)+1)
-	for k := 1; k <= len(h.msgs); k++ {
-		bodies[k] = h.body(h.msgs[:k])
-	}
+	bench, _ := splitHistory(t, ChatCompletions, benchBody(60))
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
+	syntax := syntaxErrorHistory(30, 20)
 	for _, tt := range []struct {
-		per     int  // messages a turn adds: one step, two
+		name    string
+		h       history
+		per     int  // messages a turn adds: one step, two; one message
 		release bool // the trajectories are released (steps grown in place)
-	}{{2, true}, {4, true}, {2, false}, {4, false}} {
-		t.Run(fmt.Sprintf("%d messages a turn, release %v", tt.per, tt.release), func(t *testing.T) {
+	}{
+		{"bench", bench, 2, true}, {"bench", bench, 4, true}, {"bench", bench, 2, false}, {"bench", bench, 4, false},
+		{"syntax errors", syntax, 1, true}, {"syntax errors", syntax, 1, false},
+	} {
+		t.Run(fmt.Sprintf("%s, %d messages a turn, release %v", tt.name, tt.per, tt.release), func(t *testing.T) {
+			h := tt.h
+			bodies := make([][]byte, len(h.msgs)+1)
+			for k := 1; k <= len(h.msgs); k++ {
+				bodies[k] = h.body(h.msgs[:k])
+			}
 			const sessions = 40
 			c := NewSessionCache(1 << 40)
 			before := heap()
@@ -771,12 +857,13 @@ func TestSessionCacheHeapMatchesCount(t *testing.T) {
 					}
 				}
 			}
-			held, counted := int64(heap()-before), c.Stats().Bytes
+			held, counted := int64(heap())-int64(before), c.Stats().Bytes
 			t.Logf("%d sessions: %d bytes of heap, %d counted", sessions, held, counted)
 			if held > counted*13/10 {
 				t.Errorf("the sessions keep %d bytes alive, %.1fx the %d the cache counts", held, float64(held)/float64(counted), counted)
 			}
 			runtime.KeepAlive(c)
+			runtime.KeepAlive(bodies)
 		})
 	}
 }
