@@ -256,10 +256,9 @@ type sessionParse struct {
 	base      int // steps taken over from prev
 	held      int // memory of those steps' strings
 	calls     int // calls in those steps
-	// was is what the last lookBack steps taken over were before this
-	// parse: prev's own when it copied them, else a copy in tail.
-	was    []Step
-	tail   [lookBack]Step
+	// prior is what the steps taken over were before this parse.
+	prior  priorSteps
+	saved  [2]savedStep // prior.saved's first
 	engine *Engine
 	digest bool
 	done   *cacheEntry
@@ -401,19 +400,18 @@ func (p *parser) restore(prev *cacheEntry) bool {
 	n := len(prev.steps)
 	from := max(0, n-lookBack)
 	steps := prev.steps
+	sp.prior = priorSteps{n: n}
 	switch {
 	case !own:
 		steps = make([]Step, n, n+stepsRoom)
 		copy(steps, prev.steps)
 		prev.cache.unlease(prev)
-		sp.was = prev.steps[from:]
+		sp.prior.copied = prev.steps
 	case cap(steps)-n < stepsRoom:
 		steps = make([]Step, n, n+roomFor(n))
 		copy(steps, prev.steps)
-		fallthrough
-	default:
-		sp.was = append(sp.tail[:0], steps[from:]...)
 	}
+	sp.prior.saved = sp.saved[:0]
 	writable := func(s int) bool {
 		for i := range steps[s].Calls {
 			if !steps[s].Calls[i].HasResult {
@@ -436,6 +434,7 @@ func (p *parser) restore(prev *cacheEntry) bool {
 			if len(src) == 0 || !writable(s) {
 				continue // nil stays nil
 			}
+			sp.prior.save(s, steps[s])
 			for i := range src {
 				src[i].copyTo(&calls[k+i])
 			}
@@ -443,10 +442,48 @@ func (p *parser) restore(prev *cacheEntry) bool {
 			k += len(src)
 		}
 	}
+	if last := len(steps) - 1; last >= 0 && len(steps[last].Calls) == 0 {
+		sp.prior.save(last, steps[last]) // its text may be added to
+	}
 	p.t.Steps = steps
 	p.t.Start = prev.start
 	p.lastAssistant, p.open = prev.lastAssistant, prev.open
 	return true
+}
+
+// priorSteps tells what the steps a parse took over were before it wrote
+// any (see compact): the entry's when it copied them; when it extends
+// them in place, the ones restore let it write (copying their calls),
+// saved (in both cases), the others being as they were.
+type priorSteps struct {
+	n      int    // steps taken over
+	copied []Step // the entry's steps, when copied
+	saved  []savedStep
+}
+
+type savedStep struct {
+	at int
+	st Step
+}
+
+func (ps *priorSteps) save(at int, st Step) {
+	ps.saved = append(ps.saved, savedStep{at, st})
+}
+
+// at returns what step i of steps was, nil for one this parse added.
+func (ps *priorSteps) at(steps []Step, i int) *Step {
+	switch {
+	case i >= ps.n:
+		return nil
+	case ps.copied != nil:
+		return &ps.copied[i]
+	}
+	for k := range ps.saved {
+		if ps.saved[k].at == i {
+			return &ps.saved[k].st
+		}
+	}
+	return &steps[i]
 }
 
 // note records message raw, a view of the history array, as the last one
@@ -485,7 +522,7 @@ func (sp *sessionParse) finish(p *parser) {
 		if end := min(from, sp.base); prevFrom < end {
 			held -= forget(t.Steps[prevFrom:end])
 		}
-		held += compact(t.Steps[lo:], sp.was, from-lo)
+		held += compact(t.Steps, lo, &sp.prior, from)
 		held -= sp.engine.unreport(t, lo, sp.base)
 	}
 	steps := t.Steps
@@ -498,6 +535,10 @@ func (sp *sessionParse) finish(p *parser) {
 	calls := sp.calls
 	for s := sp.base; s < len(t.Steps); s++ {
 		calls += len(t.Steps[s].Calls)
+	}
+	for _, sv := range sp.prior.saved {
+		// Calls joined a step of the cache's (Responses).
+		calls += len(t.Steps[sv.at].Calls) - len(sv.st.Calls)
 	}
 	sp.done = &cacheEntry{
 		n:             sp.n,
@@ -519,13 +560,13 @@ func (sp *sessionParse) finish(p *parser) {
 // those before, which no rule reads (they are out of the reach), and the
 // steps' reasoning (no rule reads it); then it moves the strings the
 // steps got from this parse into one allocation of their size, so that
-// the cache keeps neither the parse's arena nor the tool output in it. A
-// string of step i that is prev[i]'s (a restored step) is already the
-// cache's. It returns the memory the steps' new strings and digests hold,
-// less that of the digests dropped.
-func compact(steps, prev []Step, from int) int {
+// the cache keeps neither the parse's arena nor the tool output in it.
+// It reads the steps from lo on; a string a step had before this parse
+// (prior) is already the cache's. It returns the memory the steps' new
+// strings, digests and edit facts hold, less that of the digests dropped.
+func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 	digests := 0
-	for i := range steps {
+	for i := lo; i < len(steps); i++ {
 		steps[i].Reasoning = ""
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
@@ -543,10 +584,11 @@ func compact(steps, prev []Step, from int) int {
 			}
 		}
 	}
+	edits := newEdits(steps, lo, prior) * int(unsafe.Sizeof(editFacts{}))
 	n := 0
-	eachNewString(steps, prev, func(s *string) { n += len(*s) }, func(*string, string) {})
+	eachNewString(steps, lo, prior, func(s *string) { n += len(*s) }, func(*string, string) {})
 	buf := make([]byte, 0, n)
-	eachNewString(steps, prev, func(s *string) {
+	eachNewString(steps, lo, prior, func(s *string) {
 		if *s == "" {
 			return
 		}
@@ -554,24 +596,23 @@ func compact(steps, prev []Step, from int) int {
 		buf = append(buf, *s...)
 		*s = unsafe.String(&buf[m], len(*s))
 	}, func(s *string, to string) { *s = to })
-	return n + digests
+	return n + digests + edits
 }
 
-// eachNewString calls own with each string of steps that is not prev's
-// (see compact), in order, or share with it and an equal string it may
+// eachNewString calls own with each string of the steps from lo on that
+// they did not have before (see compact), in order, or share with it and
+// an equal string it may
 // take instead: one the steps hold already (the previous step's text or
 // tool name, or the primary argument in the call's canonical arguments,
 // which often quote it). Agents repeat their narration and their tools,
 // and a call's strings are most of what a cached step holds. The choice
 // depends on the strings' values only, so that two walks, one before own
 // moves them and one while it does, choose alike.
-func eachNewString(steps, prev []Step, own func(*string), share func(*string, string)) {
-	for i := range steps {
+func eachNewString(steps []Step, lo int, prior *priorSteps, own func(*string), share func(*string, string)) {
+	for i := lo; i < len(steps); i++ {
 		st := &steps[i]
-		var ps, before *Step
-		if i < len(prev) {
-			ps = &prev[i]
-		}
+		var before *Step
+		ps := prior.at(steps, i)
 		if i > 0 {
 			before = &steps[i-1]
 		}
@@ -587,7 +628,7 @@ func eachNewString(steps, prev []Step, own func(*string), share func(*string, st
 		}
 		for k := range st.Calls {
 			c := &st.Calls[k]
-			var was *[6]*string
+			var was *[7]*string
 			if ps != nil && k < len(ps.Calls) {
 				w := ps.Calls[k].strings()
 				was = &w
@@ -606,6 +647,22 @@ func eachNewString(steps, prev []Step, own func(*string), share func(*string, st
 	}
 }
 
+// newEdits counts the edit facts of the calls of the steps from lo on
+// that they did not have before (see compact): the memory of the cache's
+// calls counts their strings and the calls, not these.
+func newEdits(steps []Step, lo int, prior *priorSteps) int {
+	n := 0
+	for i := lo; i < len(steps); i++ {
+		ps := prior.at(steps, i)
+		for k := range steps[i].Calls {
+			if e := steps[i].Calls[k].argEdit; e != nil && (ps == nil || k >= len(ps.Calls) || ps.Calls[k].argEdit != e) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // sameCalls reports whether a and b are the same calls in memory.
 func sameCalls(a, b []Call) bool {
 	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
@@ -614,7 +671,7 @@ func sameCalls(a, b []Call) bool {
 // repeated returns a string equal to *f, a string of call c of the step
 // after before, that the cache holds already, or is moving in the same
 // walk before *f: a tool name of before's calls, or the primary argument
-// where the canonical arguments quote it. "" if none.
+// or edited path where the canonical arguments quote it. "" if none.
 func repeated(f *string, c *Call, before *Step) string {
 	switch {
 	case f == &c.Name && before != nil:
@@ -623,9 +680,9 @@ func repeated(f *string, c *Call, before *Step) string {
 				return before.Calls[k].Name
 			}
 		}
-	case f == &c.Primary && c.Primary != "":
-		if at := strings.Index(c.Args, c.Primary); at >= 0 {
-			return c.Args[at : at+len(c.Primary)]
+	case f == &c.Primary || c.argEdit != nil && f == &c.argEdit.path:
+		if at := strings.Index(c.Args, *f); *f != "" && at >= 0 {
+			return c.Args[at : at+len(*f)]
 		}
 	}
 	return ""
@@ -712,10 +769,19 @@ func forget(steps []Step) int {
 	return freed
 }
 
-// strings are the call's string fields.
-func (c *Call) strings() [6]*string {
-	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, &c.ErrorText}
+// strings are the call's string fields, and the path its edit facts
+// name (a view of Args, see editFactsOf; else noString).
+func (c *Call) strings() [7]*string {
+	path := &noString
+	if c.argEdit != nil {
+		path = &c.argEdit.path
+	}
+	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, &c.ErrorText, path}
 }
+
+// noString stands for a string a call does not have; nothing writes it
+// (compact moves no empty string).
+var noString string
 
 // sameString reports whether a and b are the same bytes in memory.
 func sameString(a, b string) bool {

@@ -85,6 +85,7 @@ func cacheCases(t *testing.T) []cacheCase {
 			out = append(out, cacheCase{filepath.Base(f), h})
 		}
 	}
+	out = append(out, cacheCase{"writes", writesHistory(10)}, cacheCase{"syntax errors", syntaxErrorHistory(10, 2)})
 	return append(out, zoneHistories(DefaultConfig().Window)...)
 }
 
@@ -809,12 +810,30 @@ func syntaxErrorHistory(turns, pad int) history {
 	return history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
 }
 
+// writesHistory is a Responses history of turns steps, each an assistant
+// message and a call writing a file of about 2 KB, answered: sent one
+// item a turn, the call joins a step of the cached history.
+func writesHistory(turns int) history {
+	items := []json.RawMessage{json.RawMessage(`{"role":"user","content":"Write the service."}`)}
+	content := strings.Repeat("def handler(request):\n    return respond(request)\n", 40)
+	for i := 0; i < turns; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		msg, _ := json.Marshal(map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": fmt.Sprintf("Writing module %d.", i)}}})
+		args, _ := json.Marshal(map[string]string{"path": fmt.Sprintf("src/module_%d.py", i), "content": fmt.Sprintf("# module %d\n%s", i, content)})
+		call, _ := json.Marshal(map[string]any{"type": "function_call", "call_id": id, "name": "write_file", "arguments": string(args)})
+		out, _ := json.Marshal(map[string]any{"type": "function_call_output", "call_id": id, "output": "File written."})
+		items = append(items, msg, call, out)
+	}
+	return history{api: Responses, key: "input", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: items}
+}
+
 // TestSessionCacheHeapMatchesCount: the bytes the cache counts are the
 // memory its sessions keep alive, whether turns add one step or several
 // (a turn's calls must not keep the parser's chunk of 64 alive), or one
-// message: a result then answers a call of the cached steps, and the text
-// the cache keeps of it (a syntax error's) must be moved out of the
-// parse's arena, whether the steps were copied or extended in place.
+// message: a result then answers a call of the cached steps, or a call
+// joins the cached last step (Responses), and the text the cache keeps of
+// them (a syntax error's, the call's) must be moved out of the parse's
+// arena, whether the steps were copied or extended in place.
 func TestSessionCacheHeapMatchesCount(t *testing.T) {
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
@@ -827,7 +846,7 @@ func TestSessionCacheHeapMatchesCount(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	syntax := syntaxErrorHistory(30, 20)
+	syntax, writes := syntaxErrorHistory(30, 20), writesHistory(20)
 	for _, tt := range []struct {
 		name    string
 		h       history
@@ -836,6 +855,7 @@ func TestSessionCacheHeapMatchesCount(t *testing.T) {
 	}{
 		{"bench", bench, 2, true}, {"bench", bench, 4, true}, {"bench", bench, 2, false}, {"bench", bench, 4, false},
 		{"syntax errors", syntax, 1, true}, {"syntax errors", syntax, 1, false},
+		{"writes", writes, 1, true}, {"writes", writes, 1, false},
 	} {
 		t.Run(fmt.Sprintf("%s, %d messages a turn, release %v", tt.name, tt.per, tt.release), func(t *testing.T) {
 			h := tt.h
@@ -848,7 +868,7 @@ func TestSessionCacheHeapMatchesCount(t *testing.T) {
 			before := heap()
 			for s := 0; s < sessions; s++ {
 				for k := 2; k <= len(h.msgs); k += tt.per {
-					tr, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, bodies[k])
+					tr, err := e.ParseSession(c, fmt.Sprint(s), h.api, bodies[k])
 					if err != nil {
 						t.Fatal(err)
 					}
