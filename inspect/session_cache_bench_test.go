@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -11,7 +12,8 @@ import (
 // call and its result to a history of turns calls. Before each turn the
 // previous turn's state is put back, as the request before left it: the
 // turn extends its steps in place, so this writes back the steps a turn
-// may write (see restore and finish), about 256 of them, and is timed.
+// may write (see restore and finish: the last lookBack, and those whose
+// results leave the reach), which is timed.
 func benchSession(b *testing.B, turns int, warm bool) {
 	e, _ := NewEngine(DefaultConfig())
 	h, _ := splitHistory(b, ChatCompletions, benchBody(turns+1))
@@ -27,16 +29,23 @@ func benchSession(b *testing.B, turns int, warm bool) {
 	}
 	tr.Release()
 	prev := c.get("s")
-	keep := max(0, min(prev.from, len(prev.steps)-lookBack))
-	saved := slices.Clone(prev.steps[keep:])
+	n := len(prev.steps)
+	pristine := slices.Clone(prev.steps)
+	// The reach moves on by the steps of the turn's one call.
+	left := slices.Clone(prev.steps[prev.from:min(n, prev.from+stepsRoom)])
+	last := slices.Clone(prev.steps[max(0, n-lookBack):])
+	reset := func() {
+		copy(prev.steps[prev.from:], left)
+		copy(prev.steps[max(0, n-lookBack):], last)
+		en := *prev
+		c.put(&en)
+	}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := processCPU()
 	for i := 0; i < b.N; i++ {
-		copy(prev.steps[keep:], saved)
-		en := *prev
-		c.put(&en)
+		reset()
 		tr, err := e.ParseSession(c, "s", ChatCompletions, body)
 		if err != nil {
 			b.Fatal(err)
@@ -47,7 +56,11 @@ func benchSession(b *testing.B, turns int, warm bool) {
 		tr.Release()
 	}
 	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	b.StopTimer()
 	st := c.Stats()
+	if reset(); !reflect.DeepEqual(prev.steps[:n], pristine) {
+		b.Fatal("the turns wrote steps the benchmark does not put back")
+	}
 	if warm != (st.Hits > 0) || warm == (st.Misses > 1) {
 		b.Fatalf("stats %+v: the benchmark did not take the path it names", st)
 	}
