@@ -399,25 +399,38 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 		}
 		want[k] = e.Inspect(tr)
 	}
+	concurrently(t, 8, func(g int) string {
+		for k := 1 + g%3; k <= len(h.msgs); k++ {
+			tr, err := e.ParseSession(c, "s", ChatCompletions, h.body(h.msgs[:k]))
+			if err != nil {
+				return err.Error()
+			}
+			if v := e.Inspect(tr); !reflect.DeepEqual(v, want[k]) {
+				return fmt.Sprintf("turn %d: %v; want %v", k, v.Detections, want[k].Detections)
+			}
+			if g%2 == 0 {
+				tr.Release()
+			}
+		}
+		return ""
+	})
+	if c.Stats().Hits == 0 {
+		t.Error("no turn was served from the cache")
+	}
+}
+
+// concurrently runs f(0) .. f(n-1) at once and fails t with the messages
+// they return ("": passed).
+func concurrently(t *testing.T, n int, f func(g int) string) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan string, 8)
-	for g := 0; g < 8; g++ {
+	errs := make(chan string, n)
+	for g := 0; g < n; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := 1 + g%3; k <= len(h.msgs); k++ {
-				tr, err := e.ParseSession(c, "s", ChatCompletions, h.body(h.msgs[:k]))
-				if err != nil {
-					errs <- err.Error()
-					return
-				}
-				if v := e.Inspect(tr); !reflect.DeepEqual(v, want[k]) {
-					errs <- fmt.Sprintf("turn %d: %v; want %v", k, v.Detections, want[k].Detections)
-					return
-				}
-				if g%2 == 0 {
-					tr.Release()
-				}
+			if msg := f(g); msg != "" {
+				errs <- msg
 			}
 		}()
 	}
@@ -425,9 +438,6 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 	close(errs)
 	for msg := range errs {
 		t.Error(msg)
-	}
-	if c.Stats().Hits == 0 {
-		t.Error("no turn was served from the cache")
 	}
 }
 
@@ -445,54 +455,40 @@ func TestSessionCacheConcurrentEdits(t *testing.T) {
 	h, _ := splitHistory(t, ChatCompletions, benchBody(60))
 	n := len(h.msgs)
 	c := NewSessionCache(64 << 20)
-	var wg sync.WaitGroup
-	errs := make(chan string, 6)
-	for g := 0; g < 6; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 7))
-			cur := slices.Clone(h.msgs[:n/2])
-			for step := 0; step < 60; step++ {
-				switch op := rng.IntN(6); {
-				case op <= 2 && len(cur) < n:
-					cur = append(cur, h.msgs[len(cur):min(n, len(cur)+1+rng.IntN(2))]...)
-				case op == 3 && len(cur) > 2:
-					cur = cur[:len(cur)-1-rng.IntN(3)]
-				case op == 4:
-					i := rng.IntN(len(cur))
-					cur = append(cur[:i:i], append([]json.RawMessage{editMessage(t, cur[i], false)}, cur[i+1:]...)...)
-				}
-				body := h.body(cur)
-				got, err := e.ParseSession(c, "s", ChatCompletions, body)
-				if err != nil {
-					errs <- err.Error()
-					return
-				}
-				want, err := e.ParseAPI(ChatCompletions, body)
-				if err != nil {
-					errs <- err.Error()
-					return
-				}
-				if diff := cachedSame(e, got, want); diff != "" {
-					errs <- fmt.Sprintf("goroutine %d step %d: %s", g, step, diff)
-					return
-				}
-				if gv, wv := e.Inspect(got), e.Inspect(want); !reflect.DeepEqual(gv, wv) {
-					errs <- fmt.Sprintf("goroutine %d step %d: verdict %v, want %v", g, step, gv.Detections, wv.Detections)
-					return
-				}
-				if g < 4 {
-					got.Release()
-				}
+	concurrently(t, 6, func(g int) string {
+		rng := rand.New(rand.NewPCG(uint64(g), 7))
+		cur := slices.Clone(h.msgs[:n/2])
+		for step := 0; step < 60; step++ {
+			switch op := rng.IntN(6); {
+			case op <= 2 && len(cur) < n:
+				cur = append(cur, h.msgs[len(cur):min(n, len(cur)+1+rng.IntN(2))]...)
+			case op == 3 && len(cur) > 2:
+				cur = cur[:len(cur)-1-rng.IntN(3)]
+			case op == 4:
+				i := rng.IntN(len(cur))
+				cur = append(cur[:i:i], append([]json.RawMessage{editMessage(t, cur[i], false)}, cur[i+1:]...)...)
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for msg := range errs {
-		t.Error(msg)
-	}
+			body := h.body(cur)
+			got, err := e.ParseSession(c, "s", ChatCompletions, body)
+			if err != nil {
+				return err.Error()
+			}
+			want, err := e.ParseAPI(ChatCompletions, body)
+			if err != nil {
+				return err.Error()
+			}
+			if diff := cachedSame(e, got, want); diff != "" {
+				return fmt.Sprintf("goroutine %d step %d: %s", g, step, diff)
+			}
+			if gv, wv := e.Inspect(got), e.Inspect(want); !reflect.DeepEqual(gv, wv) {
+				return fmt.Sprintf("goroutine %d step %d: verdict %v, want %v", g, step, gv.Detections, wv.Detections)
+			}
+			if g < 4 {
+				got.Release()
+			}
+		}
+		return ""
+	})
 	if c.Stats().Hits == 0 {
 		t.Error("no request was served from the cache")
 	}
@@ -501,15 +497,14 @@ func TestSessionCacheConcurrentEdits(t *testing.T) {
 // TestSessionCacheLeasedTurns: a session whose trajectories are released
 // once judged extends one steps array in place turn after turn (copying
 // it only to grow it: most turns, stepsRoom at a time at first), and
-// judges every turn as uncached; one whose
-// trajectories are kept copies its steps every turn, leaving each
-// trajectory as it was.
+// judges every turn as uncached; one whose trajectories are kept copies
+// its steps every turn.
 func TestSessionCacheLeasedTurns(t *testing.T) {
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(300))
+	h, _ := splitHistory(t, ChatCompletions, benchBody(150))
 	for _, release := range []bool{true, false} {
 		c := NewSessionCache(64 << 20)
 		var prev *Trajectory
