@@ -407,7 +407,7 @@ func (p *parser) restore(prev *cacheEntry) bool {
 		copy(steps, prev.steps)
 		prev.cache.unlease(prev)
 		sp.prior.copied = prev.steps
-	case cap(steps)-n < stepsRoom:
+	case cap(steps) == n:
 		steps = make([]Step, n, n+roomFor(n))
 		copy(steps, prev.steps)
 	}
