@@ -193,6 +193,5 @@ func (p *parser) markError(c *Call) {
 	if len(p.ar.buf)-m > 240 {
 		p.ar.buf = p.ar.buf[:m+240]
 	}
-	c.ErrorText = p.ar.since(m)
-	c.ErrorSignature = hashString(c.ErrorText) | 1 // never 0: 0 means "no error"
+	c.setError(p.ar.since(m))
 }

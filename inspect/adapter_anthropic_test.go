@@ -90,14 +90,14 @@ func TestParseAnthropic(t *testing.T) {
 				}
 				for k, wc := range w.calls {
 					gc := g.Calls[k]
-					got := call{gc.ID, gc.Name, gc.Args, gc.Result, gc.IsError, gc.ErrorText}
+					got := call{gc.ID, gc.Name, gc.Args, gc.Result, gc.IsError, gc.ErrorText()}
 					if !wc.isErr {
 						got.errText = wc.errText // only checked for errors
 					}
 					if got != wc {
 						t.Errorf("step %d call %d = %+v; want %+v", i, k, got, wc)
 					}
-					if gc.IsError && gc.ErrorSignature == 0 {
+					if gc.IsError && gc.ErrorSignature() == 0 {
 						t.Errorf("step %d call %d: error without a signature", i, k)
 					}
 				}

@@ -33,7 +33,7 @@ func sameTrajectory(t *testing.T, got, want *Trajectory) {
 			if gc.ID != wc.ID || gc.Name != wc.Name || gc.Args != wc.Args || gc.Primary != wc.Primary ||
 				gc.Fingerprint != wc.Fingerprint || gc.PrimaryFingerprint != wc.PrimaryFingerprint ||
 				gc.HasResult != wc.HasResult || gc.Result != wc.Result || gc.IsError != wc.IsError ||
-				gc.ErrorSignature != wc.ErrorSignature || gc.ErrorText != wc.ErrorText {
+				gc.ErrorSignature() != wc.ErrorSignature() || gc.ErrorText() != wc.ErrorText() {
 				t.Errorf("step %d call %d = %+v; want %+v", i, k, gc, wc)
 			}
 		}

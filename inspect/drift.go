@@ -71,7 +71,7 @@ func (in *inspection) paramDrift() (Detection, bool) {
 	case known > 0 && allErr && !L.look:
 		d.Score = grow(0.8, warnStep, len(idx), thr, warnCap)
 		d.Evidence = in.evidence(idx)
-		d.Evidence.Error = ref.c.ErrorText
+		d.Evidence.Error = ref.c.ErrorText()
 	case known == 0:
 		d.Score = grow(warnBase, warnStep, len(idx), thr, warnCap)
 		d.Evidence = in.evidence(idx)

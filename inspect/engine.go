@@ -280,14 +280,14 @@ func (in *inspection) collect() {
 			if c.HasResult {
 				x.has = true
 				x.isErr = c.IsError
-				x.err = c.ErrorSignature
+				x.err = c.ErrorSignature()
 				if !x.isErr && len(in.e.patterns) > 0 && in.matchesPattern(c.Result) {
 					x.isErr = true
 					x.err = hashString("pattern\x00"+c.Name) | 1
 				}
 				// An error with only an exit status says nothing about
 				// what failed ("grep" finding nothing exits 1).
-				x.meaningful = x.isErr && meaningfulError(c.ErrorText)
+				x.meaningful = x.isErr && meaningfulError(c.ErrorText())
 				// A call that only looks and shows content (a log tail with
 				// an ERROR line in it) did not fail: what it shows may change.
 				x.look = x.isErr && c.onlyLooks() && c.showsLines()
@@ -455,7 +455,7 @@ func withOutcome(ev *Evidence, c *Call) {
 		return
 	}
 	if c.IsError {
-		ev.Error = c.ErrorText
+		ev.Error = c.ErrorText()
 	}
 	ev.Result = c.outcome()
 }

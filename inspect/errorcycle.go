@@ -75,8 +75,8 @@ func (in *inspection) errorCycle() (Detection, bool) {
 		// not hit the cause yet, not a loop.
 		d.Score, d.Evidence.NoProgress = progressScore, false
 	}
-	d.Evidence.Error = evs[r].c.ErrorText
-	d.Evidence.Element = shorten(evs[r].c.ErrorText, 80)
+	d.Evidence.Error = evs[r].c.ErrorText()
+	d.Evidence.Element = shorten(evs[r].c.ErrorText(), 80)
 	withOutcome(&d.Evidence, evs[r].c)
 	return d, true
 }
@@ -102,7 +102,7 @@ func (in *inspection) failedBefore(x *ev, idx []int, targets []uint64) bool {
 // as in a notebook cell): the signature drops line numbers, yet a moving
 // syntax error in new code is debugging progress (OpenHands' stuck tests).
 func (in *inspection) syntaxErrorMoves(idx []int) bool {
-	e := in.evs[idx[len(idx)-1]].c.ErrorText
+	e := in.evs[idx[len(idx)-1]].c.ErrorText()
 	if !namesSyntaxError(e) {
 		return false
 	}

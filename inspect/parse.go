@@ -578,8 +578,7 @@ func (p *parser) setResult(c *Call, msg int, res string) {
 	if len(p.ar.buf)-m > 240 {
 		p.ar.buf = p.ar.buf[:m+240]
 	}
-	c.ErrorText = p.ar.since(m)
-	c.ErrorSignature = hashString(c.ErrorText) | 1 // never 0: 0 means "no error"
+	c.setError(p.ar.since(m))
 }
 
 // user handles a user-role message: a genuine human message starts a new

@@ -74,7 +74,7 @@ func (d *resultDigest) size() int {
 // keepsResult reports a result whose text a rule reads beyond the digest:
 // the error locations of syntax errors (inspection.syntaxErrorMoves).
 func keepsResult(c *Call) bool {
-	return c.IsError && namesSyntaxError(c.ErrorText)
+	return c.IsError && namesSyntaxError(c.ErrorText())
 }
 
 // namesSyntaxError reports an error text that names a syntax error.

@@ -563,7 +563,8 @@ func (sp *sessionParse) finish(p *parser) {
 // the cache keeps neither the parse's arena nor the tool output in it.
 // It reads the steps from lo on; a string a step had before this parse
 // (prior) is already the cache's. It returns the memory the steps' new
-// strings, digests and edit facts hold, less that of the digests dropped.
+// strings, digests, edit facts and errors hold, less that of the digests
+// dropped.
 func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 	digests := 0
 	for i := lo; i < len(steps); i++ {
@@ -584,7 +585,7 @@ func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 			}
 		}
 	}
-	edits := newEdits(steps, lo, prior) * int(unsafe.Sizeof(editFacts{}))
+	parts := callParts(steps, lo, prior)
 	n := 0
 	eachNewString(steps, lo, prior, func(s *string) { n += len(*s) }, func(*string, string) {})
 	buf := make([]byte, 0, n)
@@ -596,7 +597,7 @@ func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 		buf = append(buf, *s...)
 		*s = unsafe.String(&buf[m], len(*s))
 	}, func(s *string, to string) { *s = to })
-	return n + digests + edits
+	return n + digests + parts
 }
 
 // eachNewString calls own with each string of the steps from lo on that
@@ -647,16 +648,25 @@ func eachNewString(steps []Step, lo int, prior *priorSteps, own func(*string), s
 	}
 }
 
-// newEdits counts the edit facts of the calls of the steps from lo on
-// that they did not have before (see compact): the memory of the cache's
-// calls counts their strings and the calls, not these.
-func newEdits(steps []Step, lo int, prior *priorSteps) int {
+// callParts returns the memory of the edit facts and errors of the calls
+// of the steps from lo on that they did not have before (see compact):
+// the memory of the cache's calls counts their strings and the calls, not
+// these.
+func callParts(steps []Step, lo int, prior *priorSteps) int {
 	n := 0
 	for i := lo; i < len(steps); i++ {
 		ps := prior.at(steps, i)
 		for k := range steps[i].Calls {
-			if e := steps[i].Calls[k].argEdit; e != nil && (ps == nil || k >= len(ps.Calls) || ps.Calls[k].argEdit != e) {
-				n++
+			c := &steps[i].Calls[k]
+			var was *Call
+			if ps != nil && k < len(ps.Calls) {
+				was = &ps.Calls[k]
+			}
+			if c.argEdit != nil && (was == nil || was.argEdit != c.argEdit) {
+				n += int(unsafe.Sizeof(editFacts{}))
+			}
+			if c.fail != nil && (was == nil || was.fail != c.fail) {
+				n += int(unsafe.Sizeof(callError{}))
 			}
 		}
 	}
@@ -769,14 +779,18 @@ func forget(steps []Step) int {
 	return freed
 }
 
-// strings are the call's string fields, and the path its edit facts
-// name (a view of Args, see editFactsOf; else noString).
+// strings are the call's string fields, its error's text and the path
+// its edit facts name (a view of Args, see editFactsOf); noString for
+// those it has not.
 func (c *Call) strings() [7]*string {
-	path := &noString
+	errText, path := &noString, &noString
+	if c.fail != nil {
+		errText = &c.fail.text
+	}
 	if c.argEdit != nil {
 		path = &c.argEdit.path
 	}
-	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, &c.ErrorText, path}
+	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, errText, path}
 }
 
 // noString stands for a string a call does not have; nothing writes it
@@ -823,6 +837,6 @@ func (c *Call) copyTo(dst *Call) {
 		argTarget: c.argTarget, argEdit: c.argEdit, argBits: c.argBits,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
 		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest, resultFacts: c.resultFacts,
-		IsError: c.IsError, ErrorSignature: c.ErrorSignature, ErrorText: c.ErrorText,
+		IsError: c.IsError, fail: c.fail,
 	}
 }

@@ -61,7 +61,7 @@ func (in *inspection) testFixCycle() (Detection, bool) {
 		d.Score = grow(0.5, 0.04, len(idx), thr, 0.68)
 	}
 	d.Evidence.Threshold = thr
-	d.Evidence.Error = evs[r].c.ErrorText
+	d.Evidence.Error = evs[r].c.ErrorText()
 	withOutcome(&d.Evidence, evs[r].c)
 	return d, true
 }

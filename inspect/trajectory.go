@@ -101,9 +101,37 @@ type Call struct {
 	// digest holds the evidence text of a dropped result while a rule may
 	// report it; nil otherwise.
 	digest *resultDigest
-	// ErrorSignature hashes the normalised error (type + message); 0 if not an error.
-	ErrorSignature uint64
-	ErrorText      string // the normalised error line, shortened
+	// fail is the call's error, nil if none: most calls have none, and a
+	// SessionCache keeps a Call per turn of every session.
+	fail *callError
+}
+
+// callError is the error of a failed call.
+type callError struct {
+	signature uint64 // hashes text, never 0
+	text      string
+}
+
+// setError records the error of c, its normalised error line.
+func (c *Call) setError(text string) {
+	c.fail = &callError{signature: hashString(text) | 1, text: text}
+}
+
+// ErrorSignature hashes the normalised error (type + message); 0 if not an
+// error.
+func (c *Call) ErrorSignature() uint64 {
+	if c.fail == nil {
+		return 0
+	}
+	return c.fail.signature
+}
+
+// ErrorText is the normalised error line, shortened; "" if not an error.
+func (c *Call) ErrorText() string {
+	if c.fail == nil {
+		return ""
+	}
+	return c.fail.text
 }
 
 // ResultFingerprint hashes the normalised result (see appendNormalized), 0

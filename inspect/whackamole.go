@@ -63,7 +63,7 @@ func (in *inspection) whackAMole() (Detection, bool) {
 			idx = append(idx, at[j])
 		}
 		for j := len(seq) - p; j < len(seq); j++ {
-			errs = append(errs, evs[at[j]].c.ErrorText)
+			errs = append(errs, evs[at[j]].c.ErrorText())
 		}
 		d := Detection{Score: grow(strongBase, 0.03, cycles, in.lim.WhackCycles, 1), Evidence: in.evidence(idx)}
 		d.Evidence.Count, d.Evidence.Threshold, d.Evidence.NoProgress = cycles, in.lim.WhackCycles, true
