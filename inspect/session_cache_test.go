@@ -948,7 +948,7 @@ func TestSessionCacheHeapPerSession(t *testing.T) {
 		max  int64
 	}{
 		{"growing 20 turns", growingHistory(20), 2, 0},
-		{"growing 100 turns", growingHistory(100), 2, 38 << 10},
+		{"growing 100 turns", growingHistory(100), 2, 37 << 10},
 		{"growing 200 turns", growingHistory(200), 2, 0},
 		{"bench 20 turns", bench(20), 2, 0},
 		{"bench 57 turns", bench(57), 2, 26 << 10},
