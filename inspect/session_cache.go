@@ -28,8 +28,14 @@ import (
 // tool results, each replaced by a digest of what the rules read of it
 // (none before the detectors' reach, and no evidence text where no rule
 // can report it: evidenceZone), and the reasoning. Tool output is most of
-// a history: the cache holds about a fifth of it (37 KB a session of 100
+// a history: the cache holds about a fifth of it (35 KB a session of 100
 // tool turns, 156 KB), most of it the steps' Step and Call structs.
+//
+// A turn resuming from its session's entry adds the new steps to the
+// cached ones in place when nothing else reads them: the trajectory the
+// previous turn returned was released (Trajectory.Release) and no other
+// request of the session is reading the entry (see lease). Else it copies
+// them, and a request that finds the entry being extended parses in full.
 //
 // The cache is a local LRU bounded by a memory budget. It is safe for
 // concurrent use.
