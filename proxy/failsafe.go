@@ -102,40 +102,52 @@ func (r *streamRelay) fail(obs responseObserver, where string, p any) {
 	r.raw = true
 }
 
-// next reads the next event. A panic in the reader leaves the event's
-// bytes in rd.Buffered and sets raw.
-func (r *streamRelay) next() (ev sse.Event, err error) {
+// next reads the next event into ev. A panic in the reader leaves the
+// event's bytes in rd.Buffered, ev empty, and sets raw.
+//
+// next and nextBuffered fill ev rather than return an event: every open
+// stream waits for its upstream below relay, and the copies of returned
+// events made relay's frame three times as large (openStream).
+func (r *streamRelay) next() (err error) {
 	if r.raw {
-		return sse.Event{}, nil
+		r.ev = sse.Event{}
+		return nil
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.fail(nil, "sse", p)
-			ev, err = sse.Event{}, nil
+			r.ev, err = sse.Event{}, nil
 		}
 	}()
-	return r.rd.Next()
+	r.ev, err = r.rd.Next()
+	return err
 }
 
-// nextBuffered returns the next event when the reader holds all of it;
-// false when it must read first, or it panicked (then raw is set). With
-// read, it first reads what the upstream sent ahead and holds ready
-// (sse.Reader.ReadReady): that moves the reader's buffer, and the events
-// returned before are invalid after it.
-func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
+// nextBuffered reads the next event into ev when the reader holds all of
+// it; false when it must read first, or it panicked (then raw is set),
+// and ev is unchanged. With read, it first reads what the upstream sent
+// ahead and holds ready (sse.Reader.ReadReady): that moves the reader's
+// buffer, and the events returned before are invalid after it.
+func (r *streamRelay) nextBuffered(read bool) (ok bool) {
 	if r.raw {
-		return sse.Event{}, false
+		return false
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.fail(nil, "sse", p)
-			ev, ok = sse.Event{}, false
+			ok = false
 		}
 	}()
+	var ev sse.Event
 	if read {
-		return r.rd.ReadReady()
+		ev, ok = r.rd.ReadReady()
+	} else {
+		ev, ok = r.rd.NextBuffered()
 	}
-	return r.rd.NextBuffered()
+	if ok {
+		r.ev = ev
+	}
+	return ok
 }
 
 // event returns what the client gets for ev and whether the stream stops
