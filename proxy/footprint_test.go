@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestOpenStreamFootprint holds many inspected streams open through the
@@ -127,5 +128,14 @@ func openStreamsFootprint(t *testing.T, n int, viaProxy bool) footprint {
 		goroutines: float64(runtime.NumGoroutine()-g0) / float64(n),
 		heap:       float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n),
 		stack:      float64(int64(after.StackInuse)-int64(before.StackInuse)) / float64(n),
+	}
+}
+
+// TestObserverSize: every inspected open stream holds one answerObserver
+// (pooled), so it stays within the 2 KiB size class; it took 4 KiB when
+// arrivals were 24 bytes each.
+func TestObserverSize(t *testing.T) {
+	if size := unsafe.Sizeof(answerObserver{}); size > 2048 {
+		t.Errorf("answerObserver is %d bytes; want at most 2048", size)
 	}
 }
