@@ -131,10 +131,10 @@ func openStreamsFootprint(t *testing.T, n int, viaProxy bool) footprint {
 	}
 }
 
-// TestObserverSize: every inspected open stream holds one answerObserver
+// TestObserverFootprint: every inspected open stream holds one answerObserver
 // (pooled), so it stays within the 2 KiB size class; it took 4 KiB when
 // arrivals were 24 bytes each.
-func TestObserverSize(t *testing.T) {
+func TestObserverFootprint(t *testing.T) {
 	if size := unsafe.Sizeof(answerObserver{}); size > 2048 {
 		t.Errorf("answerObserver is %d bytes; want at most 2048", size)
 	}
