@@ -102,52 +102,40 @@ func (r *streamRelay) fail(obs responseObserver, where string, p any) {
 	r.raw = true
 }
 
-// next reads the next event into ev. A panic in the reader leaves the
-// event's bytes in rd.Buffered, ev empty, and sets raw.
-//
-// next and nextBuffered fill ev rather than return an event: every open
-// stream waits for its upstream below relay, and the copies of returned
-// events made relay's frame three times as large (openStream).
-func (r *streamRelay) next() (err error) {
+// next reads the next event. A panic in the reader leaves the event's
+// bytes in rd.Buffered and sets raw.
+func (r *streamRelay) next() (ev sse.Event, err error) {
 	if r.raw {
-		r.ev = sse.Event{}
-		return nil
+		return sse.Event{}, nil
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.fail(nil, "sse", p)
-			r.ev, err = sse.Event{}, nil
+			ev, err = sse.Event{}, nil
 		}
 	}()
-	r.ev, err = r.rd.Next()
-	return err
+	return r.rd.Next()
 }
 
-// nextBuffered reads the next event into ev when the reader holds all of
-// it; false when it must read first, or it panicked (then raw is set),
-// and ev is unchanged. With read, it first reads what the upstream sent
-// ahead and holds ready (sse.Reader.ReadReady): that moves the reader's
-// buffer, and the events returned before are invalid after it.
-func (r *streamRelay) nextBuffered(read bool) (ok bool) {
+// nextBuffered returns the next event when the reader holds all of it;
+// false when it must read first, or it panicked (then raw is set). With
+// read, it first reads what the upstream sent ahead and holds ready
+// (sse.Reader.ReadReady): that moves the reader's buffer, and the events
+// returned before are invalid after it.
+func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
 	if r.raw {
-		return false
+		return sse.Event{}, false
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.fail(nil, "sse", p)
-			ok = false
+			ev, ok = sse.Event{}, false
 		}
 	}()
-	var ev sse.Event
 	if read {
-		ev, ok = r.rd.ReadReady()
-	} else {
-		ev, ok = r.rd.NextBuffered()
+		return r.rd.ReadReady()
 	}
-	if ok {
-		r.ev = ev
-	}
-	return ok
+	return r.rd.NextBuffered()
 }
 
 // event returns what the client gets for ev and whether the stream stops

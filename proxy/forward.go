@@ -324,96 +324,64 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
 	// What the stream writer needs is copied out now: RequestCtx must not be
 	// touched once the handler has returned.
-	o := &openStream{s: s, ub: ub, obs: obs, conn: ctx.Conn(), status: status,
-		method: append([]byte(nil), ctx.Method()...), path: append([]byte(nil), ctx.Path()...),
-		start: start, headerLatency: headerLatency}
-	// An observer whose header panicked sees nothing of the stream.
-	dropped := obs != nil && !observed
-	o.rl = streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, s.cfg.Stream.MaxEventBytes), raw: dropped, ended: dropped}
-	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
-		o.timer = time.AfterFunc(d-time.Since(start), o.deadline)
-	}
-	s.obs.StreamOpened()
-	s.setStreamWriter(ctx, o.write)
-}
+	conn := ctx.Conn()
+	method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
+	maxEvent := s.cfg.Stream.MaxEventBytes
 
-// openStream is one streamed answer from the moment its headers are relayed
-// to its end. It lives on the heap, and write's frame holds only a pointer
-// to it: the connection's goroutine waits for every event below write, and
-// the garbage collector halves a waiting goroutine's stack only when less
-// than a quarter of it is in use. Kept shallow, an open stream's stack
-// shrinks back to 8 KiB after the request's inspection grew it to 16.
-type openStream struct {
-	s             *Server
-	ub            *upstreamBody
-	obs           responseObserver
-	conn          net.Conn
-	status        int
-	method, path  []byte
-	start         time.Time
-	headerLatency time.Duration
-	timer         *time.Timer // upstream.request_timeout; nil without one
-
-	// cause is why the stream was ended early (client gone, cut,
-	// deadline); the first one wins.
-	cause atomic.Pointer[error]
-	rl    streamRelay
-	st    relayStats
-}
-
-// abort ends the stream early for err; ub's Close is safe against the read
-// it interrupts.
-func (o *openStream) abort(err error) {
-	if o.cause.CompareAndSwap(nil, &err) {
-		o.ub.Close(err)
-	}
-}
-
-func (o *openStream) clientGone() { o.abort(errClientGone) }
-func (o *openStream) deadline()   { o.abort(errDeadline) }
-
-// write is the stream's body writer.
-func (o *openStream) write(w *bufio.Writer) {
-	watch := o.s.peers.watch(o.conn, o.clientGone)
-	if stop := o.rl.relay(w, o.ub, o.start, &o.st); stop != nil {
-		o.abort(stop)
-	}
-	o.finish(w, watch)
-}
-
-// finish writes what is left once the relay is over and accounts for the
-// stream.
-func (o *openStream) finish(w *bufio.Writer, watch *peerWatch) {
-	written, readErr := o.st.written, o.st.readErr
-	// The stream is over: what the observer held back (tail = "trim",
-	// held tool calls) goes out before anything of loopguard's own.
-	if tail := o.rl.end(); len(tail) > 0 {
-		n, _ := w.Write(tail)
-		written += int64(n)
-		_ = w.Flush()
-	}
-	c := o.cause.Load()
-	if readErr != nil && (c == nil || *c == errDeadline) {
-		// The upstream failed mid-stream: tell the client in-band, the
-		// only way left once the status line is sent (proxy-notes P9).
-		reason := readErr
-		if c != nil {
-			reason = *c
+	// abort ends the stream early (client gone, cut, deadline); the first
+	// cause wins, and ub's Close is safe against the read it interrupts.
+	var cause atomic.Pointer[error]
+	abort := func(err error) {
+		if cause.CompareAndSwap(nil, &err) {
+			ub.Close(err)
 		}
-		_, _ = w.Write(sseErrorEvent(reason))
-		_ = w.Flush()
 	}
-	watch.stop()
-	if o.timer != nil {
-		o.timer.Stop()
+	var timer *time.Timer
+	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
+		timer = time.AfterFunc(d-time.Since(start), func() { abort(errDeadline) })
 	}
-	final := readErr
-	if c != nil {
-		final = *c
-	}
-	o.ub.Close(final)
-	o.s.respond(o.obs, o.method, o.path, final, observe.ResponseInfo{Status: o.status, Streamed: true,
-		UpstreamLatency: o.headerLatency, TTFB: o.st.ttfb, Duration: time.Since(o.start), Events: o.st.events, Bytes: written})
+
+	s.obs.StreamOpened()
+	s.setStreamWriter(ctx, func(w *bufio.Writer) {
+		watch := s.peers.watch(conn, func() { abort(errClientGone) })
+		// An observer whose header panicked sees nothing of the stream.
+		dropped := obs != nil && !observed
+		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, maxEvent), raw: dropped, ended: dropped}
+		var st relayStats
+		if stop := rl.relay(w, ub, start, &st); stop != nil {
+			abort(stop)
+		}
+		written, readErr := st.written, st.readErr
+		// The stream is over: what the observer held back (tail = "trim",
+		// held tool calls) goes out before anything of loopguard's own.
+		if tail := rl.end(); len(tail) > 0 {
+			n, _ := w.Write(tail)
+			written += int64(n)
+			_ = w.Flush()
+		}
+		c := cause.Load()
+		if readErr != nil && (c == nil || *c == errDeadline) {
+			// The upstream failed mid-stream: tell the client in-band, the
+			// only way left once the status line is sent (proxy-notes P9).
+			reason := readErr
+			if c != nil {
+				reason = *c
+			}
+			_, _ = w.Write(sseErrorEvent(reason))
+			_ = w.Flush()
+		}
+		watch.stop()
+		if timer != nil {
+			timer.Stop()
+		}
+		final := readErr
+		if c != nil {
+			final = *c
+		}
+		ub.Close(final)
+		s.respond(obs, method, path, final, observe.ResponseInfo{Status: status, Streamed: true,
+			UpstreamLatency: headerLatency, TTFB: st.ttfb, Duration: time.Since(start), Events: st.events, Bytes: written})
+	})
 }
 
 // relayStats is what relay counts of a stream.
@@ -441,7 +409,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 	for {
 		var err error
 		if !ready {
-			err = r.next()
+			r.ev, err = r.next()
 		}
 		ready = false
 		if len(r.ev.Raw) > 0 {
@@ -455,19 +423,17 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				// out may alias the observer's buffer, which the next event
 				// reuses, or the reader's, which reading moves: keep a copy
 				// before either.
-				// (NextBuffered leaves both where they are: out survives
-				// the next event taking r.ev.)
-				ok := r.nextBuffered(false)
+				next, ok := r.nextBuffered(false)
 				if !ok && !r.raw && r.rd.Ready() {
 					batch = appendBatch(batch, out)
 					out = nil
-					ok = r.nextBuffered(true)
+					next, ok = r.nextBuffered(true)
 				}
 				if ok {
 					if out != nil {
 						batch = appendBatch(batch, out)
 					}
-					ready = true
+					r.ev, ready = next, true
 					continue
 				}
 			}
@@ -499,7 +465,26 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			}
 		}
 		if err == sse.ErrEventTooLarge || r.raw {
-			r.passRest(w, src, st)
+			// One event beyond stream.max_event_bytes (proxy-notes P8),
+			// or a panic while parsing or observing (fail open): stop
+			// parsing and pass the rest through as it comes, after what
+			// the observer held back.
+			n, err := w.Write(r.end())
+			st.written += int64(n)
+			if err == nil {
+				n, err = w.Write(r.buffered())
+				st.written += int64(n)
+			}
+			if err == nil {
+				buf := copyBufs.Get().(*[]byte)
+				var m int64
+				m, err = io.CopyBuffer(flushWriter{w}, src, *buf)
+				copyBufs.Put(buf)
+				st.written += m
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				st.readErr = err
+			}
 			return nil
 		}
 		if err != nil {
@@ -508,30 +493,6 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			}
 			return nil
 		}
-	}
-}
-
-// passRest stops parsing and passes the rest of the stream through as it
-// comes, after what the observer held back: one event was beyond
-// stream.max_event_bytes (proxy-notes P8), or parsing or observing panicked
-// (fail open). It is apart from relay, which it would make deeper while
-// every stream waits in it.
-func (r *streamRelay) passRest(w *bufio.Writer, src io.Reader, st *relayStats) {
-	n, err := w.Write(r.end())
-	st.written += int64(n)
-	if err == nil {
-		n, err = w.Write(r.buffered())
-		st.written += int64(n)
-	}
-	if err == nil {
-		buf := copyBufs.Get().(*[]byte)
-		var m int64
-		m, err = io.CopyBuffer(flushWriter{w}, src, *buf)
-		copyBufs.Put(buf)
-		st.written += m
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		st.readErr = err
 	}
 }
 
