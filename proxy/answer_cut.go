@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math"
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
@@ -24,9 +25,12 @@ type cutWatch struct {
 
 	// arrivals remembers when recent events came and how far choice 0's
 	// content and reasoning had got, to time a cut from the arrival of the
-	// first degenerate byte.
-	arrivals  [128]arrival
+	// first degenerate byte. Every inspected open stream holds it: an
+	// arrival is 12 bytes, its time counted from since, and 120 of them
+	// keep the observer within 2 KiB.
+	arrivals  [120]arrival
 	nArrivals int
+	since     int64 // unix nanoseconds
 
 	// cut is what ended the answer, nil while it goes on.
 	cut *inspect.Detection
@@ -39,8 +43,8 @@ type cutWatch struct {
 }
 
 type arrival struct {
-	at                 int64 // unix nanoseconds
-	content, reasoning int64
+	at                 uint32 // microseconds after since
+	content, reasoning uint32 // text offsets, at most math.MaxUint32
 }
 
 // add feeds what one event added to a watched choice and reports whether
@@ -69,9 +73,22 @@ func (w *cutWatch) add(u answerUpdate) bool {
 
 // arrive notes the time and choice 0's text offsets after an event.
 func (w *cutWatch) arrive() {
-	w.arrivals[w.nArrivals%len(w.arrivals)] = arrival{at: time.Now().UnixNano(), content: w.text, reasoning: w.reasoning}
+	now := time.Now().UnixNano()
+	if w.nArrivals == 0 {
+		w.since = now
+	}
+	at := (now - w.since) / 1e3
+	if at > math.MaxUint32 {
+		// 71 minutes into the answer: forget the older arrivals rather
+		// than count further (the oldest remembered bounds a delay).
+		w.since, at, w.nArrivals = now, 0, 0
+	}
+	w.arrivals[w.nArrivals%len(w.arrivals)] = arrival{at: uint32(at), content: offset32(w.text), reasoning: offset32(w.reasoning)}
 	w.nArrivals++
 }
+
+// offset32 is a text offset as an arrival keeps it.
+func offset32(n int64) uint32 { return uint32(min(n, math.MaxUint32)) }
 
 // watch feeds text to a (lazily created) detector and records a cut.
 func (w *cutWatch) watch(slot **inspect.Degeneration, text []byte) bool {
@@ -115,12 +132,12 @@ func (w *cutWatch) delay() time.Duration {
 		if w.slot == 2 {
 			end = a.reasoning
 		}
-		if end > w.offset {
+		if int64(end) > w.offset {
 			first = a.at
 			break
 		}
 	}
-	return w.at.Sub(time.Unix(0, first))
+	return w.at.Sub(time.Unix(0, w.since+int64(first)*1e3))
 }
 
 // reset readies w for another answer, keeping its detectors.

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loopguard/loopguard/inspect"
 )
 
 func TestCutWatch(t *testing.T) {
@@ -72,5 +74,36 @@ func TestCutWatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCutWatchArrivals: a cut's delay is timed from the arrival that
+// brought the first degenerate byte, as remembered in 12-byte arrivals; an
+// answer older than their clock's range starts them over.
+func TestCutWatchArrivals(t *testing.T) {
+	cfg := DefaultConfig().Detect.Stream
+	w := cutWatch{cfg: &cfg}
+	for range 3 {
+		w.add(answerUpdate{text: []byte("healthy ")})
+	}
+	// The arrivals so far came a second ago, the degeneration after them.
+	w.since -= int64(time.Second)
+	w.add(answerUpdate{text: []byte("loop ")})
+	w.cutAt(inspect.Detection{Category: inspect.TokenDegeneration, Score: 1}, 3*int64(len("healthy ")))
+	w.slot = 1
+	if d := w.delay(); d < 0 || d > 500*time.Millisecond {
+		t.Errorf("delay = %v; want the time since the fourth event (under 500ms), not since the first", d)
+	}
+	w.offset = 0
+	if d := w.delay(); d < time.Second || d > time.Minute {
+		t.Errorf("delay from the first byte = %v; want a second and a little", d)
+	}
+
+	// 72 minutes into the answer an arrival's clock would overflow: the
+	// arrivals start over at the newest.
+	w.since -= int64(72 * time.Minute)
+	w.add(answerUpdate{text: []byte("more ")})
+	if w.nArrivals != 1 || w.arrivals[0].at != 0 || w.arrivals[0].content != uint32(w.text) {
+		t.Errorf("after 72 minutes: %d arrivals, first %+v; want one at 0 with the text so far (%d)", w.nArrivals, w.arrivals[0], w.text)
 	}
 }

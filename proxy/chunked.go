@@ -21,6 +21,24 @@ type chunkedBody struct {
 	eof  bool
 }
 
+// chunkedReadBuf is the size of a chunked body's own reader (newChunkedBody):
+// room for a size line and for what one read brings of a stream's events.
+// The pooled reader that read the response headers (4 KiB) is given back.
+const chunkedReadBuf = 1 << 10
+
+// newChunkedBody decodes the chunked body that follows the response headers
+// pooled read from conn, through a reader of its own; pooled may be
+// released once it returns. What pooled holds past the headers is read
+// first.
+func newChunkedBody(pooled *bufio.Reader, conn io.Reader) *chunkedBody {
+	src := conn
+	if n := pooled.Buffered(); n > 0 {
+		held, _ := pooled.Peek(n)
+		src = io.MultiReader(bytes.NewReader(append([]byte(nil), held...)), conn)
+	}
+	return &chunkedBody{br: bufio.NewReaderSize(src, chunkedReadBuf)}
+}
+
 // errChunk is a chunked body whose framing is broken; the message never
 // carries the upstream's bytes.
 var errChunk = errors.New("the upstream sent a malformed chunked body")
@@ -161,16 +179,23 @@ func (c *chunkedBody) crlf() error {
 }
 
 // trailer reads the trailer section after the last chunk, up to the blank
-// line that ends the body; a bare LF ends a line, as fasthttp takes it.
+// line that ends the body; a bare LF ends a line, as fasthttp takes it. A
+// line longer than the reader's buffer is read on to its end.
 func (c *chunkedBody) trailer() error {
+	long := false // in a line that did not fit the buffer
 	for {
 		line, err := c.br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = true
+			continue
+		}
 		if err != nil {
 			return chunkReadError(err)
 		}
-		if len(line) == 1 || len(line) == 2 && line[0] == '\r' {
+		if !long && (len(line) == 1 || len(line) == 2 && line[0] == '\r') {
 			return nil
 		}
+		long = false
 	}
 }
 

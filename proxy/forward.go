@@ -322,6 +322,11 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// (proxy-notes P1).
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
+	// The request went upstream whole, and an agent's history (often
+	// hundreds of kilobytes) would stay in memory for the stream's whole
+	// life. SwapBody hands its buffer over instead of pooling it: whatever
+	// might still view the bytes keeps them valid.
+	ctx.Request.SwapBody(nil)
 	// What the stream writer needs is copied out now: RequestCtx must not be
 	// touched once the handler has returned.
 	conn := ctx.Conn()

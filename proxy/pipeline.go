@@ -130,13 +130,14 @@ func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 }
 
 // releaseBody returns a rewritten body's buffer to the pool; pl.body must
-// not be used afterwards.
+// not be used afterwards. The plan of a stream lives as long as the stream:
+// it lets go of the client's body too.
 func (pl *plan) releaseBody() {
 	if pl.buf != nil {
 		*pl.buf = pl.body[:0]
 		bodyBufs.Put(pl.buf)
-		pl.body, pl.buf = nil, nil
 	}
+	pl.body, pl.buf = nil, nil
 }
 
 // bodyBufs hold rewritten request bodies: histories of hundreds of kilobytes

@@ -245,7 +245,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
-		s.pipeline.guard(ctx, s, guardedAPI(path))
+		s.guardOnSpareStack(ctx, guardedAPI(path))
 	case isResume(ctx):
 		// A resumed stream is a chat answer like the first delivery.
 		s.pipeline.serveResume(ctx, s)

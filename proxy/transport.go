@@ -227,7 +227,9 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			// chunked) leaves nothing to reuse.
 			keep: !req.ConnectionClose() && !resp.ConnectionClose() && rd == br && resp.Header.ContentLength() != -2,
 			release: func(discard bool) {
-				hc.ReleaseReader(br)
+				if br != nil {
+					hc.ReleaseReader(br)
+				}
 				if discard {
 					hc.CloseConn(cc)
 				} else {
@@ -237,6 +239,12 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		if b.r == nil {
 			b.eof = true // no body: HEAD, 204, 304
+		} else if b.length == -1 && rd == br {
+			// An SSE stream holds its reader for its whole life: a chunked
+			// body gets a small one, and the pooled one goes back now.
+			b.r = newChunkedBody(br, conn)
+			hc.ReleaseReader(br)
+			br = nil
 		} else if b.length == -1 {
 			b.r = &chunkedBody{br: rd}
 		}

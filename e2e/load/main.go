@@ -89,6 +89,7 @@ func run() error {
 	flag.IntVar(&o.openOpts.events, "open-events", 200, "content events per open stream")
 	flag.DurationVar(&o.openOpts.pace, "open-pace", 50*time.Millisecond, "pause between two events of an open stream")
 	flag.IntVar(&o.openOpts.flat, "open-flat", 500, "streams relayed flat out (no pacing) over -c clients after the open streams; 0 skips")
+	flag.IntVar(&o.openOpts.body, "open-body", 0, "history in an open stream's request, in bytes, as an agent sends it (0: one message)")
 	flag.StringVar(&o.openOpts.nginx, "nginx", "", "nginx binary to compare with (default: nginx in PATH; skipped when missing)")
 	flag.StringVar(&o.upstream, "upstream", "", "a running upstream to measure against (e.g. llama-server's base URL) instead of the scripted one")
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")

@@ -41,6 +41,16 @@ type openOptions struct {
 	flat   int           // streams relayed flat out, over c clients
 	c      int
 	nginx  string // nginx binary; empty: looked up in PATH
+	body   int    // size of the request's history in bytes; 0: one message
+}
+
+// openRequest is the request of every open stream: one message, or a
+// history of about size bytes, as an agent sends.
+func openRequest(size int) string {
+	if size <= 0 {
+		return `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"Write the plan."}]}`
+	}
+	return strings.Replace(chatBody(size), `"stream":false`, `"stream":true`, 1)
 }
 
 // parseCounts reads a comma-separated list of stream counts.
@@ -78,8 +88,9 @@ func openStreams(bin string, o openOptions) error {
 		return err
 	}
 	defer stop()
-	fmt.Printf("\nopen streams: %d content events each, one every %v (on time: within %v of the previous one)\n",
-		o.events, o.pace, o.pace*3/2)
+	body := openRequest(o.body)
+	fmt.Printf("\nopen streams: %d content events each, one every %v (on time: within %v of the previous one), %d-byte requests\n",
+		o.events, o.pace, o.pace*3/2, len(body))
 	fmt.Printf("%-22s %7s %7s %16s %14s %9s %7s\n", "target", "streams", "peak", "memory/stream", "CPU/event", "on time", "errors")
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}}
 	// Each run gets fresh proxies: memory a runtime kept from an earlier,
@@ -95,10 +106,10 @@ func openStreams(bin string, o openOptions) error {
 		}
 		for _, t := range targets {
 			// Warm up: first-use allocations are not a stream's cost.
-			if _, err := runOpen(client, t, 16, 16, o.events, 0); err != nil {
+			if _, err := runOpen(client, t, body, 16, 16, o.events, 0); err != nil {
 				return fmt.Errorf("%s warm-up: %w", t.name, err)
 			}
-			r, err := runOpen(client, t, n, c, o.events, pace)
+			r, err := runOpen(client, t, body, n, c, o.events, pace)
 			if err != nil {
 				return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
 			}
@@ -216,11 +227,11 @@ func (r openResult) print(t openTarget, n int) {
 	}
 }
 
-// runOpen relays n streams over c concurrent clients through t (c == n:
-// all open at once) and measures t's processes meanwhile. pace 0 asks the
-// upstream for a flat-out stream; a stream with fewer than want data
-// events (cut, or ended early) counts as an error.
-func runOpen(client *http.Client, t openTarget, n, c, want int, pace time.Duration) (openResult, error) {
+// runOpen relays n streams of request body over c concurrent clients
+// through t (c == n: all open at once) and measures t's processes
+// meanwhile. pace 0 asks the upstream for a flat-out stream; a stream with
+// fewer than want data events (cut, or ended early) counts as an error.
+func runOpen(client *http.Client, t openTarget, body string, n, c, want int, pace time.Duration) (openResult, error) {
 	load := "paced"
 	if pace == 0 {
 		load = "flat"
@@ -276,7 +287,7 @@ func runOpen(client *http.Client, t openTarget, n, c, want int, pace time.Durati
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(n) {
-				st, err := oneStream(client, t.url+t.path, load, pace, dials, func() {
+				st, err := oneStream(client, t.url+t.path, body, load, pace, dials, func() {
 					o := open.Add(1)
 					for p := peak.Load(); o > p && !peak.CompareAndSwap(p, o); p = peak.Load() {
 					}
@@ -308,13 +319,13 @@ func runOpen(client *http.Client, t openTarget, n, c, want int, pace time.Durati
 
 type streamStats struct{ events, onTime int64 }
 
-// oneStream requests a streamed answer from url and reads it to its end, noting each
-// data event's gap from the one before. opened runs once the headers came.
-func oneStream(client *http.Client, url, load string, pace time.Duration, dials chan struct{}, opened func()) (streamStats, error) {
+// oneStream requests a streamed answer from url with body and reads it to
+// its end, noting each data event's gap from the one before. opened runs
+// once the headers came.
+func oneStream(client *http.Client, url, body, load string, pace time.Duration, dials chan struct{}, opened func()) (streamStats, error) {
 	var st streamStats
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	body := `{"model":"fake-model","stream":true,"messages":[{"role":"user","content":"Write the plan."}]}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return st, err
