@@ -40,6 +40,9 @@ type pipeline struct {
 	obs    *observe.Observer
 	// storeTimeout bounds the policy's store calls of one request.
 	storeTimeout time.Duration
+	// localStore: the session store is in memory and never blocks, so its
+	// calls need no deadline (a context with one costs a timer).
+	localStore bool
 }
 
 func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeline, error) {
@@ -56,6 +59,7 @@ func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeli
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	pol := policy.New(cfg.Policy, store, log)
+	_, local := store.(*policy.MemoryStore)
 	cache := inspect.NewSessionCache(int64(cfg.Detect.SessionCacheMB) << 20)
 	if cache != nil {
 		obs.WatchSessionCache(cache.Stats)
@@ -69,6 +73,7 @@ func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeli
 		inject:       in,
 		obs:          obs,
 		storeTimeout: 4 * pol.Config().StoreTimeout,
+		localStore:   local,
 	}, nil
 }
 
@@ -178,7 +183,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	// link) have a deadline of their own, and Decide's starts after it:
 	// parsing a long history on a busy machine must not use up the store's
 	// time.
-	rctx, cancelRecord := context.WithTimeout(context.Background(), p.storeTimeout)
+	rctx, cancelRecord := p.storeContext()
 	judged := body // the history to judge
 	if api.history != nil {
 		judged = api.history(p, rctx, &pl, body)
@@ -216,7 +221,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	}
 	t1 := time.Now()
 
-	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	sctx, cancel := p.storeContext()
 	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
@@ -255,6 +260,15 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 		pl.body = p.rewrite(&pl, body, &d)
 	}
 	return pl
+}
+
+// storeContext bounds store calls by storeTimeout; a store in memory
+// answers at once and gets no deadline.
+func (p *pipeline) storeContext() (context.Context, context.CancelFunc) {
+	if p.localStore {
+		return context.Background(), func() {}
+	}
+	return context.WithTimeout(context.Background(), p.storeTimeout)
 }
 
 // readOptions reads the request options the answer depends on in one pass

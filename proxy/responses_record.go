@@ -110,7 +110,7 @@ func (p *pipeline) saveRecord(pl *plan, responseID string, output gjson.Result) 
 		}
 		return true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	ctx, cancel := p.storeContext()
 	defer cancel()
 	if err := p.policy.SaveRecord(ctx, policy.RecordKey(responseID, rp.conv), items); err != nil {
 		p.failOpen(nil, "store", err)
