@@ -84,6 +84,10 @@ func Identify(api inspect.API, header, body []byte) Identity {
 	return IdentifyFields(api, header, &f)
 }
 
+// Named reports whether header, the session id a client sent, names the
+// session by itself: Identify then reads nothing of the body.
+func Named(header []byte) bool { return len(trimSpace(header)) > 0 }
+
 // IdentifyFields is Identify for a body whose top-level members all went
 // through f.Add, for a caller that walks them anyway: a long history is
 // then skipped once, not twice. f must not outlive the body.
