@@ -201,7 +201,10 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	rctx, cancelRecord := p.storeContext()
 	judged := body // the history to judge
 	if api.history != nil {
-		judged = api.history(p, rctx, &pl, body)
+		var failed bool
+		if judged, pl.record, failed = api.history(p, rctx, body); failed {
+			pl.failOpen = "store"
+		}
 	}
 	own := len(judged) == len(body) && (len(body) == 0 || &judged[0] == &body[0])
 	var id policy.Identity
@@ -259,14 +262,21 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	}
 	// observe logs each detection and intervention (by pattern key and tool,
 	// never the arguments) and counts it.
-	info := observe.RequestInfo{Session: pl.key, Model: pl.model, Steps: len(traj.Steps), Decision: &pl.decision,
+	info := observe.RequestInfo{Session: pl.key, Model: pl.model, Steps: len(traj.Steps),
 		DetectDuration: t1.Sub(t0), StoreDuration: time.Since(t1)}
 	if n := len(traj.Steps); n > 0 {
 		if calls := traj.Steps[n-1].Calls; len(calls) > 0 {
 			info.Tool, info.Fingerprint = calls[len(calls)-1].Name, calls[len(calls)-1].Fingerprint
 		}
 	}
-	defer func() { p.obs.Request(info) }()
+	defer func() {
+		// The decision as it ended (a rewrite or an answer that failed
+		// falls back to none), copied: a pointer into pl would move every
+		// plan to the heap, mode off's included.
+		d := pl.decision
+		info.Decision = &d
+		p.obs.Request(info)
+	}()
 
 	switch d.Action {
 	case policy.Terminate:

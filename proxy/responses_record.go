@@ -30,8 +30,9 @@ const maxChainStart = 4
 // prepareRecord reads the record a Responses request continues and returns
 // the body to judge: the recorded items followed by the request's input.
 // body is returned as it is when the request neither continues nor may start
-// a recorded history.
-func (p *pipeline) prepareRecord(ctx context.Context, pl *plan, body []byte) []byte {
+// a recorded history. rec is the request's record plan, nil if none; failed
+// reports a store that failed (fail open: body is judged alone).
+func (p *pipeline) prepareRecord(ctx context.Context, body []byte) (judged []byte, rec *recordPlan, failed bool) {
 	prev := gjson.GetBytes(body, "previous_response_id").String()
 	conv := gjson.GetBytes(body, "conversation")
 	if conv.IsObject() {
@@ -42,21 +43,20 @@ func (p *pipeline) prepareRecord(ctx context.Context, pl *plan, body []byte) []b
 	continues := prev != "" || conv.String() != ""
 	if gjson.GetBytes(body, "store").Type == gjson.False && conv.String() == "" ||
 		!continues && len(items) > maxChainStart {
-		return body
+		return body, nil, false
 	}
 	rp := &recordPlan{input: items, conv: conv.String()}
-	pl.record = rp
 	if !continues {
-		return body
+		return body, rp, false
 	}
 	chain, err := p.policy.Record(ctx, policy.RecordKey(prev, rp.conv))
 	if err != nil {
-		p.failOpen(pl, "store", err)
-		return body
+		p.failOpen(nil, "store", err)
+		return body, rp, true
 	}
 	rp.chain = chain
 	if len(chain) == 0 {
-		return body
+		return body, rp, false
 	}
 	// The body to judge: the request with the recorded items before its input.
 	b := make([]byte, 0, len(body)+64*len(chain))
@@ -71,7 +71,7 @@ func (p *pipeline) prepareRecord(ctx context.Context, pl *plan, body []byte) []b
 		}
 		b = append(b, it...)
 	}
-	return append(b, "]}"...)
+	return append(b, "]}"...), rp, false
 }
 
 func rawOr(r gjson.Result, def string) string {
