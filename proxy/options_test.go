@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/loopguard/loopguard/observe"
@@ -51,27 +52,10 @@ func TestOptionsPastTheHistory(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Upstream.URL = "http://127.0.0.1:1"
-			cfg.Policy.Mode = tt.mode
-			obs, err := observe.New(prometheus.NewRegistry(), zerolog.Nop(), observe.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := newPipeline(cfg, zerolog.Nop(), obs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close()
+			p := modePipeline(t, tt.mode)
 			p.chatEvents = tt.chatEvents
-			var ctx fasthttp.RequestCtx
-			ctx.Request.Header.SetMethod("POST")
-			ctx.Request.SetRequestURI("/v1/chat/completions")
-			if tt.session != "" {
-				ctx.Request.Header.Set("X-Session-ID", tt.session)
-			}
 			body := []byte(tt.body)
-			pl := p.decide(&ctx, chatAPI, body)
+			pl := p.decide(chatRequest(tt.session), chatAPI, body)
 			if tt.unread {
 				if pl.unread == 0 || body[pl.unread] != '[' {
 					t.Fatalf("unread = %d; want the history's start", pl.unread)
@@ -91,5 +75,57 @@ func TestOptionsPastTheHistory(t *testing.T) {
 				t.Errorf("failed open at %s", pl.failOpen)
 			}
 		})
+	}
+}
+
+// modePipeline is a pipeline in policy mode mode, with an observer (decide
+// reports each request to it), closed when tb ends.
+func modePipeline(tb testing.TB, mode policy.Mode) *pipeline {
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = "http://127.0.0.1:1"
+	cfg.Policy.Mode = mode
+	obs, err := observe.New(prometheus.NewRegistry(), zerolog.Nop(), observe.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := newPipeline(cfg, zerolog.Nop(), obs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// chatRequest is a chat completions request whose client names its session
+// with X-Session-ID, or names none when session is "".
+func chatRequest(session string) *fasthttp.RequestCtx {
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Request.Header.SetMethod("POST")
+	ctx.Request.SetRequestURI("/v1/chat/completions")
+	if session != "" {
+		ctx.Request.Header.Set("X-Session-ID", session)
+	}
+	return ctx
+}
+
+// BenchmarkDecide is the pipeline's work on a 31 KB agent request before
+// the upstream call: the options and the session key, and in enforce the
+// parse of the history (a warm session cache: the request repeats the last
+// one), the detectors and the policy; for a session the client names
+// (X-Session-ID) and one whose key is derived from the body.
+func BenchmarkDecide(b *testing.B) {
+	body := chatBody(31<<10, false)
+	for _, mode := range []policy.Mode{policy.ModeOff, policy.ModeEnforce} {
+		for _, session := range []string{"named", ""} {
+			b.Run(fmt.Sprintf("%s/named=%v", mode, session != ""), func(b *testing.B) {
+				p, ctx := modePipeline(b, mode), chatRequest(session)
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					pl := p.decide(ctx, chatAPI, body)
+					pl.releaseBody()
+				}
+			})
+		}
 	}
 }
