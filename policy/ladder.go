@@ -261,14 +261,7 @@ func brief(v inspect.Verdict, ev inspect.Evidence) string {
 }
 
 func hashString(s string) string {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= prime
-	}
-	return hex16(h)
+	h := fnvOffset
+	h.add(s)
+	return hex16(uint64(h))
 }

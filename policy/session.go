@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/fnv"
-	"strconv"
 	"strings"
 
 	"github.com/loopguard/loopguard/inspect"
@@ -84,6 +83,10 @@ func Identify(api inspect.API, header, body []byte) Identity {
 	return IdentifyFields(api, header, &f)
 }
 
+// Named reports whether header, the session id a client sent, names the
+// session by itself: Identify then reads nothing of the body.
+func Named(header []byte) bool { return len(trimSpace(header)) > 0 }
+
 // IdentifyFields is Identify for a body whose top-level members all went
 // through f.Add, for a caller that walks them anyway: a long history is
 // then skipped once, not twice. f must not outlive the body.
@@ -104,14 +107,16 @@ func IdentifyFields(api inspect.API, header []byte, f *Fields) Identity {
 			return Identity{Key: k}
 		}
 	}
-	return derivedIdentity(shape.opening(f), f)
+	return derivedIdentity(shape.opening(f.history, f.system), f)
 }
 
 // conversationShape is how the requests of one API carry what identifies
 // their conversation.
 type conversationShape struct {
-	// opening reads the conversation's first turns from the history.
-	opening func(*Fields) opening
+	// opening reads the conversation's first turns from the history and
+	// the system member (the values, not *Fields: a pointer handed to a
+	// function value would move every request's Fields to the heap).
+	opening func(history, system gjson.Result) opening
 	// userID, if not nil, returns the session id a client keeps in
 	// metadata.user_id, nil if there is none.
 	userID func(gjson.Result) []byte
@@ -229,23 +234,43 @@ func printable(b []byte) bool {
 // written with its length so that moving bytes between fields changes the
 // hash.
 func derivedIdentity(o opening, f *Fields) Identity {
-	h := fnv.New64a()
-	var n [8]byte
-	field := func(s string) {
-		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
-	field(f.model)
-	field(o.system)
-	field(o.user)
-	id := Identity{Key: derivedPrefix + hex16(h.Sum64())}
+	h := fnvOffset
+	h.field(f.model)
+	h.field(o.system)
+	h.field(o.user)
+	var key [len(derivedPrefix) + 16]byte
+	id := Identity{Key: string(appendHex16(append(key[:0], derivedPrefix...), uint64(h)))}
 	if o.haveAssistant {
-		h.Reset()
-		field(o.assistant)
-		id.Turn = hex16(h.Sum64())
+		h = fnvOffset
+		h.field(o.assistant)
+		id.Turn = hex16(uint64(h))
 	}
 	return id
+}
+
+// fnv64 is FNV-1a, as hash/fnv's New64a computes it, over strings: a
+// hash.Hash would move itself and every []byte(s) written to it to the
+// heap, a copy of the system prompt per request.
+type fnv64 uint64
+
+const (
+	fnvOffset fnv64 = 14695981039346656037
+	fnvPrime  fnv64 = 1099511628211
+)
+
+func (h *fnv64) add(s string) {
+	for i := 0; i < len(s); i++ {
+		*h ^= fnv64(s[i])
+		*h *= fnvPrime
+	}
+}
+
+// field adds s after its length, eight bytes little-endian.
+func (h *fnv64) field(s string) {
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+	h.add(string(n[:]))
+	h.add(s)
 }
 
 // opening is what identifies a conversation: its first system, user and
@@ -257,8 +282,8 @@ type opening struct {
 
 func (o *opening) complete() bool { return o.haveSystem && o.haveUser && o.haveAssistant }
 
-func chatOpening(f *Fields) (o opening) {
-	f.history.ForEach(func(_, m gjson.Result) bool {
+func chatOpening(history, _ gjson.Result) (o opening) {
+	history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "system", "developer":
 			if !o.haveSystem {
@@ -278,9 +303,9 @@ func chatOpening(f *Fields) (o opening) {
 	return o
 }
 
-func anthropicOpening(f *Fields) (o opening) {
-	o.system, o.haveSystem = contentText(f.system), true
-	f.history.ForEach(func(_, m gjson.Result) bool {
+func anthropicOpening(history, system gjson.Result) (o opening) {
+	o.system, o.haveSystem = contentText(system), true
+	history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
 		case "user":
 			if !o.haveUser {
@@ -307,9 +332,8 @@ func anthropicOpening(f *Fields) (o opening) {
 	return o
 }
 
-func responsesOpening(f *Fields) (o opening) {
-	o.system, o.haveSystem = f.system.String(), true
-	input := f.history
+func responsesOpening(input, system gjson.Result) (o opening) {
+	o.system, o.haveSystem = system.String(), true
 	if input.Type == gjson.String {
 		o.user = input.String()
 		return o
@@ -384,8 +408,16 @@ func contentText(c gjson.Result) string {
 }
 
 func hex16(v uint64) string {
-	s := strconv.FormatUint(v, 16)
-	return strings.Repeat("0", 16-len(s)) + s
+	var b [16]byte
+	return string(appendHex16(b[:0], v))
+}
+
+// appendHex16 appends v as 16 hex digits.
+func appendHex16(dst []byte, v uint64) []byte {
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, "0123456789abcdef"[v>>shift&0xf])
+	}
+	return dst
 }
 
 // Session returns the session key of a request identified as id. A derived

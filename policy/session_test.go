@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,6 +86,50 @@ func TestSessionKeyDerived(t *testing.T) {
 				t.Fatalf("Identify(%s) = %+v, Identify(%s) = %+v; want same key %v, same turn %v", tt.a, a, tt.b, b, tt.sameKey, tt.sameTurn)
 			}
 		})
+	}
+}
+
+// TestSessionKeyDerivedHash holds derived keys and turns to their
+// definition, FNV-1a 64 (hash/fnv) of the model, system and user texts,
+// each after its length (of the first assistant turn for the turn), in 16
+// hex digits: keys an earlier version stored (redis) must go on naming their
+// sessions.
+func TestSessionKeyDerivedHash(t *testing.T) {
+	ref := func(fields ...string) string {
+		h := fnv.New64a()
+		for _, s := range fields {
+			var n [8]byte
+			binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+			h.Write(n[:])
+			h.Write([]byte(s))
+		}
+		return fmt.Sprintf("%016x", h.Sum64())
+	}
+	tests := []struct {
+		name  string
+		model string
+		o     opening
+	}{
+		{"all empty", "", opening{}},
+		{"no assistant turn yet", "gpt-4.1", opening{system: "You are an agent.", user: "Fix it.", haveSystem: true, haveUser: true}},
+		{"with a turn", "m", opening{system: strings.Repeat("long system prompt ", 500), user: "héllo \x00", assistant: "call_1\x00call_2\x00",
+			haveSystem: true, haveUser: true, haveAssistant: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := Identity{Key: derivedPrefix + ref(tt.model, tt.o.system, tt.o.user)}
+			if tt.o.haveAssistant {
+				want.Turn = ref(tt.o.assistant)
+			}
+			if got := derivedIdentity(tt.o, &Fields{model: tt.model}); got != want {
+				t.Errorf("derivedIdentity = %+v; want %+v", got, want)
+			}
+		})
+	}
+	h := fnv.New64a()
+	h.Write([]byte("loop pattern"))
+	if got, want := hashString("loop pattern"), fmt.Sprintf("%016x", h.Sum64()); got != want {
+		t.Errorf("hashString = %s; want %s", got, want)
 	}
 }
 

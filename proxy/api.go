@@ -27,9 +27,9 @@ type wireAPI struct {
 	terminate func(in *inject.Injector, body []byte, l inject.Loop) (inject.Response, error)
 	// history, if not nil, returns the history to judge when a request may
 	// continue one the upstream keeps (Responses: responses_record.go), and
-	// sets pl.record to extend it with the answer. Nil: the request carries
-	// its whole history.
-	history func(p *pipeline, ctx context.Context, pl *plan, body []byte) []byte
+	// the record to extend with the answer; failed: the store failed. Nil:
+	// the request carries its whole history.
+	history func(p *pipeline, ctx context.Context, body []byte) (judged []byte, rec *recordPlan, failed bool)
 	// newAnswer returns a reader of one streamed answer, from the API's
 	// pool; its release puts it back.
 	newAnswer func() answer

@@ -40,6 +40,12 @@ type pipeline struct {
 	obs    *observe.Observer
 	// storeTimeout bounds the policy's store calls of one request.
 	storeTimeout time.Duration
+	// chatEvents: the server reports each chat request's outcome
+	// (WithChatDone), with the options of the request.
+	chatEvents bool
+	// localStore: the session store is in memory and never blocks, so its
+	// calls need no deadline (a context with one costs a timer).
+	localStore bool
 }
 
 func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeline, error) {
@@ -56,6 +62,7 @@ func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeli
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	pol := policy.New(cfg.Policy, store, log)
+	_, local := store.(*policy.MemoryStore)
 	cache := inspect.NewSessionCache(int64(cfg.Detect.SessionCacheMB) << 20)
 	if cache != nil {
 		obs.WatchSessionCache(cache.Stats)
@@ -69,6 +76,7 @@ func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeli
 		inject:       in,
 		obs:          obs,
 		storeTimeout: 4 * pol.Config().StoreTimeout,
+		localStore:   local,
 	}, nil
 }
 
@@ -85,10 +93,17 @@ type plan struct {
 	stream   bool
 	usage    bool // stream_options.include_usage
 	maxTok   int64
-	model    string
-	verdict  inspect.Verdict
-	record   *recordPlan    // Responses API: the server-side history record, nil if none
-	layout   inspect.Layout // where the messages lie in body (chat completions)
+	// completionTokens is max_completion_tokens, which wins over
+	// max_tokens once all options are read; -1 when absent.
+	completionTokens int64
+	// unread, when not 0, is where the history's value starts in the body:
+	// readOptions stopped there, and the members after it are read by
+	// finishOptions when something needs them.
+	unread  int
+	model   string
+	verdict inspect.Verdict
+	record  *recordPlan    // Responses API: the server-side history record, nil if none
+	layout  inspect.Layout // where the messages lie in body (chat completions)
 	// ownHistory: the judged history is body's own (not a Responses record
 	// prepended to it), so the evidence's indices point into body.
 	ownHistory bool
@@ -120,7 +135,9 @@ func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 		}
 		return
 	}
-	if pl.stream {
+	if pl.stream && !pl.passive {
+		// Only an enforced answer is cut, and only a cut stops a resumable
+		// stream; in mode off pl.stream may be unread.
 		pl.resume = s.resumableOf(ctx)
 	}
 	s.forward(ctx, pl.body, newAnswerObserver(p, &pl, s.chatDone))
@@ -169,38 +186,54 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 			p.obs.FailOpen("panic")
 			p.log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
 			pl = plan{api: api, key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
-				stream: pl.stream, usage: pl.usage, model: pl.model, passive: pl.passive}
+				stream: pl.stream, usage: pl.usage, model: pl.model, passive: pl.passive,
+				maxTok: pl.maxTok, completionTokens: pl.completionTokens, unread: pl.unread}
 		}
 	}()
+	pcfg := p.policy.Config()
+	header := sessionID(ctx, &pcfg)
 	var fields policy.Fields // what names the session, read with the options
-	pl.readOptions(body, &fields)
+	pl.readOptions(body, &fields, policy.Named(header))
 
 	// Store calls before the inspection (the Responses record, the session
 	// link) have a deadline of their own, and Decide's starts after it:
 	// parsing a long history on a busy machine must not use up the store's
 	// time.
-	rctx, cancelRecord := context.WithTimeout(context.Background(), p.storeTimeout)
+	rctx, cancelRecord := p.storeContext()
 	judged := body // the history to judge
 	if api.history != nil {
-		judged = api.history(p, rctx, &pl, body)
+		var failed bool
+		if judged, pl.record, failed = api.history(p, rctx, body); failed {
+			pl.failOpen = "store"
+		}
 	}
-	pcfg := p.policy.Config()
+	own := len(judged) == len(body) && (len(body) == 0 || &judged[0] == &body[0])
 	var id policy.Identity
-	if len(judged) == len(body) && (len(body) == 0 || &judged[0] == &body[0]) {
-		id = policy.IdentifyFields(api.name, sessionID(ctx, &pcfg), &fields)
+	if own {
+		id = policy.IdentifyFields(api.name, header, &fields)
 	} else { // a Responses record went before the body
-		id = policy.Identify(api.name, sessionID(ctx, &pcfg), judged)
+		id = policy.Identify(api.name, header, judged)
 	}
 	pl.key = p.policy.Session(rctx, id)
 	cancelRecord()
 	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
 	pl.passive = mode != policy.ModeEnforce
 	if mode == policy.ModeOff {
+		// Nothing of the answer reads the options past the history (it is
+		// neither changed nor cut) but the chat event.
+		if p.chatEvents {
+			pl.finishOptions(body, -1)
+		}
 		return pl
 	}
 
 	t0 := time.Now()
 	traj, err := p.engine.ParseSession(p.cache, pl.key, api.name, judged)
+	historyEnd := -1
+	if err == nil && own && traj.Layout.Messages[0] == pl.unread {
+		historyEnd = traj.Layout.Messages[1] // the parse found the history's end
+	}
+	pl.finishOptions(body, historyEnd)
 	if err != nil {
 		p.failOpen(&pl, "unreadable_history", err)
 		return pl
@@ -212,13 +245,13 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 		return pl
 	}
 	pl.verdict = verdict
-	if len(body) > 0 && &judged[0] == &body[0] {
+	if len(body) > 0 && own {
 		pl.layout = traj.Layout // the offsets are of body itself
 		pl.ownHistory = true
 	}
 	t1 := time.Now()
 
-	sctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	sctx, cancel := p.storeContext()
 	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
@@ -231,14 +264,21 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	}
 	// observe logs each detection and intervention (by pattern key and tool,
 	// never the arguments) and counts it.
-	info := observe.RequestInfo{Session: pl.key, Model: pl.model, Steps: len(traj.Steps), Decision: &pl.decision,
+	info := observe.RequestInfo{Session: pl.key, Model: pl.model, Steps: len(traj.Steps),
 		DetectDuration: t1.Sub(t0), StoreDuration: time.Since(t1)}
 	if n := len(traj.Steps); n > 0 {
 		if calls := traj.Steps[n-1].Calls; len(calls) > 0 {
 			info.Tool, info.Fingerprint = calls[len(calls)-1].Name, calls[len(calls)-1].Fingerprint
 		}
 	}
-	defer func() { p.obs.Request(info) }()
+	defer func() {
+		// The decision as it ended (a rewrite or an answer that failed
+		// falls back to none), copied: a pointer into pl would move every
+		// plan to the heap, mode off's included.
+		d := pl.decision
+		info.Decision = &d
+		p.obs.Request(info)
+	}()
 
 	switch d.Action {
 	case policy.Terminate:
@@ -259,31 +299,84 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	return pl
 }
 
+// storeContext bounds store calls by storeTimeout; a store in memory
+// answers at once and gets no deadline.
+func (p *pipeline) storeContext() (context.Context, context.CancelFunc) {
+	if p.localStore {
+		return context.Background(), func() {}
+	}
+	return context.WithTimeout(context.Background(), p.storeTimeout)
+}
+
 // readOptions reads the request options the answer depends on in one pass
 // over the top-level members, and hands each member to session: "messages"
 // may come first and be megabytes long, so one Get per option would scan it
-// again each time, and rawjson.Members skips it several times faster than
-// gjson's ForEach (it is most of what policy mode off costs).
-func (pl *plan) readOptions(body []byte, session *policy.Fields) {
-	completionTokens := int64(-1)
-	rawjson.Members(rawjson.View(body), func(k, raw string) bool {
-		session.Add(k, raw)
-		switch k {
-		case "stream":
-			pl.stream = gjson.Parse(raw).Bool()
-		case "stream_options":
-			pl.usage = gjson.Get(raw, "include_usage").Bool()
-		case "model":
-			pl.model = strings.Clone(gjson.Parse(raw).String()) // outlives the request body
-		case "max_tokens", "max_output_tokens":
-			pl.maxTok = gjson.Parse(raw).Int()
-		case "max_completion_tokens":
-			completionTokens = gjson.Parse(raw).Int()
+// again each time, and rawjson.MembersWith skips it several times faster
+// than gjson's ForEach. Skipping the history is still most of what policy
+// mode off costs, so when the client named the session (named) and no
+// session field of the body is needed, the pass stops at the history: the
+// options past it are read by finishOptions, after the parse of the history
+// has found its end, or not at all where nothing needs them (mode off).
+func (pl *plan) readOptions(body []byte, session *policy.Fields, named bool) {
+	s := rawjson.View(body)
+	pl.completionTokens = -1
+	rawjson.MembersWith(s, func(k string, at int) int {
+		if named && (k == "messages" || k == "input") {
+			pl.unread = at
+			return -1
 		}
-		return true
+		return pl.readOption(s, k, at, session)
 	})
-	if completionTokens >= 0 {
-		pl.maxTok = completionTokens
+	pl.settleOptions()
+}
+
+// finishOptions reads the members past the history where readOptions
+// stopped; end is the index just past the history's value when known, else
+// -1 (it is skipped).
+func (pl *plan) finishOptions(body []byte, end int) {
+	if pl.unread == 0 {
+		return
+	}
+	s := rawjson.View(body)
+	if end < 0 {
+		end = rawjson.ValueEnd(s, pl.unread)
+	}
+	pl.unread = 0
+	rawjson.MembersAfter(s, end, func(k string, at int) int { return pl.readOption(s, k, at, nil) })
+	pl.settleOptions()
+}
+
+// readOption reads the member k whose value starts at s[at] and returns the
+// index past the value (-1: there is none); session, when not nil, gets it
+// too.
+func (pl *plan) readOption(s, k string, at int, session *policy.Fields) int {
+	end := rawjson.ValueEnd(s, at)
+	if end <= at {
+		return -1
+	}
+	raw := s[at:end]
+	if session != nil {
+		session.Add(k, raw)
+	}
+	switch k {
+	case "stream":
+		pl.stream = gjson.Parse(raw).Bool()
+	case "stream_options":
+		pl.usage = gjson.Get(raw, "include_usage").Bool()
+	case "model":
+		pl.model = strings.Clone(gjson.Parse(raw).String()) // outlives the request body
+	case "max_tokens", "max_output_tokens":
+		pl.maxTok = gjson.Parse(raw).Int()
+	case "max_completion_tokens":
+		pl.completionTokens = gjson.Parse(raw).Int()
+	}
+	return end
+}
+
+// settleOptions gives max_completion_tokens precedence over max_tokens.
+func (pl *plan) settleOptions() {
+	if pl.completionTokens >= 0 {
+		pl.maxTok = pl.completionTokens
 	}
 }
 

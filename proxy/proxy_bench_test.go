@@ -260,7 +260,8 @@ func BenchmarkResponsesRecord(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		var pl plan
-		if judged := p.prepareRecord(ctx, &pl, body); len(judged) == len(body) {
+		var judged []byte
+		if judged, pl.record, _ = p.prepareRecord(ctx, body); len(judged) == len(body) {
 			b.Fatal("record not used")
 		}
 		p.saveRecord(&pl, "resp_next", output)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
 )
@@ -30,40 +31,41 @@ const maxChainStart = 4
 // prepareRecord reads the record a Responses request continues and returns
 // the body to judge: the recorded items followed by the request's input.
 // body is returned as it is when the request neither continues nor may start
-// a recorded history.
-func (p *pipeline) prepareRecord(ctx context.Context, pl *plan, body []byte) []byte {
-	prev := gjson.GetBytes(body, "previous_response_id").String()
-	conv := gjson.GetBytes(body, "conversation")
+// a recorded history. rec is the request's record plan, nil if none; failed
+// reports a store that failed (fail open: body is judged alone).
+func (p *pipeline) prepareRecord(ctx context.Context, body []byte) (judged []byte, rec *recordPlan, failed bool) {
+	m := recordMembersOf(body)
+	conv := m.conversation
 	if conv.IsObject() {
 		conv = conv.Get("id")
 	}
-	input := gjson.GetBytes(body, "input")
-	items := inputItems(input)
-	continues := prev != "" || conv.String() != ""
-	if gjson.GetBytes(body, "store").Type == gjson.False && conv.String() == "" ||
-		!continues && len(items) > maxChainStart {
-		return body
+	continues := m.previous.String() != "" || conv.String() != ""
+	if m.store.Type == gjson.False && conv.String() == "" {
+		return body, nil, false
 	}
+	if !continues && moreItemsThan(m.input, maxChainStart) {
+		return body, nil, false
+	}
+	items := inputItems(m.input)
 	rp := &recordPlan{input: items, conv: conv.String()}
-	pl.record = rp
 	if !continues {
-		return body
+		return body, rp, false
 	}
-	chain, err := p.policy.Record(ctx, policy.RecordKey(prev, rp.conv))
+	chain, err := p.policy.Record(ctx, policy.RecordKey(m.previous.String(), rp.conv))
 	if err != nil {
-		p.failOpen(pl, "store", err)
-		return body
+		p.failOpen(nil, "store", err)
+		return body, rp, true
 	}
 	rp.chain = chain
 	if len(chain) == 0 {
-		return body
+		return body, rp, false
 	}
 	// The body to judge: the request with the recorded items before its input.
 	b := make([]byte, 0, len(body)+64*len(chain))
 	b = append(b, `{"model":`...)
-	b = append(b, rawOr(gjson.GetBytes(body, "model"), `""`)...)
+	b = append(b, rawOr(m.model, `""`)...)
 	b = append(b, `,"instructions":`...)
-	b = append(b, rawOr(gjson.GetBytes(body, "instructions"), `""`)...)
+	b = append(b, rawOr(m.instructions, `""`)...)
 	b = append(b, `,"input":[`...)
 	for i, it := range append(chain, items...) {
 		if i > 0 {
@@ -71,7 +73,7 @@ func (p *pipeline) prepareRecord(ctx context.Context, pl *plan, body []byte) []b
 		}
 		b = append(b, it...)
 	}
-	return append(b, "]}"...)
+	return append(b, "]}"...), rp, false
 }
 
 func rawOr(r gjson.Result, def string) string {
@@ -83,6 +85,58 @@ func rawOr(r gjson.Result, def string) string {
 
 // inputItems returns a Responses input as raw items; a string input is one
 // user message.
+// recordMembers are the members of a Responses request that its record
+// depends on.
+type recordMembers struct {
+	previous, conversation, input, store, model, instructions gjson.Result
+}
+
+// recordMembersOf reads them in one pass over the body (rawjson.Members
+// skips the input several times faster than a gjson Get per member would,
+// each scanning it again); the first of duplicate members counts, as with
+// gjson.Get.
+func recordMembersOf(body []byte) (m recordMembers) {
+	rawjson.Members(rawjson.View(body), func(k, v string) bool {
+		var r *gjson.Result
+		switch k {
+		case "previous_response_id":
+			r = &m.previous
+		case "conversation":
+			r = &m.conversation
+		case "input":
+			r = &m.input
+		case "store":
+			r = &m.store
+		case "model":
+			r = &m.model
+		case "instructions":
+			r = &m.instructions
+		default:
+			return true
+		}
+		if !r.Exists() {
+			*r = gjson.Parse(v)
+		}
+		return true
+	})
+	return m
+}
+
+// moreItemsThan reports whether the input holds more than n items, reading
+// no further than item n+1: a request that resends its whole history need
+// not have it split.
+func moreItemsThan(input gjson.Result, n int) bool {
+	if input.Type == gjson.String {
+		return n < 1
+	}
+	count := 0
+	input.ForEach(func(_, _ gjson.Result) bool {
+		count++
+		return count <= n
+	})
+	return count > n
+}
+
 func inputItems(input gjson.Result) []string {
 	if input.Type == gjson.String {
 		return []string{`{"role":"user","content":` + input.Raw + `}`}
@@ -110,7 +164,7 @@ func (p *pipeline) saveRecord(pl *plan, responseID string, output gjson.Result) 
 		}
 		return true
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	ctx, cancel := p.storeContext()
 	defer cancel()
 	if err := p.policy.SaveRecord(ctx, policy.RecordKey(responseID, rp.conv), items); err != nil {
 		p.failOpen(nil, "store", err)

@@ -82,6 +82,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.pipeline.chatEvents = s.chatDone != nil
 	admin, err := observe.NewAdmin(s.obs.Recorder(), observe.AdminOptions{
 		Token:   cfg.Admin.Token,
 		Control: s.pipeline.policy,

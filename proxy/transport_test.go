@@ -631,3 +631,78 @@ func TestChunkedBody(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteRequestAsFasthttp: the request line, headers and body that
+// writeRequest sends in one writev are byte for byte what fasthttp's
+// Request.Write sends, for each shape of request forward builds.
+func TestWriteRequestAsFasthttp(t *testing.T) {
+	big := strings.Repeat(`{"role":"tool","content":"line of output\n"},`, 800)
+	tests := []struct {
+		name, method, body string
+		setBody            bool
+	}{
+		{"post, a body larger than the write buffer", "POST", big, true},
+		{"post, small body", "POST", `{"model":"m"}`, true},
+		{"post, empty body", "POST", "", true},
+		{"post, no body set", "POST", "", false},
+		{"get", "GET", "", false},
+		{"get with a body", "GET", "q=1", true},
+		{"head", "HEAD", "", false},
+		{"delete", "DELETE", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			build := func() *fasthttp.Request {
+				req := new(fasthttp.Request)
+				req.Header.DisableNormalizing()
+				req.Header.SetNoDefaultContentType(true)
+				req.Header.SetMethod(tt.method)
+				req.SetRequestURI("/v1/chat/completions?x=1")
+				req.Header.SetHost("upstream:8080")
+				req.Header.Add("x-session-id", "s-1")
+				req.Header.Add("Accept-Encoding", "identity")
+				if tt.setBody {
+					req.SetBodyRaw([]byte(tt.body))
+				}
+				return req
+			}
+			var want strings.Builder
+			bw := bufio.NewWriter(&want)
+			if err := build().Write(bw); err != nil {
+				t.Fatal(err)
+			}
+			bw.Flush()
+
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			got := make(chan string, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					got <- err.Error()
+					return
+				}
+				b, _ := io.ReadAll(c)
+				c.Close()
+				got <- string(b)
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := acquireExchange()
+			err = x.writeRequest(c, build())
+			releaseExchange(x)
+			c.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := <-got; g != want.String() {
+				t.Errorf("sent %d bytes:\n%.300q\nwant %d bytes as Request.Write:\n%.300q", len(g), g, want.Len(), want.String())
+			}
+		})
+	}
+}

@@ -48,11 +48,40 @@ func ValueEnd(s string, i int) int {
 // has not: Members never reads past s, and it stops at the first byte that
 // does not fit an object's members, having called fn for those before.
 func Members(s string, fn func(key, value string) bool) {
+	MembersWith(s, func(key string, at int) int {
+		end := ValueEnd(s, at)
+		if end <= at || !fn(key, s[at:end]) {
+			return -1
+		}
+		return end
+	})
+}
+
+// MembersWith walks the object s holds as Members does, but leaves each
+// value to member: it gets the key and the index where the value starts,
+// and returns the index just past the value, or -1 to stop. A caller can so
+// stop before a long value (a request's history) without scanning it, and
+// resume past it with MembersAfter once it knows where it ends.
+func MembersWith(s string, member func(key string, at int) int) {
 	i := SkipSpace(s, 0)
 	if i >= len(s) || s[i] != '{' {
 		return
 	}
-	for i++; ; i++ {
+	walkMembers(s, i+1, member)
+}
+
+// MembersAfter is MembersWith from i on, the index just past the value of
+// one of the object's members.
+func MembersAfter(s string, i int, member func(key string, at int) int) {
+	if i = SkipSpace(s, i); i < len(s) && s[i] == ',' {
+		walkMembers(s, i+1, member)
+	}
+}
+
+// walkMembers walks an object's members from s[i], where a member (or the
+// object's end) is due.
+func walkMembers(s string, i int, member func(key string, at int) int) {
+	for {
 		i = SkipSpace(s, i)
 		if i >= len(s) || s[i] != '"' {
 			return // the object's end, or not an object
@@ -65,14 +94,14 @@ func Members(s string, fn func(key, value string) bool) {
 		if i = SkipSpace(s, end); i >= len(s) || s[i] != ':' {
 			return
 		}
-		i = SkipSpace(s, i+1)
-		vend := ValueEnd(s, i)
-		if vend <= i || !fn(key, s[i:vend]) {
+		at := SkipSpace(s, i+1)
+		if i = member(key, at); i < 0 {
 			return
 		}
-		if i = SkipSpace(s, vend); i >= len(s) || s[i] != ',' {
+		if i = SkipSpace(s, i); i >= len(s) || s[i] != ',' {
 			return
 		}
+		i++
 	}
 }
 

@@ -78,6 +78,37 @@ func membersOf(s string) []member {
 	return got
 }
 
+// membersResumed is membersOf read as a caller that defers a long value
+// does: MembersWith stops at member number stop, before its value is
+// scanned, and MembersAfter resumes past the value.
+func membersResumed(s string, stop int) []member {
+	var got []member
+	resume := -1
+	MembersWith(s, func(k string, at int) int {
+		end := ValueEnd(s, at)
+		if end <= at {
+			return -1
+		}
+		got = append(got, member{k, s[at:end]})
+		if len(got) == stop+1 {
+			resume = end
+			return -1
+		}
+		return end
+	})
+	if resume >= 0 {
+		MembersAfter(s, resume, func(k string, at int) int {
+			end := ValueEnd(s, at)
+			if end <= at {
+				return -1
+			}
+			got = append(got, member{k, s[at:end]})
+			return end
+		})
+	}
+	return got
+}
+
 // gjsonMembers is what gjson's ForEach, which Members replaces, visits.
 func gjsonMembers(s string) []member {
 	var want []member
@@ -109,6 +140,11 @@ func TestMembers(t *testing.T) {
 			if got := membersOf(tt.give); !slices.Equal(got, tt.want) {
 				t.Errorf("Members(%q) = %q; want %q", tt.give, got, tt.want)
 			}
+			for stop := range len(tt.want) + 1 {
+				if got := membersResumed(tt.give, stop); !slices.Equal(got, tt.want) {
+					t.Errorf("stopped at member %d and resumed after it: %q; want %q", stop, got, tt.want)
+				}
+			}
 		})
 	}
 	if got := membersOf(`{"a":1,"b":2,"c":3}`); len(got) != 3 {
@@ -135,6 +171,11 @@ func FuzzMembers(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		got := membersOf(s) // must not panic, whatever s is
+		for stop := range len(got) + 1 {
+			if resumed := membersResumed(s, stop); !slices.Equal(resumed, got) {
+				t.Fatalf("Members(%q) stopped at member %d and resumed after it = %q; want %q", s, stop, resumed, got)
+			}
+		}
 		if !Valid(Bytes(s)) || !gjson.Parse(s).IsObject() {
 			return
 		}
