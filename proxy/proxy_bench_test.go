@@ -309,6 +309,7 @@ func BenchmarkObserveEventOpenStreams(b *testing.B) {
 			out := make([]byte, 0, 4096)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := processCPU(b)
 			for i := 0; i < b.N; i++ {
 				s := i % streams
 				e := &events[next[s]]
@@ -324,6 +325,7 @@ func BenchmarkObserveEventOpenStreams(b *testing.B) {
 					obs[s], seen[s] = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil), 0
 				}
 			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
