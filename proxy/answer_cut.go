@@ -22,12 +22,6 @@ type cutWatch struct {
 	// text and reasoning are choice 0's content and reasoning bytes so far.
 	text, reasoning int64
 
-	// arrivals remembers when recent events came and how far choice 0's
-	// content and reasoning had got, to time a cut from the arrival of the
-	// first degenerate byte.
-	arrivals  [128]arrival
-	nArrivals int
-
 	// cut is what ended the answer, nil while it goes on.
 	cut *inspect.Detection
 	// offset is where in the text the degeneration began.
@@ -36,6 +30,17 @@ type cutWatch struct {
 	// slot is 1 when the cut came from choice 0's content, 2 from its
 	// reasoning, 0 from elsewhere.
 	slot int
+
+	// The fields above are read for every event, arrivals (last, as it is
+	// large) one entry an event: with thousands of open streams each
+	// event finds its observer out of the cache, so the few lines it
+	// needs are kept together (issue 18).
+
+	// arrivals remembers when recent events came and how far choice 0's
+	// content and reasoning had got, to time a cut from the arrival of the
+	// first degenerate byte.
+	arrivals  [128]arrival
+	nArrivals int
 }
 
 type arrival struct {
