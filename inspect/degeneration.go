@@ -207,6 +207,9 @@ func (d *Degeneration) Write(p []byte) bool {
 		return true
 	}
 	var dists [degBatch]uint16
+	if d.loose.t == nil {
+		d.loose.pre.warm() // before step's words look it up
+	}
 	for len(p) > 0 {
 		batch := p[:min(len(p), degBatch)]
 		d.lookup(batch, &dists)
