@@ -121,7 +121,7 @@ type Degeneration struct {
 	table8  *[1 << degTableBits]uint8
 	table16 *[1 << degTableBits]uint16
 	pos     int64  // bytes written so far
-	hash    uint32 // rolling hash of the last degK folded bytes
+	hash    uint32 // rolling hash of the last degK folded bytes (lookup keeps it ahead of pos in a batch)
 	baseK   uint32 // degHashBase^degK, removes the byte leaving the k-gram
 
 	period   int64 // candidate period; 0 when none
@@ -206,33 +206,79 @@ func (d *Degeneration) Write(p []byte) bool {
 	if d.fired {
 		return true
 	}
-	for _, c := range p {
-		if d.step(c) {
-			d.fired = true
-			return true
+	var dists [degBatch]uint16
+	if d.loose.t == nil {
+		d.loose.pre.warm() // before step's words look it up
+	}
+	for len(p) > 0 {
+		batch := p[:min(len(p), degBatch)]
+		d.lookup(batch, &dists)
+		for i, c := range batch {
+			if d.step(c, int64(dists[i])) {
+				d.fired = true
+				return true
+			}
 		}
+		p = p[len(batch):]
 	}
 	return false
 }
 
+// degBatch is the most bytes whose k-gram lookups are done together.
+const degBatch = 64
+
+// lookup does the k-gram table's work for batch, the bytes that follow
+// those written so far: it advances the rolling hash over them and, for
+// each byte that ends a k-gram, looks up the distance to where a k-gram of
+// the same slot last ended (into dists; 0 for a byte that ends none) and
+// records the byte's own end there, in order, as step would one byte at a
+// time. Neither depends on what step decides (a fired detector ignores the
+// table), so doing it first changes nothing; what it gains is memory
+// parallelism. With thousands of open streams a stream's table has left
+// the cache by its next event, and each byte's lookup is a miss at a place
+// only its hash knows: interleaved with step's work the misses come one
+// after another, in this loop the processor has many in flight at once.
+func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
+	h, pos := d.hash, d.pos
+	for i, c := range batch {
+		var out byte
+		switch at := pos + int64(i) - degK; {
+		case i >= degK:
+			out = foldDigit[batch[i-degK]]
+		case at >= 0:
+			out = foldDigit[d.buf[at&d.mask]]
+		}
+		h = h*degHashBase + uint32(foldDigit[c]) - uint32(out)*d.baseK
+		end := pos + int64(i) + 1
+		if end < degK {
+			dists[i] = 0
+			continue
+		}
+		slot := (h * 0x9E3779B1) >> (32 - degTableBits)
+		if d.table8 != nil {
+			dists[i] = uint16(uint8(end) - d.table8[slot])
+			d.table8[slot] = uint8(end)
+		} else {
+			dists[i] = uint16(end) - d.table16[slot]
+			d.table16[slot] = uint16(end)
+		}
+	}
+	d.hash = h
+}
+
 // step consumes one byte and reports whether the stream is now degenerate.
-func (d *Degeneration) step(c byte) bool {
+// dist is the byte's k-gram lookup (see lookup).
+func (d *Degeneration) step(c byte, dist int64) bool {
 	pos := d.pos
 	d.structure(c, pos)
 	d.buf[pos&d.mask] = c
-	n := foldDigit[c]
-	var out byte
-	if pos >= degK {
-		out = foldDigit[d.buf[(pos-degK)&d.mask]]
-	}
-	d.hash = d.hash*degHashBase + uint32(n) - uint32(out)*d.baseK
 	end := pos + 1
 	d.pos = end
 
 	fire := false
 	if d.period > 0 {
 		o := d.buf[(pos-d.period)&d.mask]
-		if foldDigit[o] == n {
+		if foldDigit[o] == foldDigit[c] {
 			d.shapeRun++
 			if o == c {
 				d.exactRun++
@@ -264,22 +310,8 @@ func (d *Degeneration) step(c byte) bool {
 	if end < degK {
 		return false
 	}
-	slot := (d.hash * 0x9E3779B1) >> (32 - degTableBits)
-	if d.period == 0 {
-		var dist int64
-		if d.table8 != nil {
-			dist = int64(uint8(end) - d.table8[slot])
-		} else {
-			dist = int64(uint16(end) - d.table16[slot])
-		}
-		if dist > 0 && dist <= int64(d.cfg.MaxPhrase) && end-dist >= degK && d.lock(end, dist) {
-			fire = d.check()
-		}
-	}
-	if d.table8 != nil {
-		d.table8[slot] = uint8(end)
-	} else {
-		d.table16[slot] = uint16(end)
+	if d.period == 0 && dist > 0 && dist <= int64(d.cfg.MaxPhrase) && end-dist >= degK && d.lock(end, dist) {
+		fire = d.check()
 	}
 	return fire
 }

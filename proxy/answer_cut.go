@@ -23,15 +23,6 @@ type cutWatch struct {
 	// text and reasoning are choice 0's content and reasoning bytes so far.
 	text, reasoning int64
 
-	// arrivals remembers when recent events came and how far choice 0's
-	// content and reasoning had got, to time a cut from the arrival of the
-	// first degenerate byte. Every inspected open stream holds it: an
-	// arrival is 12 bytes, its time counted from since, and 120 of them
-	// keep the observer within 2 KiB.
-	arrivals  [120]arrival
-	nArrivals int
-	since     int64 // unix nanoseconds
-
 	// cut is what ended the answer, nil while it goes on.
 	cut *inspect.Detection
 	// offset is where in the text the degeneration began.
@@ -40,6 +31,22 @@ type cutWatch struct {
 	// slot is 1 when the cut came from choice 0's content, 2 from its
 	// reasoning, 0 from elsewhere.
 	slot int
+
+	// since is when the answer's first event arrived (unix nanoseconds);
+	// arrivals count their time from it.
+	since     int64
+	nArrivals int // arrivals recorded, the latest at (nArrivals-1) % len(arrivals)
+
+	// The fields above are read for every event, arrivals (last, as it is
+	// large) one entry an event: with thousands of open streams each
+	// event finds its observer out of the cache, so the few lines it
+	// needs are kept together (issue 18).
+
+	// arrivals remembers when recent events came and how far choice 0's
+	// content and reasoning had got, to time a cut from the arrival of the
+	// first degenerate byte. Every inspected open stream holds it: an
+	// arrival is 12 bytes and 120 of them keep the observer within 2 KiB.
+	arrivals [120]arrival
 }
 
 type arrival struct {

@@ -31,19 +31,22 @@ type answerObserver struct {
 	done     func(*ChatEvent)
 	answer   answer
 
-	watch   cutWatch
-	dedup   callDedup
-	holder  callHolder
-	trimmer trimmer
-	record  answerRecord
-
 	status int
 	// endPending: the cut's end waits for an event (deferredEnd).
 	endPending bool
 	encoded    bool // the answer is compressed: forward it uninspected
 	abandoned  bool // a call panicked: not returned to the pool
 
+	dedup   callDedup
+	holder  callHolder
+	trimmer trimmer
+	record  answerRecord
+
 	bodyUsage observe.Usage // the usage of a non-streamed answer
+
+	// watch is last: its hot fields come first and its large arrivals
+	// last, so what an event reads lies together (issue 18).
+	watch cutWatch
 }
 
 var observerPool = sync.Pool{New: func() any { return new(answerObserver) }}

@@ -284,6 +284,53 @@ func BenchmarkObserveEvent(b *testing.B) {
 	}
 }
 
+// BenchmarkObserveEventOpenStreams is BenchmarkObserveEvent with the
+// events dealt round-robin to many open streams, each with its own
+// observer, as a replica holding that many streams sees them: each event
+// finds its stream's state (observer, accumulator, detector) gone from the
+// cache since that stream's previous event. Each event is first copied to
+// one buffer, as the relay's read leaves it. A stream ends after
+// openStreamEvents events (the load test's length), and a new one takes its
+// place.
+func BenchmarkObserveEventOpenStreams(b *testing.B) {
+	const openStreamEvents = 200
+	for _, streams := range []int{1, 1000, 10000} {
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
+			p := testPipeline(b)
+			events := proseEvents()
+			obs := make([]*answerObserver, streams)
+			next := make([]int, streams)
+			for i := range obs {
+				obs[i] = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
+				next[i] = i * 7 % len(events)
+			}
+			seen := make([]int, streams)
+			var ev sse.Event
+			raw := make([]byte, 0, 1024)
+			out := make([]byte, 0, 4096)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU(b)
+			for i := 0; i < b.N; i++ {
+				s := i % streams
+				e := &events[next[s]]
+				next[s] = (next[s] + 1) % len(events)
+				raw = append(raw[:0], e.Raw...)
+				ev.Raw, ev.Data = raw, raw[len(raw)-len(e.Data)-2:len(raw)-2]
+				var stop bool
+				if out, stop = obs[s].event(&ev, out[:0]); stop {
+					b.Fatal("a healthy stream was cut")
+				}
+				if seen[s]++; seen[s] == openStreamEvents {
+					obs[s].release()
+					obs[s], seen[s] = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil), 0
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // testPipeline is a chat pipeline with the default configuration, closed
 // when the test ends.
 func testPipeline(tb testing.TB) *pipeline {
@@ -301,6 +348,16 @@ func testPipeline(tb testing.TB) *pipeline {
 // stream of varied healthy prose chunks.
 func observerAndEvents(tb testing.TB) (*answerObserver, []sse.Event) {
 	p := testPipeline(tb)
+	events := proseEvents()
+	o := newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
+	for i := range 64 {
+		o.event(&events[i], nil)
+	}
+	return o, events
+}
+
+// proseEvents is a stream of varied healthy prose chunks.
+func proseEvents() []sse.Event {
 	words := strings.Fields(`The proxy reads each event as it passes and forwards its bytes before it looks at
 		them, so a healthy answer reaches the agent as fast as the model writes it while loopguard keeps count of what
 		the model said and how often it said it, and only a long run of the same phrase ends the answer early.`)
@@ -309,11 +366,7 @@ func observerAndEvents(tb testing.TB) (*answerObserver, []sse.Event) {
 		data := fmt.Sprintf(`{"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"%s %d "},"finish_reason":null}]}`, words[i%len(words)], i)
 		events[i] = sse.Event{Raw: []byte("data: " + data + "\n\n"), Data: []byte(data)}
 	}
-	o := newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
-	for i := range 64 {
-		o.event(&events[i], nil)
-	}
-	return o, events
+	return events
 }
 
 // BenchmarkDecideAndInject measures what the session adds to a 200-turn

@@ -155,57 +155,57 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	if !rawjson.Valid(data) {
 		return ErrInvalidChunk
 	}
-	// gjson reads strings; this view of data lives only during Add and
-	// nothing derived from it is kept without a copy.
+	// The walkers read strings; this view of data lives only during Add
+	// and nothing derived from it is kept without a copy.
 	s := unsafe.String(unsafe.SliceData(data), len(data))
-	root := gjson.Parse(s)
-	if !root.IsObject() {
+	if !isObject(s) {
 		return ErrInvalidChunk
 	}
-	var choices, usage gjson.Result
+	// The members are walked as raw tokens: every chunk carries id,
+	// created and model, and a gjson walk would decode each of them (the
+	// number as a float) only for the first chunk to keep them.
+	var choices, usage string
 	failed := false
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	it := newObjIter(s)
+	for it.next() {
+		switch it.key {
 		case "choices":
-			choices = v
+			choices = it.val
 		case "usage":
-			usage = v
+			usage = it.val
 		case "error":
 			// Some servers send "error":null on healthy chunks.
-			failed = failed || (v.Type != gjson.Null && v.Type != gjson.False && v.String() != "")
+			failed = failed || it.val != "null" && it.val != "false" && it.val != `""`
 		case "type":
-			failed = failed || v.Str == "error"
+			failed = failed || stringEqual(it.val, []byte("error"))
 		case "id":
 			if len(a.id) == 0 {
-				a.id = append(a.id, v.Str...)
+				a.id = appendString(a.id, it.val)
 			}
 		case "model":
 			if len(a.model) == 0 {
-				a.model = append(a.model, v.Str...)
+				a.model = appendString(a.model, it.val)
 			}
 		case "system_fingerprint":
 			if len(a.fingerprint) == 0 {
-				a.fingerprint = append(a.fingerprint, v.Str...)
+				a.fingerprint = appendString(a.fingerprint, it.val)
 			}
 		case "created":
 			if a.created == 0 {
-				a.created = v.Int()
+				a.created = gjson.Parse(it.val).Int()
 			}
 		}
-		return true
-	})
+	}
 	if failed {
 		a.errRaw = append(a.errRaw[:0], data...)
 		return ErrUpstream
 	}
-	if usage.IsObject() {
-		a.addUsage(usage)
+	if isObject(usage) {
+		a.addUsage(gjson.Parse(usage))
 	}
-	if choices.IsArray() {
-		it := newArrIter(choices.Raw)
-		for it.next() {
-			a.addChoice(it.val, fn)
-		}
+	it2 := newArrIter(choices)
+	for it2.next() {
+		a.addChoice(it2.val, fn)
 	}
 	return nil
 }

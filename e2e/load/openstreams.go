@@ -42,6 +42,27 @@ type openOptions struct {
 	c      int
 	nginx  string // nginx binary; empty: looked up in PATH
 	body   int    // size of the request's history in bytes; 0: one message
+	perf   string // directory for a perf profile of each run; empty: none
+	only   string // comma-separated target keys (targetKey) to run; empty: all
+}
+
+// runs reports whether the target named name is to be run.
+func (o openOptions) runs(name string) bool {
+	if o.only == "" {
+		return true
+	}
+	for _, f := range strings.Split(o.only, ",") {
+		if strings.TrimSpace(f) == targetKey(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// targetKey is a target's name as one word: "loopguard, mode off" is
+// loopguard-modeoff.
+func targetKey(name string) string {
+	return strings.NewReplacer(" ", "", ",", "-").Replace(name)
 }
 
 // openRequest is the request of every open stream: one message, or a
@@ -105,11 +126,19 @@ func openStreams(bin string, o openOptions) error {
 			targets = append([]openTarget{{name: "direct", url: upstream, path: "/v1/chat/completions"}}, targets...)
 		}
 		for _, t := range targets {
+			if !o.runs(t.name) {
+				continue
+			}
 			// Warm up: first-use allocations are not a stream's cost.
 			if _, err := runOpen(client, t, body, 16, 16, o.events, 0); err != nil {
 				return fmt.Errorf("%s warm-up: %w", t.name, err)
 			}
+			stopPerf, err := startPerf(o.perf, t, n, pace == 0)
+			if err != nil {
+				return err
+			}
 			r, err := runOpen(client, t, body, n, c, o.events, pace)
+			stopPerf()
 			if err != nil {
 				return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
 			}
@@ -368,6 +397,37 @@ func oneStream(client *http.Client, url, body, load string, pace time.Duration, 
 		last = now
 		st.events++
 	}
+}
+
+// startPerf records t's processes with perf (call graphs, 999 samples a
+// second) into dir until stop is called; without dir or pids it does
+// nothing.
+func startPerf(dir string, t openTarget, n int, flat bool) (stop func(), err error) {
+	if dir == "" || t.pids == nil {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	load := "paced"
+	if flat {
+		load = "flat"
+	}
+	var pids []string
+	for _, p := range t.pids() {
+		pids = append(pids, strconv.Itoa(p))
+	}
+	out := filepath.Join(dir, fmt.Sprintf("%s-%d-%s.data", targetKey(t.name), n, load))
+	cmd := exec.Command("perf", "record", "-q", "-F", "999", "-g", "-p", strings.Join(pids, ","), "-o", out)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	time.Sleep(200 * time.Millisecond) // perf attaches before the load starts
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}, nil
 }
 
 // rssOf is the resident memory of pids together.
