@@ -51,6 +51,8 @@ type Server struct {
 	// peers notices clients that leave while their answer is prepared or
 	// streamed (clientwatch_linux.go).
 	peers peerWatcher
+	// spares run the chat pipelines (spare.go).
+	spares *spares
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -60,7 +62,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, up: up}
+	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares()}
 	if cfg.Upstream.AnthropicURL != "" {
 		c := cfg.Upstream
 		c.URL = c.AnthropicURL
@@ -189,6 +191,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
 	s.peers.close()
+	s.spares.stop()
 	s.up.client.CloseIdleConnections()
 	if s.anthropic != nil {
 		s.anthropic.client.CloseIdleConnections()

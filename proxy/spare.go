@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 )
@@ -11,10 +13,27 @@ import (
 // pipeline (parsing the history, the session, the policy) grows it to
 // 16 KiB, and the garbage collector halves a waiting goroutine's stack
 // only when it runs, which an open stream that allocates nothing does not
-// make it do. So the pipeline runs on a goroutine of its own, which gives
-// its stack back when the request is decided, and the connection's keeps
-// the 8 KiB the relay needs: 8 KiB less for every inspected open stream.
-// It costs a goroutine start and two switches per request.
+// make it do. So the pipeline runs on a spare goroutine and the
+// connection's keeps the 8 KiB the relay needs: 8 KiB less for every
+// inspected open stream.
+//
+// The spares live on, a few per core: a goroutine started per request
+// would allocate, and grow a fresh stack to 16 KiB again on every request
+// (three copies). Beyond that many pipelines at once (a store that
+// blocks), a request gets a goroutine of its own.
+
+// spares runs pipelines on long-lived goroutines.
+type spares struct {
+	work chan *guardCall // an idle spare receives; unbuffered
+	quit chan struct{}   // closed by Shutdown: idle spares end
+	once sync.Once       // closes quit
+	n    atomic.Int32    // spares alive
+	max  int32
+}
+
+func newSpares() *spares {
+	return &spares{work: make(chan *guardCall), quit: make(chan struct{}), max: int32(4 * runtime.GOMAXPROCS(0))}
+}
 
 // guardCall is one request's pipeline run on a spare goroutine; reused.
 type guardCall struct {
@@ -26,13 +45,13 @@ type guardCall struct {
 
 var guardCalls = sync.Pool{New: func() any { return &guardCall{done: make(chan any, 1)} }}
 
-// guardOnSpareStack runs the pipeline for ctx on a goroutine of its own and
+// guardOnSpareStack runs the pipeline for ctx on a spare goroutine and
 // waits for it. A panic goes on in the connection's goroutine, as if the
 // pipeline had run there.
 func (s *Server) guardOnSpareStack(ctx *fasthttp.RequestCtx, api *wireAPI) {
 	c := guardCalls.Get().(*guardCall)
 	c.s, c.ctx, c.api = s, ctx, api
-	go c.run()
+	s.spares.start(c)
 	p := <-c.done
 	*c = guardCall{done: c.done}
 	guardCalls.Put(c)
@@ -40,6 +59,37 @@ func (s *Server) guardOnSpareStack(ctx *fasthttp.RequestCtx, api *wireAPI) {
 		panic(p)
 	}
 }
+
+// start hands c to an idle spare, or to a new one.
+func (sp *spares) start(c *guardCall) {
+	select {
+	case sp.work <- c:
+		return
+	default:
+	}
+	if sp.n.Add(1) <= sp.max {
+		go sp.serve(c)
+		return
+	}
+	sp.n.Add(-1)
+	go c.run()
+}
+
+// serve runs c, then every call it receives until Shutdown.
+func (sp *spares) serve(c *guardCall) {
+	defer sp.n.Add(-1)
+	for {
+		c.run()
+		select {
+		case c = <-sp.work:
+		case <-sp.quit:
+			return
+		}
+	}
+}
+
+// stop ends the idle spares; the busy ones end when their call returns.
+func (sp *spares) stop() { sp.once.Do(func() { close(sp.quit) }) }
 
 func (c *guardCall) run() {
 	defer func() { c.done <- recover() }()

@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// Requests one after another run on one spare, which ends with the server;
+// a goroutine per request would have grown a fresh stack every time.
+func TestSparesReusedAndStopped(t *testing.T) {
+	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, chatAnswer)
+	})
+	srv, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	for i := range 20 {
+		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"turn %d"}]}`, i)
+		if resp, _ := postChat(t, base, "spares", body); resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d", i, resp.StatusCode)
+		}
+		<-got
+	}
+	if n := srv.spares.n.Load(); n != 1 {
+		t.Errorf("20 requests one after another left %d spares; want 1", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); srv.spares.n.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spares alive after Shutdown", srv.spares.n.Load())
+		}
+	}
+}
+
+// Past the cap, a pipeline still runs, on a goroutine of its own.
+func TestSparesPastTheCap(t *testing.T) {
+	sp := newSpares()
+	sp.max = 0
+	ran := make(chan struct{})
+	c := &guardCall{done: make(chan any, 1)}
+	go func() { sp.start(c); close(ran) }()
+	<-ran
+	if n := sp.n.Load(); n != 0 {
+		t.Errorf("%d spares past a cap of 0", n)
+	}
+	if p := <-c.done; p == nil {
+		t.Error("a call without a server did not panic on its goroutine")
+	}
+}
