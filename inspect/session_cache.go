@@ -27,7 +27,7 @@ import (
 // but for what no rule of its engine reads (see compact): the text of the
 // tool results, each replaced by a digest of what the rules read of it
 // (none before the detectors' reach, and no evidence text where no rule
-// can report it: evidenceZone), and the reasoning. Tool output is most of
+// can report it: evidenceZone). Tool output is most of
 // a history: the cache holds about a fifth of it (35 KB a session of 100
 // tool turns, 156 KB), most of it the steps' Step and Call structs.
 //
@@ -562,9 +562,9 @@ func (sp *sessionParse) finish(p *parser) {
 	}
 }
 
-// compact digests the results of steps from on (see digestResult), drops
-// those before, which no rule reads (they are out of the reach), and the
-// steps' reasoning (no rule reads it); then it moves the strings the
+// compact digests the results of steps from on (see digestResult) and
+// drops those before, which no rule reads (they are out of the reach);
+// then it moves the strings the
 // steps got from this parse into one allocation of their size, so that
 // the cache keeps neither the parse's arena nor the tool output in it.
 // It reads the steps from lo on; a string a step had before this parse
@@ -574,7 +574,6 @@ func (sp *sessionParse) finish(p *parser) {
 func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 	digests := 0
 	for i := lo; i < len(steps); i++ {
-		steps[i].Reasoning = ""
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
 			switch {

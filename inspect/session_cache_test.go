@@ -256,9 +256,6 @@ func cachedSame(e *Engine, got, want *Trajectory) string {
 			continue
 		}
 		ws := &want.Steps[s]
-		if gs.Reasoning == "" {
-			gs.Reasoning = ws.Reasoning
-		}
 		for k := range gs.Calls {
 			gc := &gs.Calls[k]
 			if k < len(ws.Calls) && s < from && !gc.digested() && gc.Result == "" {
@@ -352,7 +349,7 @@ func TestSessionCacheBudget(t *testing.T) {
 func entryStrings(en *cacheEntry) int64 {
 	n := 0
 	for _, st := range en.steps {
-		n += len(st.Text) + len(st.Reasoning)
+		n += len(st.Text)
 		for _, c := range st.Calls {
 			for _, f := range c.strings() {
 				n += len(*f)
@@ -951,10 +948,10 @@ func TestSessionCacheHeapPerSession(t *testing.T) {
 		max  int64
 	}{
 		{"growing 20 turns", growingHistory(20), 2, 0},
-		{"growing 100 turns", growingHistory(100), 2, 31 << 10},
+		{"growing 100 turns", growingHistory(100), 2, 29 << 10},
 		{"growing 200 turns", growingHistory(200), 2, 0},
 		{"bench 20 turns", bench(20), 2, 0},
-		{"bench 57 turns", bench(57), 2, 20 << 10},
+		{"bench 57 turns", bench(57), 2, 18 << 10},
 		{"bench 200 turns", bench(200), 2, 0},
 		{"bench 1000 turns", bench(1000), 1900, 0},
 	} {

@@ -53,10 +53,9 @@ type Layout struct {
 
 // Step is one assistant turn.
 type Step struct {
-	Message   int    // index of the assistant message in request.messages
-	Text      string // assistant content (string, or the text parts joined)
-	Reasoning string // reasoning_content / reasoning, if the client sent it back
-	Calls     []Call
+	Message int    // index of the assistant message in request.messages
+	Text    string // assistant content (string, or the text parts joined)
+	Calls   []Call
 }
 
 // Call is one tool call of a step and the result the agent sent back for it.
