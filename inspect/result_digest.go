@@ -59,9 +59,27 @@ func digestResult(c *Call) {
 	if len(rt) > maxNormalizedText {
 		d.evidence = outcomeText(c.Result)
 	}
-	c.digest, c.resultFacts = d, f
+	c.setExtra(c.argEdit(), d, c.fail())
+	c.resultFacts = f
 	c.Result = ""
 }
+
+// dropDigest drops the evidence text of c's digest, and returns the
+// memory freed.
+func (c *Call) dropDigest() int {
+	d := c.digest()
+	if d == nil {
+		return 0
+	}
+	c.setExtra(c.argEdit(), nil, c.fail())
+	if c.extra == nil {
+		return d.size() + extraSize
+	}
+	return d.size()
+}
+
+// extraSize is the memory of a callExtra.
+const extraSize = int(unsafe.Sizeof(callExtra{}))
 
 // size is the memory d holds; 0 for nil.
 func (d *resultDigest) size() int {
@@ -114,10 +132,10 @@ func (c *Call) showsLines() bool {
 // whose evidence text was dropped, which no rule reports (evidenceZone).
 func (c *Call) outcome() string {
 	if c.digested() {
-		if c.digest == nil {
-			return ""
+		if d := c.digest(); d != nil {
+			return d.evidence
 		}
-		return c.digest.evidence
+		return ""
 	}
 	return outcomeText(c.Result)
 }

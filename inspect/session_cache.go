@@ -581,12 +581,12 @@ func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 				// Out of reach: forget dropped the results of the calls
 				// restored unwritten, which are the cache's.
 				if c.digested() || c.Result != "" {
-					digests -= c.digest.size()
-					c.Result, c.digest, c.resultFacts = "", nil, 0
+					digests -= c.dropDigest()
+					c.Result, c.resultFacts = "", 0
 				}
 			case c.HasResult && !c.digested():
 				digestResult(c)
-				digests += c.digest.size()
+				digests += c.digest().size()
 			}
 		}
 	}
@@ -667,10 +667,14 @@ func callParts(steps []Step, lo int, prior *priorSteps) int {
 			if ps != nil && k < len(ps.Calls) {
 				was = &ps.Calls[k]
 			}
-			if c.argEdit != nil && (was == nil || was.argEdit != c.argEdit) {
+			if c.extra == nil || was != nil && was.extra == c.extra {
+				continue
+			}
+			n += extraSize
+			if e := c.argEdit(); e != nil && (was == nil || was.argEdit() != e) {
 				n += int(unsafe.Sizeof(editFacts{}))
 			}
-			if c.fail != nil && (was == nil || was.fail != c.fail) {
+			if f := c.fail(); f != nil && (was == nil || was.fail() != f) {
 				n += int(unsafe.Sizeof(callError{}))
 			}
 		}
@@ -695,7 +699,7 @@ func repeated(f *string, c *Call, before *Step) string {
 				return before.Calls[k].Name
 			}
 		}
-	case f == &c.Primary || c.argEdit != nil && f == &c.argEdit.path:
+	case f == &c.Primary || c.argEdit() != nil && f == &c.argEdit().path:
 		if at := strings.Index(c.Args, *f); *f != "" && at >= 0 {
 			return c.Args[at : at+len(*f)]
 		}
@@ -715,8 +719,7 @@ func (e *Engine) unreport(t *Trajectory, lo, base int) int {
 		st := &t.Steps[s]
 		copied := s >= base
 		for k := range st.Calls {
-			d := st.Calls[k].digest
-			if d == nil || z.reports(s, k, &st.Calls[k]) {
+			if st.Calls[k].digest() == nil || z.reports(s, k, &st.Calls[k]) {
 				continue
 			}
 			if !copied {
@@ -726,8 +729,7 @@ func (e *Engine) unreport(t *Trajectory, lo, base int) int {
 				}
 				st.Calls, copied = calls, true
 			}
-			st.Calls[k].digest = nil
-			freed += d.size()
+			freed += st.Calls[k].dropDigest()
 		}
 	}
 	return freed
@@ -776,8 +778,8 @@ func forget(steps []Step) int {
 		calls := make([]Call, len(st.Calls))
 		for k := range st.Calls {
 			st.Calls[k].copyTo(&calls[k])
-			freed += calls[k].digest.size()
-			calls[k].Result, calls[k].digest, calls[k].resultFacts = "", nil, 0
+			freed += calls[k].dropDigest()
+			calls[k].Result, calls[k].resultFacts = "", 0
 		}
 		st.Calls = calls
 	}
@@ -789,11 +791,11 @@ func forget(steps []Step) int {
 // those it has not.
 func (c *Call) strings() [7]*string {
 	errText, path := &noString, &noString
-	if c.fail != nil {
-		errText = &c.fail.text
+	if f := c.fail(); f != nil {
+		errText = &f.text
 	}
-	if c.argEdit != nil {
-		path = &c.argEdit.path
+	if e := c.argEdit(); e != nil {
+		path = &e.path
 	}
 	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, errText, path}
 }
@@ -839,9 +841,9 @@ func (c *Call) copyTo(dst *Call) {
 	*dst = Call{
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
 		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint,
-		argTarget: c.argTarget, argEdit: c.argEdit, argBits: c.argBits,
+		argTarget: c.argTarget, argBits: c.argBits,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
-		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest, resultFacts: c.resultFacts,
-		IsError: c.IsError, fail: c.fail,
+		resultFP: atomic.LoadUint64(&c.resultFP), resultFacts: c.resultFacts,
+		IsError: c.IsError, extra: c.extra,
 	}
 }
