@@ -227,7 +227,6 @@ type evidenceZone struct {
 	window   int       // the first step of the last Window steps
 	recent   [3]callAt // the last three counted calls, latest first
 	answered callAt    // the latest counted call with a result
-	patterns bool      // error patterns make results of a tool the same error
 }
 
 // callAt is call k of step s; the zero callAt{-1, -1} names none.
@@ -236,8 +235,7 @@ type callAt struct{ s, k int }
 var noCall = callAt{-1, -1}
 
 func (e *Engine) evidenceZone(t *Trajectory) evidenceZone {
-	z := evidenceZone{t: t, window: len(t.Steps) - e.cfg.Window, recent: [3]callAt{noCall, noCall, noCall}, answered: noCall,
-		patterns: len(e.patterns) > 0}
+	z := evidenceZone{t: t, window: len(t.Steps) - e.cfg.Window, recent: [3]callAt{noCall, noCall, noCall}, answered: noCall}
 	n := 0
 	for s := len(t.Steps) - 1; s >= 0 && (n < len(z.recent) || z.answered == noCall); s-- {
 		calls := t.Steps[s].Calls
@@ -268,8 +266,10 @@ func (z *evidenceZone) reports(s, k int, c *Call) bool {
 
 // repeats reports whether call k of step s, c, may have the same outcome
 // as an earlier call of its tool in the window (sameOutcome): the same
-// result fingerprint, an error with the same signature, any error when
-// patterns make errors, or an earlier call with no result yet.
+// result fingerprint, an error with the same signature, or an earlier
+// call with no result yet (its result may come later). An engine with
+// error patterns, which make other errors the same, keeps every result
+// (see ParseSession).
 func (z *evidenceZone) repeats(s, k int, c *Call) bool {
 	res := c.ResultFingerprint() | 1
 	for r := max(z.window, 0); r <= s; r++ {
@@ -283,7 +283,7 @@ func (z *evidenceZone) repeats(s, k int, c *Call) bool {
 				continue
 			}
 			if !y.HasResult || y.ResultFingerprint()|1 == res ||
-				y.IsError && c.IsError && y.ErrorSignature() == c.ErrorSignature() || z.patterns {
+				y.IsError && c.IsError && y.ErrorSignature() == c.ErrorSignature() {
 				return true
 			}
 		}

@@ -89,6 +89,9 @@ func cacheCases(t *testing.T) []cacheCase {
 	for _, z := range zoneHistories(DefaultConfig().Window) {
 		out = append(out, z.cacheCase)
 	}
+	for _, o := range outcomeCases() {
+		out = append(out, o.cacheCase)
+	}
 	return out
 }
 
