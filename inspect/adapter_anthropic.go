@@ -4,7 +4,7 @@ import "fmt"
 
 // anthropic walks an Anthropic Messages body. "system" is the system prompt
 // and carries no step. Each assistant message is a step: its text blocks
-// are the text, its thinking blocks the reasoning, its tool_use blocks the
+// are the text (its thinking blocks no rule reads), its tool_use blocks the
 // calls (input is an object, canonicalised as chat arguments are). A user
 // message carrying tool_result blocks answers those calls, paired by
 // tool_use_id; is_error marks a result failed even when its text does not
@@ -106,17 +106,6 @@ func (p *parser) anthropicAssistant(i int, content string) {
 				input = p.rawStr(input) // some adapters send the JSON as text
 			}
 			p.setArgs(&st.Calls[len(st.Calls)-1], input)
-		case `"thinking"`:
-			eachMember(b, func(k, v string) bool {
-				if rawKeyIs(k, "thinking") && rawKind(v) == '"' {
-					if t := p.rawStr(v); st.Reasoning == "" {
-						st.Reasoning = t
-					} else if t != "" {
-						st.Reasoning = p.join(st.Reasoning, t)
-					}
-				}
-				return true
-			})
 		}
 		return true
 	})

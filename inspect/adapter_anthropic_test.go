@@ -9,9 +9,9 @@ func TestParseAnthropic(t *testing.T) {
 		errText                string
 	}
 	type step struct {
-		msg             int
-		text, reasoning string
-		calls           []call
+		msg   int
+		text  string
+		calls []call
 	}
 	tests := []struct {
 		name      string
@@ -36,7 +36,7 @@ func TestParseAnthropic(t *testing.T) {
 				{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":[{"type":"text","text":"no"},{"type":"image","source":{}}]},
 					{"type":"tool_result","tool_use_id":"t1","content":"A"},
 					{"type":"text","text":"<system-reminder>todo list empty</system-reminder>"}]}]}`,
-			wantSteps: []step{{msg: 1, text: "Reading.", reasoning: "plan", calls: []call{
+			wantSteps: []step{{msg: 1, text: "Reading.", calls: []call{
 				{id: "t1", name: "read_file", args: `{"limit":10,"path":"a.go"}`, result: "A"},
 				{id: "t2", name: "grep", args: `{"pattern":"x"}`, result: "no"}}}},
 			wantMsgs: 3,
@@ -85,7 +85,7 @@ func TestParseAnthropic(t *testing.T) {
 			}
 			for i, w := range tt.wantSteps {
 				g := tr.Steps[i]
-				if g.Message != w.msg || g.Text != w.text || g.Reasoning != w.reasoning || len(g.Calls) != len(w.calls) {
+				if g.Message != w.msg || g.Text != w.text || len(g.Calls) != len(w.calls) {
 					t.Fatalf("step %d = %+v; want %+v", i, g, w)
 				}
 				for k, wc := range w.calls {

@@ -188,11 +188,9 @@ func (p *parser) responses(root string) error {
 				st.Text = p.join(st.Text, txt)
 			}
 		case "reasoning":
-			st := p.openStep(i, false)
-			// Only the summary is readable; encrypted_content is opaque.
-			if r := p.reasoningSummary(f.summary); r != "" {
-				st.Reasoning = r
-			}
+			// A reasoning item opens the turn it thinks for; no rule
+			// reads its text.
+			p.openStep(i, false)
 		case "function_call", "custom_tool_call", "local_shell_call":
 			st := p.openStep(i, true)
 			if st.Calls == nil {
@@ -245,7 +243,7 @@ func (p *parser) responses(root string) error {
 
 // responseItem holds the raw members of one input item that the walk reads.
 type responseItem struct {
-	typ, role, content, summary   string
+	typ, role, content            string
 	id, callID, name, args, input string
 	action, output                string
 }
@@ -260,8 +258,6 @@ func responseFields(it string) responseItem {
 			f.role = v
 		case rawKeyIs(k, "content"):
 			f.content = v
-		case rawKeyIs(k, "summary"):
-			f.summary = v
 		case rawKeyIs(k, "id"):
 			f.id = v
 		case rawKeyIs(k, "call_id"):
@@ -322,25 +318,6 @@ func countCalls(items []string) int {
 		}
 	}
 	return max(n, 1)
-}
-
-// reasoningSummary joins the text of a reasoning item's summary parts.
-func (p *parser) reasoningSummary(summary string) string {
-	out := ""
-	eachElement(summary, func(part string) bool {
-		eachMember(part, func(k, v string) bool {
-			if rawKeyIs(k, "text") && rawKind(v) == '"' {
-				if t := p.rawStr(v); out == "" {
-					out = t
-				} else if t != "" {
-					out = p.join(out, t)
-				}
-			}
-			return true
-		})
-		return true
-	})
-	return out
 }
 
 // outputText is a function_call_output's output: a string, or (newer API)

@@ -21,8 +21,8 @@ func sameTrajectory(t *testing.T, got, want *Trajectory) {
 	}
 	for i := range want.Steps {
 		g, w := &got.Steps[i], &want.Steps[i]
-		if g.Text != w.Text || g.Reasoning != w.Reasoning {
-			t.Errorf("step %d text %q reasoning %q; want %q, %q", i, g.Text, g.Reasoning, w.Text, w.Reasoning)
+		if g.Text != w.Text {
+			t.Errorf("step %d text %q; want %q", i, g.Text, w.Text)
 		}
 		if len(g.Calls) != len(w.Calls) {
 			t.Fatalf("step %d: %d calls; want %d", i, len(g.Calls), len(w.Calls))
@@ -92,9 +92,9 @@ func TestParseResponses(t *testing.T) {
 		isErr                           bool
 	}
 	type step struct {
-		msg             int
-		text, reasoning string
-		calls           []call
+		msg   int
+		text  string
+		calls []call
 	}
 	tests := []struct {
 		name      string
@@ -126,7 +126,7 @@ func TestParseResponses(t *testing.T) {
 				{"type":"reasoning","id":"rs_2","summary":[]},
 				{"type":"function_call","call_id":"c3","name":"bash","arguments":"{\"command\":\"cat a.go\"}"}]}`,
 			wantSteps: []step{
-				{msg: 1, text: "Reading.", reasoning: "a\nb", calls: []call{
+				{msg: 1, text: "Reading.", calls: []call{
 					{id: "c1", name: "read_file", args: `{"path":"a.go"}`, primary: "a.go", result: "A"},
 					{id: "c2", name: "read_file", args: `{"path":"b.go"}`, primary: "b.go", result: "B"}}},
 				{msg: 7, calls: []call{{id: "c3", name: "bash", args: `{"command":"cat a.go"}`, primary: "read a.go"}}},
@@ -185,7 +185,7 @@ func TestParseResponses(t *testing.T) {
 			}
 			for i, w := range tt.wantSteps {
 				g := tr.Steps[i]
-				if g.Message != w.msg || g.Text != w.text || g.Reasoning != w.reasoning || len(g.Calls) != len(w.calls) {
+				if g.Message != w.msg || g.Text != w.text || len(g.Calls) != len(w.calls) {
 					t.Fatalf("step %d = %+v; want %+v", i, g, w)
 				}
 				for k, wc := range w.calls {

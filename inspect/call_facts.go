@@ -121,12 +121,13 @@ func (c *Call) known() callFacts {
 
 // storedFacts are the facts stored in c (none: not known).
 func (c *Call) storedFacts() callFacts {
-	return callFacts{target: c.argTarget, edit: c.argEdit, bits: c.argBits}
+	return callFacts{target: c.argTarget, edit: c.argEdit(), bits: c.argBits}
 }
 
 // storeFacts stores f in c.
 func (c *Call) storeFacts(f callFacts) {
-	c.argTarget, c.argEdit, c.argBits = f.target, f.edit, f.bits
+	c.argTarget, c.argBits = f.target, f.bits
+	c.setExtra(f.edit, c.digest(), c.fail())
 }
 
 // facts returns the bits of the call's argument facts.

@@ -40,13 +40,14 @@ func (in *inspection) paramDrift() (Detection, bool) {
 		return Detection{}, false
 	}
 	known, same, allErr := 0, true, true
-	var ref *ev
+	var ref, latest *ev
 	for _, a := range idx {
 		x := &evs[a]
 		if !x.has {
 			continue
 		}
 		known++
+		latest = x
 		if !x.isErr {
 			allErr = false
 		}
@@ -67,7 +68,11 @@ func (in *inspection) paramDrift() (Detection, bool) {
 		d.Score = grow(strongBase, strongStep, len(idx), thr, 1)
 		d.Evidence = in.evidence(idx)
 		d.Evidence.NoProgress = true
-		withOutcome(&d.Evidence, ref.c)
+		if known > 1 {
+			// The outcome that came back, as the agent saw it last; one
+			// result alone is no outcome repeated.
+			withOutcome(&d.Evidence, latest.c)
+		}
 	case known > 0 && allErr && !L.look:
 		d.Score = grow(0.8, warnStep, len(idx), thr, warnCap)
 		d.Evidence = in.evidence(idx)

@@ -28,7 +28,7 @@ func TestParseBasic(t *testing.T) {
 		t.Fatalf("Parse = model %q, %d messages, %d steps, start %d; want gpt-4o, 9, 2, 0", tr.Model, tr.Messages, len(tr.Steps), tr.Start)
 	}
 	s0 := tr.Steps[0]
-	if s0.Text != "Looking." || s0.Reasoning != "think" || len(s0.Calls) != 2 {
+	if s0.Text != "Looking." || len(s0.Calls) != 2 {
 		t.Fatalf("step 0 = %+v", s0)
 	}
 	a, b := s0.Calls[0], s0.Calls[1]

@@ -202,7 +202,7 @@ func (p *parser) message(i int, s string, at int) (int, error) {
 	if s[at] != '{' {
 		return 0, fmt.Errorf("%w: message %d is not an object", ErrMalformed, i)
 	}
-	var role, content, toolCalls, fnCall, reasoning, toolCallID, name string
+	var role, content, toolCalls, fnCall, toolCallID, name string
 	end := membersAt(s, at, func(k, v string) bool {
 		switch {
 		case rawKeyIs(k, "role"):
@@ -213,10 +213,6 @@ func (p *parser) message(i int, s string, at int) (int, error) {
 			toolCalls = v
 		case rawKeyIs(k, "function_call"):
 			fnCall = v
-		case rawKeyIs(k, "reasoning_content"), rawKeyIs(k, "reasoning"):
-			if rawKind(v) == '"' {
-				reasoning = v
-			}
 		case rawKeyIs(k, "tool_call_id"):
 			toolCallID = v
 		case rawKeyIs(k, "name"):
@@ -229,7 +225,7 @@ func (p *parser) message(i int, s string, at int) (int, error) {
 	}
 	switch p.peek(role) {
 	case "assistant":
-		p.assistant(i, content, reasoning, toolCalls, fnCall)
+		p.assistant(i, content, toolCalls, fnCall)
 		p.lastAssistant = true
 	case "tool":
 		p.toolResult(i, toolCallID, "", content)
@@ -340,8 +336,8 @@ func (p *parser) newCalls(n int) []Call {
 	return p.calls[start : start+n : start+n]
 }
 
-func (p *parser) assistant(i int, content, reasoning, toolCalls, fnCall string) {
-	st := Step{Message: i, Text: p.text(content), Reasoning: p.rawStr(reasoning)}
+func (p *parser) assistant(i int, content, toolCalls, fnCall string) {
+	st := Step{Message: i, Text: p.text(content)}
 	n := 0
 	if rawKind(toolCalls) == '[' {
 		eachElement(toolCalls, func(tc string) bool {

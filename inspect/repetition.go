@@ -156,7 +156,9 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	}
 	d := Detection{Score: grow(strongBase, strongStep, bestN, thrWin, 1), Evidence: in.evidence(idx)}
 	d.Evidence.Threshold, d.Evidence.NoProgress = thrWin, true
-	withOutcome(&d.Evidence, evs[best].c)
+	// The group's latest result: the same outcome as the first, the one
+	// the agent saw last.
+	withOutcome(&d.Evidence, evs[idx[len(idx)-1]].c)
 	return d, true
 }
 

@@ -59,9 +59,27 @@ func digestResult(c *Call) {
 	if len(rt) > maxNormalizedText {
 		d.evidence = outcomeText(c.Result)
 	}
-	c.digest, c.resultFacts = d, f
+	c.setExtra(c.argEdit(), d, c.fail())
+	c.resultFacts = f
 	c.Result = ""
 }
+
+// dropDigest drops the evidence text of c's digest, and returns the
+// memory freed.
+func (c *Call) dropDigest() int {
+	d := c.digest()
+	if d == nil {
+		return 0
+	}
+	c.setExtra(c.argEdit(), nil, c.fail())
+	if c.extra == nil {
+		return d.size() + extraSize
+	}
+	return d.size()
+}
+
+// extraSize is the memory of a callExtra.
+const extraSize = int(unsafe.Sizeof(callExtra{}))
 
 // size is the memory d holds; 0 for nil.
 func (d *resultDigest) size() int {
@@ -114,10 +132,10 @@ func (c *Call) showsLines() bool {
 // whose evidence text was dropped, which no rule reports (evidenceZone).
 func (c *Call) outcome() string {
 	if c.digested() {
-		if c.digest == nil {
-			return ""
+		if d := c.digest(); d != nil {
+			return d.evidence
 		}
-		return c.digest.evidence
+		return ""
 	}
 	return outcomeText(c.Result)
 }
@@ -192,15 +210,20 @@ var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r':
 //     test_fix_cycle (recentError) report one of the last three calls;
 //   - tool_repetition's run reports its latest call with a result, all
 //     calls after it having none: the latest call with a result;
-//   - tool_repetition in the window and param_drift report calls in the
-//     last Window steps;
+//   - tool_repetition in the window and param_drift report the latest
+//     call with a result of a group in the last Window steps that has an
+//     earlier one of the same tool and the same outcome (the same result,
+//     or the same error): a call that repeats an earlier one in the window;
 //   - edit_undo's state returns report a restoring call (primaryRestores).
 //
 // Each is a call the detectors count (not ignored). As a history grows a
 // call only leaves the zone: new calls become the last ones and the
-// latest answered, and the window moves on (a call answered later is
-// digested then, in the zone).
+// latest answered, the window moves on past the calls a call repeats,
+// and a call repeats no earlier call it did not repeat before (an earlier
+// call with no result yet counts as one it repeats; a call answered later
+// is digested then, in the zone).
 type evidenceZone struct {
+	t        *Trajectory
 	window   int       // the first step of the last Window steps
 	recent   [3]callAt // the last three counted calls, latest first
 	answered callAt    // the latest counted call with a result
@@ -212,7 +235,7 @@ type callAt struct{ s, k int }
 var noCall = callAt{-1, -1}
 
 func (e *Engine) evidenceZone(t *Trajectory) evidenceZone {
-	z := evidenceZone{window: len(t.Steps) - e.cfg.Window, recent: [3]callAt{noCall, noCall, noCall}, answered: noCall}
+	z := evidenceZone{t: t, window: len(t.Steps) - e.cfg.Window, recent: [3]callAt{noCall, noCall, noCall}, answered: noCall}
 	n := 0
 	for s := len(t.Steps) - 1; s >= 0 && (n < len(z.recent) || z.answered == noCall); s-- {
 		calls := t.Steps[s].Calls
@@ -237,6 +260,33 @@ func (e *Engine) evidenceZone(t *Trajectory) evidenceZone {
 // s, c.
 func (z *evidenceZone) reports(s, k int, c *Call) bool {
 	at := callAt{s, k}
-	return s >= z.window || at == z.answered || at == z.recent[0] || at == z.recent[1] || at == z.recent[2] ||
-		c.facts()&primaryRestores != 0
+	return at == z.answered || at == z.recent[0] || at == z.recent[1] || at == z.recent[2] ||
+		c.facts()&primaryRestores != 0 || s >= z.window && z.repeats(s, k, c)
+}
+
+// repeats reports whether call k of step s, c, may have the same outcome
+// as an earlier call of its tool in the window (sameOutcome): the same
+// result fingerprint, an error with the same signature, or an earlier
+// call with no result yet (its result may come later). An engine with
+// error patterns, which make other errors the same, keeps every result
+// (see ParseSession).
+func (z *evidenceZone) repeats(s, k int, c *Call) bool {
+	res := c.ResultFingerprint() | 1
+	for r := max(z.window, 0); r <= s; r++ {
+		calls := z.t.Steps[r].Calls
+		if r == s {
+			calls = calls[:k]
+		}
+		for j := range calls {
+			y := &calls[j]
+			if y.Name != c.Name {
+				continue
+			}
+			if !y.HasResult || y.ResultFingerprint()|1 == res ||
+				y.IsError && c.IsError && y.ErrorSignature() == c.ErrorSignature() {
+				return true
+			}
+		}
+	}
+	return false
 }

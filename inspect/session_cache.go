@@ -27,8 +27,8 @@ import (
 // but for what no rule of its engine reads (see compact): the text of the
 // tool results, each replaced by a digest of what the rules read of it
 // (none before the detectors' reach, and no evidence text where no rule
-// can report it: evidenceZone), and the reasoning. Tool output is most of
-// a history: the cache holds about a fifth of it (35 KB a session of 100
+// can report it: evidenceZone). Tool output is most of
+// a history: the cache holds about a sixth of it (27 KB a session of 100
 // tool turns, 156 KB), most of it the steps' Step and Call structs.
 //
 // A turn resuming from its session's entry adds the new steps to the
@@ -562,9 +562,9 @@ func (sp *sessionParse) finish(p *parser) {
 	}
 }
 
-// compact digests the results of steps from on (see digestResult), drops
-// those before, which no rule reads (they are out of the reach), and the
-// steps' reasoning (no rule reads it); then it moves the strings the
+// compact digests the results of steps from on (see digestResult) and
+// drops those before, which no rule reads (they are out of the reach);
+// then it moves the strings the
 // steps got from this parse into one allocation of their size, so that
 // the cache keeps neither the parse's arena nor the tool output in it.
 // It reads the steps from lo on; a string a step had before this parse
@@ -574,7 +574,6 @@ func (sp *sessionParse) finish(p *parser) {
 func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 	digests := 0
 	for i := lo; i < len(steps); i++ {
-		steps[i].Reasoning = ""
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
 			switch {
@@ -582,12 +581,12 @@ func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 				// Out of reach: forget dropped the results of the calls
 				// restored unwritten, which are the cache's.
 				if c.digested() || c.Result != "" {
-					digests -= c.digest.size()
-					c.Result, c.digest, c.resultFacts = "", nil, 0
+					digests -= c.dropDigest()
+					c.Result, c.resultFacts = "", 0
 				}
 			case c.HasResult && !c.digested():
 				digestResult(c)
-				digests += c.digest.size()
+				digests += c.digest().size()
 			}
 		}
 	}
@@ -668,10 +667,14 @@ func callParts(steps []Step, lo int, prior *priorSteps) int {
 			if ps != nil && k < len(ps.Calls) {
 				was = &ps.Calls[k]
 			}
-			if c.argEdit != nil && (was == nil || was.argEdit != c.argEdit) {
+			if c.extra == nil || was != nil && was.extra == c.extra {
+				continue
+			}
+			n += extraSize
+			if e := c.argEdit(); e != nil && (was == nil || was.argEdit() != e) {
 				n += int(unsafe.Sizeof(editFacts{}))
 			}
-			if c.fail != nil && (was == nil || was.fail != c.fail) {
+			if f := c.fail(); f != nil && (was == nil || was.fail() != f) {
 				n += int(unsafe.Sizeof(callError{}))
 			}
 		}
@@ -696,7 +699,7 @@ func repeated(f *string, c *Call, before *Step) string {
 				return before.Calls[k].Name
 			}
 		}
-	case f == &c.Primary || c.argEdit != nil && f == &c.argEdit.path:
+	case f == &c.Primary || c.argEdit() != nil && f == &c.argEdit().path:
 		if at := strings.Index(c.Args, *f); *f != "" && at >= 0 {
 			return c.Args[at : at+len(*f)]
 		}
@@ -716,8 +719,7 @@ func (e *Engine) unreport(t *Trajectory, lo, base int) int {
 		st := &t.Steps[s]
 		copied := s >= base
 		for k := range st.Calls {
-			d := st.Calls[k].digest
-			if d == nil || z.reports(s, k, &st.Calls[k]) {
+			if st.Calls[k].digest() == nil || z.reports(s, k, &st.Calls[k]) {
 				continue
 			}
 			if !copied {
@@ -727,8 +729,7 @@ func (e *Engine) unreport(t *Trajectory, lo, base int) int {
 				}
 				st.Calls, copied = calls, true
 			}
-			st.Calls[k].digest = nil
-			freed += d.size()
+			freed += st.Calls[k].dropDigest()
 		}
 	}
 	return freed
@@ -777,8 +778,8 @@ func forget(steps []Step) int {
 		calls := make([]Call, len(st.Calls))
 		for k := range st.Calls {
 			st.Calls[k].copyTo(&calls[k])
-			freed += calls[k].digest.size()
-			calls[k].Result, calls[k].digest, calls[k].resultFacts = "", nil, 0
+			freed += calls[k].dropDigest()
+			calls[k].Result, calls[k].resultFacts = "", 0
 		}
 		st.Calls = calls
 	}
@@ -790,11 +791,11 @@ func forget(steps []Step) int {
 // those it has not.
 func (c *Call) strings() [7]*string {
 	errText, path := &noString, &noString
-	if c.fail != nil {
-		errText = &c.fail.text
+	if f := c.fail(); f != nil {
+		errText = &f.text
 	}
-	if c.argEdit != nil {
-		path = &c.argEdit.path
+	if e := c.argEdit(); e != nil {
+		path = &e.path
 	}
 	return [...]*string{&c.ID, &c.Name, &c.Args, &c.Primary, &c.Result, errText, path}
 }
@@ -840,9 +841,9 @@ func (c *Call) copyTo(dst *Call) {
 	*dst = Call{
 		ID: c.ID, Name: c.Name, Args: c.Args, Primary: c.Primary,
 		Fingerprint: c.Fingerprint, PrimaryFingerprint: c.PrimaryFingerprint,
-		argTarget: c.argTarget, argEdit: c.argEdit, argBits: c.argBits,
+		argTarget: c.argTarget, argBits: c.argBits,
 		HasResult: c.HasResult, Result: c.Result, ResultMessage: c.ResultMessage,
-		resultFP: atomic.LoadUint64(&c.resultFP), digest: c.digest, resultFacts: c.resultFacts,
-		IsError: c.IsError, fail: c.fail,
+		resultFP: atomic.LoadUint64(&c.resultFP), resultFacts: c.resultFacts,
+		IsError: c.IsError, extra: c.extra,
 	}
 }

@@ -86,7 +86,13 @@ func cacheCases(t *testing.T) []cacheCase {
 		}
 	}
 	out = append(out, cacheCase{"writes", writesHistory(10)}, cacheCase{"syntax errors", syntaxErrorHistory(10, 2)})
-	return append(out, zoneHistories(DefaultConfig().Window)...)
+	for _, z := range zoneHistories(DefaultConfig().Window) {
+		out = append(out, z.cacheCase)
+	}
+	for _, o := range outcomeCases() {
+		out = append(out, o.cacheCase)
+	}
+	return out
 }
 
 // settle computes every lazily cached field, so that two trajectories
@@ -253,9 +259,6 @@ func cachedSame(e *Engine, got, want *Trajectory) string {
 			continue
 		}
 		ws := &want.Steps[s]
-		if gs.Reasoning == "" {
-			gs.Reasoning = ws.Reasoning
-		}
 		for k := range gs.Calls {
 			gc := &gs.Calls[k]
 			if k < len(ws.Calls) && s < from && !gc.digested() && gc.Result == "" {
@@ -266,17 +269,19 @@ func cachedSame(e *Engine, got, want *Trajectory) string {
 				continue
 			}
 			wc := ws.Calls[k]
-			if digestResult(&wc); wc.digest != nil && gc.digest == nil {
+			if digestResult(&wc); wc.digest() != nil && gc.digest() == nil {
 				// The evidence text was dropped.
 				if z := e.evidenceZone(want); z.reports(s, k, &wc) {
 					return fmt.Sprintf("step %d call %d: evidence dropped, and a rule may report it", s, k)
 				}
-				wc.digest = nil
+				wc.dropDigest()
 			}
-			if wc.resultFacts != gc.resultFacts || wc.resultFP != gc.resultFP || (wc.digest == nil) != (gc.digest == nil) || wc.digest != nil && *wc.digest != *gc.digest {
-				return fmt.Sprintf("step %d call %d: digest %x %x %+v, want %x %x %+v", s, k, gc.resultFacts, gc.resultFP, gc.digest, wc.resultFacts, wc.resultFP, wc.digest)
+			wd, gd := wc.digest(), gc.digest()
+			if wc.resultFacts != gc.resultFacts || wc.resultFP != gc.resultFP || (wd == nil) != (gd == nil) || wd != nil && *wd != *gd {
+				return fmt.Sprintf("step %d call %d: digest %x %x %+v, want %x %x %+v", s, k, gc.resultFacts, gc.resultFP, gd, wc.resultFacts, wc.resultFP, wd)
 			}
-			gc.Result, gc.digest, gc.resultFacts = ws.Calls[k].Result, nil, 0
+			gc.dropDigest()
+			gc.Result, gc.resultFacts = ws.Calls[k].Result, 0
 		}
 	}
 	settle(&g)
@@ -349,13 +354,13 @@ func TestSessionCacheBudget(t *testing.T) {
 func entryStrings(en *cacheEntry) int64 {
 	n := 0
 	for _, st := range en.steps {
-		n += len(st.Text) + len(st.Reasoning)
+		n += len(st.Text)
 		for _, c := range st.Calls {
 			for _, f := range c.strings() {
 				n += len(*f)
 			}
-			if c.digest != nil {
-				n += len(c.digest.evidence)
+			if d := c.digest(); d != nil {
+				n += len(d.evidence)
 			}
 		}
 	}
@@ -948,10 +953,10 @@ func TestSessionCacheHeapPerSession(t *testing.T) {
 		max  int64
 	}{
 		{"growing 20 turns", growingHistory(20), 2, 0},
-		{"growing 100 turns", growingHistory(100), 2, 37 << 10},
+		{"growing 100 turns", growingHistory(100), 2, 28 << 10},
 		{"growing 200 turns", growingHistory(200), 2, 0},
 		{"bench 20 turns", bench(20), 2, 0},
-		{"bench 57 turns", bench(57), 2, 26 << 10},
+		{"bench 57 turns", bench(57), 2, 17 << 10},
 		{"bench 200 turns", bench(200), 2, 0},
 		{"bench 1000 turns", bench(1000), 1900, 0},
 	} {
@@ -966,10 +971,15 @@ func TestSessionCacheHeapPerSession(t *testing.T) {
 // chatTurn is an assistant message calling bash with cmd (id call_i) and,
 // when res is not "", the tool message answering it.
 func chatTurn(i int, cmd, res string) []json.RawMessage {
-	id := fmt.Sprintf("call_%d", i)
 	args, _ := json.Marshal(map[string]string{"command": cmd})
+	return toolTurn(i, "bash", string(args), res)
+}
+
+// toolTurn is chatTurn of a call of tool with the JSON arguments args.
+func toolTurn(i int, tool, args, res string) []json.RawMessage {
+	id := fmt.Sprintf("call_%d", i)
 	call, _ := json.Marshal(map[string]any{"role": "assistant", "content": "Working on it.", "tool_calls": []any{
-		map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "bash", "arguments": string(args)}}}})
+		map[string]any{"id": id, "type": "function", "function": map[string]any{"name": tool, "arguments": args}}}})
 	if res == "" {
 		return []json.RawMessage{call}
 	}
@@ -977,15 +987,23 @@ func chatTurn(i int, cmd, res string) []json.RawMessage {
 	return []json.RawMessage{call, out}
 }
 
-// zoneHistories are histories whose verdict reports the result of a call
-// out of the window of w steps and before the last three calls, each by a
-// rule that may (see evidenceZone).
-func zoneHistories(w int) (out []cacheCase) {
+// zoneCase is a history whose verdict reports the result of a call before
+// the last three and not the latest answered: out of the window, or in it
+// (inWindow) where the call repeats an earlier one, each by a rule that
+// may (see evidenceZone).
+type zoneCase struct {
+	cacheCase
+	inWindow bool
+}
+
+// zoneHistories are the zoneCases for a window of w steps.
+func zoneHistories(w int) (out []zoneCase) {
 	for _, c := range []struct {
-		name string
-		msgs func() []json.RawMessage
+		name     string
+		inWindow bool
+		msgs     func() []json.RawMessage
 	}{
-		{"a repeated call answered long ago (tool_repetition's run)", func() []json.RawMessage {
+		{"a repeated call answered long ago (tool_repetition's run)", false, func() []json.RawMessage {
 			var m []json.RawMessage
 			for i := 0; i < 4; i++ {
 				m = append(m, chatTurn(i, "cat setup.py", "No such file or directory: setup.py\n")...)
@@ -995,7 +1013,7 @@ func zoneHistories(w int) (out []cacheCase) {
 			}
 			return m
 		}},
-		{"a state restored long ago (edit_undo)", func() []json.RawMessage {
+		{"a state restored long ago (edit_undo)", false, func() []json.RawMessage {
 			var m []json.RawMessage
 			for i := 0; i < 6; i++ {
 				m = append(m, chatTurn(2*i, fmt.Sprintf("sed -i 's/x/y%d/' app.py", i), "")...)
@@ -1006,9 +1024,33 @@ func zoneHistories(w int) (out []cacheCase) {
 			}
 			return m
 		}},
+		{"a group that stopped repeating in the window (tool_repetition)", true, func() []json.RawMessage {
+			var m []json.RawMessage
+			for i := 0; i < 5; i++ {
+				m = append(m, chatTurn(2*i, "cat status", jobStatus)...)
+				m = append(m, chatTurn(2*i+1, fmt.Sprintf("ls dir%d", i), fmt.Sprintf("file%d.go", i))...)
+			}
+			for i := 10; i < 14; i++ {
+				m = append(m, chatTurn(i, fmt.Sprintf("ls dir_%d", i), fmt.Sprintf("dir %d\na.txt\nb.txt\n", i))...)
+			}
+			return m
+		}},
+		{"drifting calls whose latest answer is older than the last three (param_drift)", true, func() []json.RawMessage {
+			var m []json.RawMessage
+			read := func(i int) string { return fmt.Sprintf(`{"path":"big.log","offset":%d,"limit":50}`, 4000+i) }
+			for i := 0; i < 4; i++ {
+				m = append(m, toolTurn(i, "read_file", read(i), "Error: offset 4000 is beyond the end of big.log (3120 lines)")...)
+			}
+			m = append(m, chatTurn(4, "cat notes.md", "notes\nlower the offset\n")...)
+			for i := 5; i < 8; i++ { // never answered
+				m = append(m, toolTurn(i, "read_file", read(i), "")...)
+			}
+			return m
+		}},
 	} {
 		msgs := append([]json.RawMessage{json.RawMessage(`{"role":"user","content":"Fix the build."}`)}, c.msgs()...)
-		out = append(out, cacheCase{c.name, history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}})
+		h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+		out = append(out, zoneCase{cacheCase{c.name, h}, c.inWindow})
 	}
 	return out
 }
@@ -1034,29 +1076,37 @@ func TestSessionCacheEvidenceZone(t *testing.T) {
 			if c.Stats().Hits == 0 {
 				t.Fatal("no turn was served from the cache")
 			}
-			// The case is what it says: the result reported is only that
-			// of calls out of the window and before the last three.
+			// The case is what it says: a result reported is only that of
+			// calls the zone keeps for the rule the case is about: out of
+			// the window, or in it and repeating, before the last three
+			// calls and not the latest answered.
 			var calls []callAt
+			answered := noCall
 			for s, st := range want.Steps {
 				for k := range st.Calls {
 					calls = append(calls, callAt{s, k})
+					if st.Calls[k].HasResult {
+						answered = callAt{s, k}
+					}
 				}
 			}
-			old := false
+			found := false
 			for _, d := range e.Inspect(want).Detections {
 				if d.Evidence.Result == "" {
 					continue
 				}
-				old = true
+				only := true
 				for i, at := range calls {
 					c := &want.Steps[at.s].Calls[at.k]
-					if c.HasResult && c.outcome() == d.Evidence.Result && (at.s >= len(want.Steps)-w || i >= len(calls)-3) {
-						old = false
+					inWindow := at.s >= len(want.Steps)-w
+					if c.HasResult && c.outcome() == d.Evidence.Result && (inWindow != tt.inWindow || i >= len(calls)-3 || tt.inWindow && at == answered) {
+						only = false
 					}
 				}
+				found = found || only
 			}
-			if !old {
-				t.Fatalf("no detection reports only an old result: %+v", e.Inspect(want).Detections)
+			if !found {
+				t.Fatalf("no detection reports only the result the case is about: %+v", e.Inspect(want).Detections)
 			}
 		})
 	}

@@ -53,10 +53,9 @@ type Layout struct {
 
 // Step is one assistant turn.
 type Step struct {
-	Message   int    // index of the assistant message in request.messages
-	Text      string // assistant content (string, or the text parts joined)
-	Reasoning string // reasoning_content / reasoning, if the client sent it back
-	Calls     []Call
+	Message int    // index of the assistant message in request.messages
+	Text    string // assistant content (string, or the text parts joined)
+	Calls   []Call
 }
 
 // Call is one tool call of a step and the result the agent sent back for it.
@@ -75,11 +74,10 @@ type Call struct {
 	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
 	PrimaryFingerprint uint64
 
-	// argTarget, argEdit and argBits are the call's argument facts (a
-	// callFacts, see Call.known), stored apart so that the bits sit with
-	// the other one-byte fields.
+	// argTarget, argBits and extra's edit are the call's argument facts
+	// (a callFacts, see Call.known), stored apart so that the bits sit
+	// with the other one-byte fields.
 	argTarget uint64
-	argEdit   *editFacts
 
 	// The small fields sit together: a SessionCache keeps a Call per turn
 	// of every session, and padding was a fifth of its size.
@@ -98,12 +96,49 @@ type Call struct {
 	// resultFP caches ResultFingerprint (0: not computed yet). It is read
 	// and written atomically: Trajectories may be inspected concurrently.
 	resultFP uint64
-	// digest holds the evidence text of a dropped result while a rule may
-	// report it; nil otherwise.
-	digest *resultDigest
-	// fail is the call's error, nil if none: most calls have none, and a
-	// SessionCache keeps a Call per turn of every session.
-	fail *callError
+	// extra holds the parts few calls have; nil for most: a SessionCache
+	// keeps a Call per turn of every session.
+	extra *callExtra
+}
+
+// callExtra is what few calls have. Copies of a call share it, so it is
+// never written: a change replaces it (setExtra).
+type callExtra struct {
+	edit   *editFacts    // the edit the call makes (see editFactsOf)
+	digest *resultDigest // the evidence text of a dropped result while a rule may report it
+	fail   *callError    // the call's error
+}
+
+// setExtra sets the call's edit facts, digest and error.
+func (c *Call) setExtra(edit *editFacts, digest *resultDigest, fail *callError) {
+	switch x := c.extra; {
+	case edit == nil && digest == nil && fail == nil:
+		c.extra = nil
+	case x == nil || x.edit != edit || x.digest != digest || x.fail != fail:
+		c.extra = &callExtra{edit: edit, digest: digest, fail: fail}
+	}
+}
+
+// argEdit, digest and fail are the parts of c.extra, nil where c has none.
+func (c *Call) argEdit() *editFacts {
+	if c.extra == nil {
+		return nil
+	}
+	return c.extra.edit
+}
+
+func (c *Call) digest() *resultDigest {
+	if c.extra == nil {
+		return nil
+	}
+	return c.extra.digest
+}
+
+func (c *Call) fail() *callError {
+	if c.extra == nil {
+		return nil
+	}
+	return c.extra.fail
 }
 
 // callError is the error of a failed call.
@@ -114,24 +149,24 @@ type callError struct {
 
 // setError records the error of c, its normalised error line.
 func (c *Call) setError(text string) {
-	c.fail = &callError{signature: hashString(text) | 1, text: text}
+	c.setExtra(c.argEdit(), c.digest(), &callError{signature: hashString(text) | 1, text: text})
 }
 
 // ErrorSignature hashes the normalised error (type + message); 0 if not an
 // error.
 func (c *Call) ErrorSignature() uint64 {
-	if c.fail == nil {
-		return 0
+	if f := c.fail(); f != nil {
+		return f.signature
 	}
-	return c.fail.signature
+	return 0
 }
 
 // ErrorText is the normalised error line, shortened; "" if not an error.
 func (c *Call) ErrorText() string {
-	if c.fail == nil {
-		return ""
+	if f := c.fail(); f != nil {
+		return f.text
 	}
-	return c.fail.text
+	return ""
 }
 
 // ResultFingerprint hashes the normalised result (see appendNormalized), 0
