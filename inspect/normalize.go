@@ -26,7 +26,10 @@ func appendNormalized(dst []byte, s string) []byte {
 		c := s[i]
 		switch normClass[c] {
 		case ncPlain:
-			i++
+			// Most bytes between words are spaces and punctuation: skip
+			// them here, not one switch each.
+			for i++; i < len(s) && normClass[s[i]] == ncPlain; i++ {
+			}
 			continue
 		case ncWord:
 			// A word starting with g-z (but p), G-Z (but P) or '_' is never
@@ -39,12 +42,13 @@ func appendNormalized(dst []byte, s string) []byte {
 				i = wordEnd(s, i+1)
 				continue
 			}
-			j, hexOnly, digits := i+1, isHex(c), isDigit(c)
-			for j < len(s) && isWordByte(s[j]) {
-				hexOnly = hexOnly && isHex(s[j])
-				digits = digits && isDigit(s[j])
+			// The bits every byte of the word has: digits, hex digits.
+			j, all := i+1, charBits[c]
+			for j < len(s) && charBits[s[j]]&bkWord != 0 {
+				all &= charBits[s[j]]
 				j++
 			}
+			hexOnly, digits := all&bkHex != 0, all&bkDigit != 0
 			if digits && j-i < 8 && (j == len(s) || !numberGoesOn[s[j]]) {
 				// A short plain number (a line number, a count) that no
 				// date, time or duration continues: kept, and the most
@@ -160,26 +164,53 @@ func trimTrailingBlank(b []byte) []byte {
 	return b
 }
 
-func isWordByte(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_'
-}
+// isWordByte, isDigit and isHex read a table: they run for most bytes
+// of every tool result, where a chain of comparisons costs branches.
+func isWordByte(c byte) bool { return charBits[c]&bkWord != 0 }
 
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isDigit(c byte) bool { return charBits[c]&bkDigit != 0 }
 
-func isHex(c byte) bool { return isDigit(c) || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+func isHex(c byte) bool { return charBits[c]&bkHex != 0 }
+
+// Bits of charBits.
+const (
+	bkWord  = 1 << iota // 0-9, a-z, A-Z, '_'
+	bkDigit             // 0-9
+	bkHex               // 0-9, a-f, A-F
+)
+
+var charBits = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		if b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b == '_' {
+			t[c] |= bkWord
+		}
+		if b >= '0' && b <= '9' {
+			t[c] |= bkDigit
+		}
+		if b >= '0' && b <= '9' || b >= 'a' && b <= 'f' || b >= 'A' && b <= 'F' {
+			t[c] |= bkHex
+		}
+	}
+	return t
+}()
 
 // tempPathLen returns the length of a temporary path at the start of s:
 // under a temp directory, or with a component that tempfile named
 // (/home/u/tmpk3j4h5z/x.py).
 func tempPathLen(s string) int {
 	n := 0
-	for n < len(s) && !strings.ContainsRune(" \t\n'\":,;)]}>", rune(s[n])) {
+	for n < len(s) && !pathEnds[s[n]] {
 		n++
 	}
 	for _, p := range [...]string{"/tmp/", "/var/tmp/", "/var/folders/", "/private/tmp/", "/dev/shm/"} {
 		if strings.HasPrefix(s, p) {
 			return n
 		}
+	}
+	// Most paths name no temp file: a tempName starts with "tmp".
+	if !strings.Contains(s[:n], "tmp") {
+		return 0
 	}
 	for p := s[:n]; p != ""; {
 		var comp string
@@ -190,6 +221,9 @@ func tempPathLen(s string) int {
 	}
 	return 0
 }
+
+// pathEnds marks the bytes that end a path in tool output.
+var pathEnds = [256]bool{' ': true, '\t': true, '\n': true, '\'': true, '"': true, ':': true, ',': true, ';': true, ')': true, ']': true, '}': true, '>': true}
 
 // tempName reports a name that Python's tempfile or mktemp made: "tmp"
 // and 6 or more random letters and digits, a digit among them.
@@ -373,6 +407,10 @@ func rateLen(t string) int {
 	if j < len(t) && t[j] == ' ' {
 		j++
 	}
+	// Most numbers are followed by no unit at all.
+	if j == len(t) || !rateUnitStarts[t[j]] {
+		return 0
+	}
 	for _, u := range rateUnits {
 		if strings.HasPrefix(t[j:], u) && (j+len(u) == len(t) || !isWordByte(t[j+len(u)])) {
 			return j + len(u)
@@ -380,6 +418,14 @@ func rateLen(t string) int {
 	}
 	return 0
 }
+
+// rateUnitStarts marks the first bytes of rateUnits.
+var rateUnitStarts = func() (t [256]bool) {
+	for _, u := range rateUnits {
+		t[u[0]] = true
+	}
+	return t
+}()
 
 // counterWords come before a number that counts calls rather than
 // results: the retry a wrapper reports, a notebook's execution count.
@@ -402,7 +448,7 @@ func numberInContext(s string, i, j int) (string, int) {
 	}
 	// The word before, across a few separators.
 	k := i
-	for k > 0 && i-k < 4 && strings.IndexByte(" =#:[\"", s[k-1]) >= 0 {
+	for k > 0 && i-k < 4 && contextSeps[s[k-1]] {
 		k--
 	}
 	if k == i || k == 0 || !isWordByte(s[k-1]) {
@@ -422,16 +468,35 @@ func numberInContext(s string, i, j int) (string, int) {
 		}
 		return "", 0
 	}
+	// A word of no length the words below have is none of them: most
+	// words before a number.
+	if len(word) >= 64 || contextWordLens&(1<<len(word)) == 0 {
+		return "", 0
+	}
 	if strings.EqualFold(word, "port") {
 		return "<port>", j - i
 	}
 	for _, cw := range counterWords {
-		if strings.EqualFold(word, cw) {
+		if len(word) == len(cw) && strings.EqualFold(word, cw) {
 			return "<n>", j - i
 		}
 	}
 	return "", 0
 }
+
+// contextSeps may separate a number from the word that makes it
+// volatile.
+var contextSeps = [256]bool{' ': true, '=': true, '#': true, ':': true, '[': true, '"': true}
+
+// contextWordLens has bit n set when "port" or a counter word has n
+// bytes.
+var contextWordLens = func() (m uint64) {
+	m = 1 << len("port")
+	for _, cw := range counterWords {
+		m |= 1 << len(cw)
+	}
+	return m
+}()
 
 // hostBefore reports whether s ends with a local host name or an IP
 // address: the number after "localhost:" or "127.0.0.1:" is a port.

@@ -3,6 +3,7 @@ package inspect
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -37,7 +38,7 @@ func appendNormalizedRef(dst []byte, s string) []byte {
 			i++
 			continue
 		case c == '/' && (i == 0 || !isWordByte(s[i-1])):
-			if n := tempPathLen(s[i:]); n > 0 {
+			if n := tempPathLenRef(s[i:]); n > 0 {
 				dst = append(dst, "<tmp>"...)
 				i += n
 				continue
@@ -112,4 +113,132 @@ func FuzzAppendNormalized(f *testing.F) {
 			t.Fatalf("hashNormalized(%q) = %x; want %x", s, h, want)
 		}
 	})
+}
+
+// tempPathLenRef, rateLenRef and numberInContextRef are the helpers
+// as they were before their fast exits; FuzzNormalizeHelpers holds the
+// fast ones to them.
+func tempPathLenRef(s string) int {
+	n := 0
+	for n < len(s) && !strings.ContainsRune(" \t\n'\":,;)]}>", rune(s[n])) {
+		n++
+	}
+	for _, p := range [...]string{"/tmp/", "/var/tmp/", "/var/folders/", "/private/tmp/", "/dev/shm/"} {
+		if strings.HasPrefix(s, p) {
+			return n
+		}
+	}
+	for p := s[:n]; p != ""; {
+		var comp string
+		comp, p = cutAny(p, "/")
+		if tempName(comp) {
+			return n
+		}
+	}
+	return 0
+}
+
+func rateLenRef(t string) int {
+	j := 0
+	for j < len(t) && (isDigit(t[j]) || t[j] == '.') {
+		j++
+	}
+	if j < len(t) && t[j] == ' ' {
+		j++
+	}
+	for _, u := range rateUnits {
+		if strings.HasPrefix(t[j:], u) && (j+len(u) == len(t) || !isWordByte(t[j+len(u)])) {
+			return j + len(u)
+		}
+	}
+	return 0
+}
+
+func numberInContextRef(s string, i, j int) (string, int) {
+	if i == 0 || j-i > 5 {
+		return "", 0
+	}
+	for k := i; k < j; k++ {
+		if !isDigit(s[k]) {
+			return "", 0
+		}
+	}
+	if s[i-1] == ':' && hostBefore(s[:i-1]) {
+		return "<port>", j - i
+	}
+	// The word before, across a few separators.
+	k := i
+	for k > 0 && i-k < 4 && strings.IndexByte(" =#:[\"", s[k-1]) >= 0 {
+		k--
+	}
+	if k == i || k == 0 || !isWordByte(s[k-1]) {
+		return "", 0
+	}
+	w := k
+	for w > 0 && isWordByte(s[w-1]) && k-w <= 16 {
+		w--
+	}
+	if w > 0 && isWordByte(s[w-1]) {
+		return "", 0
+	}
+	word := s[w:k]
+	if s[i-1] == '[' {
+		if strings.EqualFold(word, "in") || strings.EqualFold(word, "out") {
+			return "<n>", j - i
+		}
+		return "", 0
+	}
+	if strings.EqualFold(word, "port") {
+		return "<port>", j - i
+	}
+	for _, cw := range counterWords {
+		if strings.EqualFold(word, cw) {
+			return "<n>", j - i
+		}
+	}
+	return "", 0
+}
+
+// FuzzNormalizeHelpers holds tempPathLen, rateLen and numberInContext to
+// their references at every offset of s (and for numberInContext every
+// short span), so that volatileToken, which appendNormalizedRef shares,
+// reads as it did.
+func FuzzNormalizeHelpers(f *testing.F) {
+	for _, s := range normalizeCases {
+		f.Add(s)
+	}
+	for _, s := range corpusResults(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for i := range len(s) + 1 {
+			if got, want := tempPathLen(s[i:]), tempPathLenRef(s[i:]); got != want {
+				t.Fatalf("tempPathLen(%q) = %d; want %d", s[i:], got, want)
+			}
+			if got, want := rateLen(s[i:]), rateLenRef(s[i:]); got != want {
+				t.Fatalf("rateLen(%q) = %d; want %d", s[i:], got, want)
+			}
+			for j := i; j <= min(len(s), i+7); j++ {
+				repl, n := numberInContext(s, i, j)
+				wantRepl, wantN := numberInContextRef(s, i, j)
+				if repl != wantRepl || n != wantN {
+					t.Fatalf("numberInContext(%q, %d, %d) = %q, %d; want %q, %d", s, i, j, repl, n, wantRepl, wantN)
+				}
+			}
+		}
+	})
+}
+
+// TestCharBits: the table isWordByte, isDigit and isHex read says what
+// their comparisons said, for every byte.
+func TestCharBits(t *testing.T) {
+	for c := range 256 {
+		b := byte(c)
+		digit := b >= '0' && b <= '9'
+		word := digit || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b == '_'
+		hex := digit || b >= 'a' && b <= 'f' || b >= 'A' && b <= 'F'
+		if isWordByte(b) != word || isDigit(b) != digit || isHex(b) != hex {
+			t.Errorf("byte %#x: isWordByte, isDigit, isHex = %v, %v, %v; want %v, %v, %v", b, isWordByte(b), isDigit(b), isHex(b), word, digit, hex)
+		}
+	}
 }
