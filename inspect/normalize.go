@@ -23,25 +23,28 @@ func appendNormalized(dst []byte, s string) []byte {
 	run := 0              // start of the bytes not yet copied
 	lineStart := len(dst) // where the current line starts in dst
 	for i := 0; i < len(s); {
+		// Skip to the next byte that may start something: ESC, CR, LF,
+		// '/', or a digit, a-f, A-F, p or P that starts a word (the rest
+		// of a word never starts one). prev is bkWord (1) when s[i-1] is
+		// a word byte, else 0: the test is branch-free, one table read a
+		// byte.
+		prev := uint8(0)
+		if i > 0 {
+			prev = charBits[s[i-1]] & bkWord
+		}
+		for i < len(s) {
+			f := charBits[s[i]]
+			if f&(bkStop|bkStart&^(prev*bkStart)) != 0 {
+				break
+			}
+			prev = f & bkWord
+			i++
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
-		switch normClass[c] {
-		case ncPlain:
-			// Most bytes between words are spaces and punctuation: skip
-			// them here, not one switch each.
-			for i++; i < len(s) && normClass[s[i]] == ncPlain; i++ {
-			}
-			continue
-		case ncWord:
-			// A word starting with g-z (but p), G-Z (but P) or '_' is never
-			// volatile; nor is the rest of a word entered mid-way (after a
-			// replacement or an escape sequence).
-			i = wordEnd(s, i+1)
-			continue
-		case ncMaybe:
-			if i > 0 && isWordByte(s[i-1]) {
-				i = wordEnd(s, i+1)
-				continue
-			}
+		if charBits[c]&bkStop == 0 {
 			// The bits every byte of the word has: digits, hex digits.
 			j, all := i+1, charBits[c]
 			for j < len(s) && charBits[s[j]]&bkWord != 0 {
@@ -76,7 +79,6 @@ func appendNormalized(dst []byte, s string) []byte {
 			i = j
 			continue
 		}
-		// ncSpecial
 		switch c {
 		case 0x1b: // ANSI escape: ESC [ params final-byte
 			dst = append(dst, s[run:i]...)
@@ -121,29 +123,6 @@ func appendNormalized(dst []byte, s string) []byte {
 	return trimTrailingBlank(append(dst, s[run:]...))
 }
 
-// Byte classes of appendNormalized.
-const (
-	ncPlain   = iota // copied as it is
-	ncWord           // a word byte that never starts a volatile word
-	ncMaybe          // a word byte that may start one: digits, a-f, A-F, p, P
-	ncSpecial        // ESC, CR, LF, '/'
-)
-
-var normClass = func() (t [256]uint8) {
-	for c := 0; c < 256; c++ {
-		b := byte(c)
-		switch {
-		case b == 0x1b || b == '\r' || b == '\n' || b == '/':
-			t[c] = ncSpecial
-		case isHex(b) || b == 'p' || b == 'P':
-			t[c] = ncMaybe
-		case isWordByte(b):
-			t[c] = ncWord
-		}
-	}
-	return t
-}()
-
 // numberGoesOn flags the bytes after a run of digits that may make it a
 // date (2024-01-31, 2024/01/31), a time (12:00), a fraction or a duration
 // (0.5s, 3 seconds, 12µs): only then does volatileToken need to look.
@@ -177,6 +156,8 @@ const (
 	bkWord  = 1 << iota // 0-9, a-z, A-Z, '_'
 	bkDigit             // 0-9
 	bkHex               // 0-9, a-f, A-F
+	bkStop              // ESC, CR, LF, '/': appendNormalized looks at each
+	bkStart             // may start a volatile word: 0-9, a-f, A-F, p, P
 )
 
 var charBits = func() (t [256]uint8) {
@@ -189,7 +170,13 @@ var charBits = func() (t [256]uint8) {
 			t[c] |= bkDigit
 		}
 		if b >= '0' && b <= '9' || b >= 'a' && b <= 'f' || b >= 'A' && b <= 'F' {
-			t[c] |= bkHex
+			t[c] |= bkHex | bkStart
+		}
+		if b == 'p' || b == 'P' {
+			t[c] |= bkStart
+		}
+		if b == 0x1b || b == '\r' || b == '\n' || b == '/' {
+			t[c] |= bkStop
 		}
 	}
 	return t
@@ -518,6 +505,14 @@ func hostBefore(s string) bool {
 
 var durationUnits = [...]string{"seconds", "second", "secs", "sec", "ms", "µs", "us", "ns", "minutes", "mins", "min", "s", "m", "h"}
 
+// durationUnitStarts marks the first bytes of durationUnits.
+var durationUnitStarts = func() (t [256]bool) {
+	for _, u := range durationUnits {
+		t[u[0]] = true
+	}
+	return t
+}()
+
 // durationLen matches 0.53s, 12ms, 3.2 seconds, 1m30s at the start of t.
 func durationLen(t string) int {
 	// Fast exit: a duration has a unit letter right after its number.
@@ -528,7 +523,7 @@ func durationLen(t string) int {
 	if e < len(t) && t[e] == ' ' {
 		e++
 	}
-	if e >= len(t) || !(t[e] >= 'a' && t[e] <= 'z' || t[e] == 0xc2) {
+	if e >= len(t) || !durationUnitStarts[t[e]] {
 		return 0
 	}
 	k := 0

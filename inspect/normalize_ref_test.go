@@ -115,9 +115,9 @@ func FuzzAppendNormalized(f *testing.F) {
 	})
 }
 
-// tempPathLenRef, rateLenRef and numberInContextRef are the helpers
-// as they were before their fast exits; FuzzNormalizeHelpers holds the
-// fast ones to them.
+// tempPathLenRef, rateLenRef, numberInContextRef and durationLenRef are
+// the helpers as they were before their fast exits; FuzzNormalizeHelpers
+// holds the fast ones to them.
 func tempPathLenRef(s string) int {
 	n := 0
 	for n < len(s) && !strings.ContainsRune(" \t\n'\":,;)]}>", rune(s[n])) {
@@ -199,10 +199,10 @@ func numberInContextRef(s string, i, j int) (string, int) {
 	return "", 0
 }
 
-// FuzzNormalizeHelpers holds tempPathLen, rateLen and numberInContext to
-// their references at every offset of s (and for numberInContext every
-// short span), so that volatileToken, which appendNormalizedRef shares,
-// reads as it did.
+// FuzzNormalizeHelpers holds tempPathLen, rateLen, durationLen and
+// numberInContext to their references at every offset of s (and for
+// numberInContext every short span), so that volatileToken, which
+// appendNormalizedRef shares, reads as it did.
 func FuzzNormalizeHelpers(f *testing.F) {
 	for _, s := range normalizeCases {
 		f.Add(s)
@@ -217,6 +217,9 @@ func FuzzNormalizeHelpers(f *testing.F) {
 			}
 			if got, want := rateLen(s[i:]), rateLenRef(s[i:]); got != want {
 				t.Fatalf("rateLen(%q) = %d; want %d", s[i:], got, want)
+			}
+			if got, want := durationLen(s[i:]), durationLenRef(s[i:]); got != want {
+				t.Fatalf("durationLen(%q) = %d; want %d", s[i:], got, want)
 			}
 			for j := i; j <= min(len(s), i+7); j++ {
 				repl, n := numberInContext(s, i, j)
@@ -241,4 +244,65 @@ func TestCharBits(t *testing.T) {
 			t.Errorf("byte %#x: isWordByte, isDigit, isHex = %v, %v, %v; want %v, %v, %v", b, isWordByte(b), isDigit(b), isHex(b), word, digit, hex)
 		}
 	}
+}
+
+func durationLenRef(t string) int {
+	// Fast exit: a duration has a unit letter right after its number.
+	e := 0
+	for e < len(t) && (isDigit(t[e]) || t[e] == '.') {
+		e++
+	}
+	if e < len(t) && t[e] == ' ' {
+		e++
+	}
+	if e >= len(t) || !(t[e] >= 'a' && t[e] <= 'z' || t[e] == 0xc2) {
+		return 0
+	}
+	k := 0
+	matched := false
+	for {
+		j := k
+		for j < len(t) && isDigit(t[j]) {
+			j++
+		}
+		if j == k {
+			break
+		}
+		frac := false
+		if j+1 < len(t) && t[j] == '.' && isDigit(t[j+1]) {
+			j++
+			for j < len(t) && isDigit(t[j]) {
+				j++
+			}
+			frac = true
+		}
+		sp := j
+		if sp < len(t) && t[sp] == ' ' {
+			sp++
+		}
+		unit := ""
+		for _, u := range durationUnits {
+			at := j
+			if len(u) >= 2 { // units of two letters or more may follow a space: "3.2 seconds", "12 ms"
+				at = sp
+			}
+			if at < len(t) && t[at] == u[0] && strings.HasPrefix(t[at:], u) && (at+len(u) == len(t) || !isWordByte(t[at+len(u)]) || isDigit(t[at+len(u)])) {
+				// a bare "m"/"h"/"s" needs a fraction or a following number (1m30s) to be a duration
+				if len(u) == 1 && !frac && !(at+1 < len(t) && isDigit(t[at+1])) && u != "s" {
+					continue
+				}
+				unit = u
+				k = at + len(u)
+				break
+			}
+		}
+		if unit == "" {
+			break
+		}
+		matched = true
+	}
+	if !matched {
+		return 0
+	}
+	return k
 }
