@@ -190,14 +190,17 @@ func tempPathLen(s string) int {
 	for n < len(s) && !pathEnds[s[n]] {
 		n++
 	}
+	// Most paths name no temp file: one under a temp directory whose
+	// name holds no "tmp" starts with /var or /dev, and a tempName
+	// starts with "tmp" (no byte of these prefixes ends a path, so
+	// s[:n] holds them).
+	if !strings.Contains(s[:n], "tmp") && !strings.HasPrefix(s, "/var/") && !strings.HasPrefix(s, "/dev/") {
+		return 0
+	}
 	for _, p := range [...]string{"/tmp/", "/var/tmp/", "/var/folders/", "/private/tmp/", "/dev/shm/"} {
 		if strings.HasPrefix(s, p) {
 			return n
 		}
-	}
-	// Most paths name no temp file: a tempName starts with "tmp".
-	if !strings.Contains(s[:n], "tmp") {
-		return 0
 	}
 	for p := s[:n]; p != ""; {
 		var comp string
@@ -456,15 +459,16 @@ func numberInContext(s string, i, j int) (string, int) {
 		return "", 0
 	}
 	// A word of no length the words below have is none of them: most
-	// words before a number.
-	if len(word) >= 64 || contextWordLens&(1<<len(word)) == 0 {
+	// words before a number. Nor is one of another length or first
+	// letter (word is ASCII: c|0x20 lowers a letter).
+	if contextWordLens&(1<<len(word)) == 0 {
 		return "", 0
 	}
-	if strings.EqualFold(word, "port") {
+	if len(word) == len("port") && word[0]|0x20 == 'p' && strings.EqualFold(word, "port") {
 		return "<port>", j - i
 	}
 	for _, cw := range counterWords {
-		if len(word) == len(cw) && strings.EqualFold(word, cw) {
+		if len(word) == len(cw) && word[0]|0x20 == cw[0] && strings.EqualFold(word, cw) {
 			return "<n>", j - i
 		}
 	}
