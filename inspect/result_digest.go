@@ -167,7 +167,15 @@ func appendShortCollapsed(dst []byte, s string, n int) []byte {
 		for end < len(s) && s[end] < utf8.RuneSelf && !asciiSpace[s[end]] && end-i <= n {
 			end++
 		}
-		if end == i {
+		switch {
+		case end > i:
+		case asciiSpace[s[i]]:
+			// A run of ASCII spaces, the line breaks and indents of
+			// output, taken whole.
+			for end++; end < len(s) && asciiSpace[s[end]]; end++ {
+			}
+			isSpace = true
+		default:
 			r, size := utf8.DecodeRuneInString(s[i:])
 			end, isSpace = i+size, unicode.IsSpace(r)
 		}
