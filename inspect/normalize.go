@@ -441,7 +441,7 @@ func numberInContext(s string, i, j int) (string, int) {
 	for k > 0 && i-k < 4 && contextSeps[s[k-1]] {
 		k--
 	}
-	if k == i || k == 0 || !isWordByte(s[k-1]) {
+	if k == i || k == 0 || !contextWordEnds[s[k-1]] {
 		return "", 0
 	}
 	w := k
@@ -478,6 +478,16 @@ func numberInContext(s string, i, j int) (string, int) {
 // contextSeps may separate a number from the word that makes it
 // volatile.
 var contextSeps = [256]bool{' ': true, '=': true, '#': true, ':': true, '[': true, '"': true}
+
+// contextWordEnds marks the last letters, either case, of the words
+// numberInContext looks for: most words before a number end otherwise.
+var contextWordEnds = func() (t [256]bool) {
+	for _, w := range append([]string{"port", "in", "out"}, counterWords[:]...) {
+		t[w[len(w)-1]] = true
+		t[w[len(w)-1]&^0x20] = true
+	}
+	return t
+}()
 
 // contextWordLens has bit n set when "port" or a counter word has n
 // bytes.
