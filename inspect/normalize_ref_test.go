@@ -97,6 +97,9 @@ func FuzzAppendNormalized(f *testing.F) {
 	for _, s := range normalizeCases {
 		f.Add(s)
 	}
+	for _, s := range corpusResults(f) {
+		f.Add(s)
+	}
 	if cases, err := filepath.Glob("testdata/parse/*.json"); err == nil {
 		for _, p := range cases {
 			if b, err := os.ReadFile(p); err == nil {
