@@ -44,13 +44,14 @@ var burstReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, c
 // notes how much of the room it was given the last read filled, which says
 // whether the upstream is ahead.
 type fillSource struct {
-	r       io.Reader
-	n, room int // the last read's
+	r    io.Reader
+	full bool // the last read filled all its room
+	half bool // the last read filled at least half its room
 }
 
 func (s *fillSource) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
-	s.n, s.room = n, len(p)
+	s.full, s.half = n > 0 && n == len(p), 2*n >= len(p)
 	return n, err
 }
 
@@ -79,11 +80,11 @@ func (c *chunkedBody) pickReader() {
 	if c.own == nil || c.br.Buffered() > 0 {
 		return
 	}
-	switch n, room := c.src.n, c.src.room; {
-	case c.br == c.own && n > 0 && n == room:
+	switch {
+	case c.br == c.own && c.src.full:
 		c.br = burstReaders.Get().(*bufio.Reader)
 		c.br.Reset(&c.src)
-	case c.br != c.own && 2*n < room:
+	case c.br != c.own && !c.src.half:
 		c.releaseBurst()
 	}
 }

@@ -20,7 +20,7 @@ import (
 // the connection's goroutine, each Write framed as one chunk and flushed at
 // once. write's Flush after every event is what sends it, as before.
 func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
-	ctx.Response.SetBodyStream(&streamBody{write: write, conn: ctx.Conn()}, -1)
+	ctx.Response.SetBodyStream(&streamBody{write: write, cw: chunkWriter{conn: ctx.Conn()}}, -1)
 }
 
 // streamBodyBuf is the writer's own buffer. An event larger than it goes to
@@ -32,7 +32,7 @@ const streamBodyBuf = 64
 
 type streamBody struct {
 	write func(w *bufio.Writer)
-	conn  io.Writer // the client's connection, under fasthttp's write buffer
+	cw    chunkWriter // the writer's; part of the body, which lives as long
 }
 
 var errStreamBodyRead = errors.New("proxy: a stream body is written, not read")
@@ -43,7 +43,8 @@ func (b *streamBody) Read([]byte) (int, error) { return 0, errStreamBodyRead }
 func (b *streamBody) SupportsBodyWriteTo() bool { return true }
 
 func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
-	bw := bufio.NewWriterSize(&chunkWriter{chunks: w, conn: b.conn}, streamBodyBuf)
+	b.cw.chunks = w
+	bw := bufio.NewWriterSize(&b.cw, streamBodyBuf)
 	b.write(bw)
 	return 0, bw.Flush()
 }
@@ -57,8 +58,8 @@ func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
 // empty since, as it flushes every chunk.
 type chunkWriter struct {
 	chunks io.Writer // fasthttp's: a chunk a Write, flushed
-	conn   io.Writer
-	sent   bool // a chunk went through chunks
+	conn   io.Writer // the client's connection, under fasthttp's write buffer
+	sent   bool      // a chunk went through chunks
 }
 
 // chunkFraming is the most a chunk's framing takes: a size line of up to
