@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // chunkedBody decodes a chunked response body (RFC 9112 section 7.1) from
@@ -16,15 +17,43 @@ import (
 // read would wait on the connection. Trailer fields are read and dropped,
 // as the proxy forwards none.
 type chunkedBody struct {
-	br   *bufio.Reader
-	left int // bytes of the current chunk still to read; 0 at a size line
+	br   *bufio.Reader // own, or a burst reader while the upstream is ahead
+	own  *bufio.Reader // the body's own small reader; nil: br is used as it is
+	src  fillSource    // what own and a burst reader read from
+	left int           // bytes of the current chunk still to read; 0 at a size line
 	eof  bool
 }
 
 // chunkedReadBuf is the size of a chunked body's own reader (newChunkedBody):
-// room for a size line and for what one read brings of a stream's events.
-// The pooled reader that read the response headers (4 KiB) is given back.
+// room for a size line and for what one read brings of a stream's events
+// at a model's pace. The pooled reader that read the response headers
+// (4 KiB) is given back.
 const chunkedReadBuf = 1 << 10
+
+// chunkedBurstBuf is the size of a burst reader: while an upstream is
+// ahead of its client (the last read filled all the room it had), one read
+// takes as much of what it sent as nginx's proxy buffer does, and the relay
+// writes more of it at once, in fewer reads and writes. A stream holds one
+// only while its upstream stays ahead; an open stream waiting for its next
+// event holds its own small reader only.
+const chunkedBurstBuf = 4 << 10
+
+var burstReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, chunkedBurstBuf) }}
+
+// fillSource is the connection as a chunked body's readers read it; it
+// notes how much of the room it was given the last read filled, which says
+// whether the upstream is ahead.
+type fillSource struct {
+	r    io.Reader
+	full bool // the last read filled all its room
+	half bool // the last read filled at least half its room
+}
+
+func (s *fillSource) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.full, s.half = n > 0 && n == len(p), 2*n >= len(p)
+	return n, err
+}
 
 // newChunkedBody decodes the chunked body that follows the response headers
 // pooled read from conn, through a reader of its own; pooled may be
@@ -36,7 +65,39 @@ func newChunkedBody(pooled *bufio.Reader, conn io.Reader) *chunkedBody {
 		held, _ := pooled.Peek(n)
 		src = io.MultiReader(bytes.NewReader(append([]byte(nil), held...)), conn)
 	}
-	return &chunkedBody{br: bufio.NewReaderSize(src, chunkedReadBuf)}
+	c := &chunkedBody{src: fillSource{r: src}}
+	c.own = bufio.NewReaderSize(&c.src, chunkedReadBuf)
+	c.br = c.own
+	return c
+}
+
+// pickReader reads on through a burst reader once a read filled the
+// body's own reader (the upstream is ahead of the relay), and back through
+// its own once a read filled less than half a burst reader (it is not, or
+// no longer far). Only an empty reader is swapped, so no byte is lost or
+// reordered.
+func (c *chunkedBody) pickReader() {
+	if c.own == nil || c.br.Buffered() > 0 {
+		return
+	}
+	switch {
+	case c.br == c.own && c.src.full:
+		c.br = burstReaders.Get().(*bufio.Reader)
+		c.br.Reset(&c.src)
+	case c.br != c.own && !c.src.half:
+		c.releaseBurst()
+	}
+}
+
+// releaseBurst gives a burst reader back; its buffer must hold nothing
+// still to read.
+func (c *chunkedBody) releaseBurst() {
+	if c.own == nil || c.br == c.own {
+		return
+	}
+	c.br.Reset(nil)
+	burstReaders.Put(c.br)
+	c.br = c.own
 }
 
 // errChunk is a chunked body whose framing is broken; the message never
@@ -57,6 +118,7 @@ func (c *chunkedBody) Read(p []byte) (int, error) {
 	if c.eof {
 		return 0, io.EOF
 	}
+	c.pickReader()
 	n := 0
 	for n < len(p) && (n == 0 || c.ready()) {
 		if c.left == 0 {
@@ -69,6 +131,7 @@ func (c *chunkedBody) Read(p []byte) (int, error) {
 					return n, err
 				}
 				c.eof = true
+				c.releaseBurst() // what follows the body is not read
 				return n, io.EOF
 			}
 			c.left = size

@@ -12,7 +12,8 @@ import (
 
 // FuzzChunkedBody: whatever the upstream sends, chunkedBody never panics,
 // and a body fasthttp decodes it decodes to the same bytes, whatever the
-// sizes of the reads that ask for it.
+// sizes of the reads that ask for it, and through its own and burst
+// readers (newChunkedBody) whatever the sizes of the connection's reads.
 func FuzzChunkedBody(f *testing.F) {
 	for _, seed := range []string{
 		"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n",
@@ -40,6 +41,14 @@ func FuzzChunkedBody(f *testing.F) {
 		}
 		if err != io.EOF || !bytes.Equal(got, resp.Body()) {
 			t.Errorf("chunkedBody read %q, %v; fasthttp %q", got, err, resp.Body())
+		}
+		var segs []string
+		for b, seg := in, int(readSize)*37+1; len(b) > 0; b = b[min(seg, len(b)):] {
+			segs = append(segs, string(b[:min(seg, len(b))]))
+		}
+		got, err = io.ReadAll(newChunkedBody(bufio.NewReader(strings.NewReader("")), &segmentReader{segs: segs}))
+		if err != nil || !bytes.Equal(got, resp.Body()) {
+			t.Errorf("chunkedBody through its own readers read %q, %v; fasthttp %q", got, err, resp.Body())
 		}
 	})
 }

@@ -504,10 +504,10 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 // serverWriteBuf is the server's write buffer, one per connection.
 const serverWriteBuf = 2 << 10
 
-// batchMax bounds the events relay sends in one write: with the chunk's
-// framing (size line and CRLFs) they fit the server's write buffer, so one
-// write is one send.
-const batchMax = serverWriteBuf - 32
+// batchMax bounds the events relay sends in one write. A burst larger than
+// the server's write buffer is framed as one chunk by streamBody's writer
+// (chunkWriter) and sent in one write all the same.
+const batchMax = 8 << 10
 
 // batchBufs hold the events of one read until they are written; a stream
 // holds one only while it relays a burst.

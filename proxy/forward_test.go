@@ -521,8 +521,8 @@ func TestRelayWritesPerRead(t *testing.T) {
 		})
 	}
 	t.Run("large event after a burst", func(t *testing.T) {
-		large := "data: " + strings.Repeat("x", 5000) + "\n\n"
-		first := "data: " + strings.Repeat("y", 9000) + "\n\n" // the reader's buffer grows to 16 KiB
+		large := "data: " + strings.Repeat("x", batchMax) + "\n\n" // too large to join the burst
+		first := "data: " + strings.Repeat("y", 9000) + "\n\n"     // the reader's buffer grows to 16 KiB
 		in := first + string(events[64].Raw) + string(events[65].Raw) + large
 		var sink writeCounter
 		w := bufio.NewWriterSize(&sink, streamBodyBuf)

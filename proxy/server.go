@@ -110,8 +110,9 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		// connection).
 		ReadBufferSize: 16 << 10,
 		// The write buffer is held for a stream's whole life too: 2 KiB
-		// holds a chunk's framing and the events one read brings
-		// (batchMax), so each is still one send.
+		// holds a chunk's framing and an event or a few; a larger burst
+		// (up to batchMax) is framed by the stream's writer and is still
+		// one send (chunkWriter).
 		WriteBufferSize:       serverWriteBuf,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
