@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Requests one after another run on one spare, which ends with the server;
-// a goroutine per request would have grown a fresh stack every time.
+// Requests one after another run on a spare or two, which end with the
+// server; a goroutine per request would have grown a fresh stack every time.
 func TestSparesReusedAndStopped(t *testing.T) {
 	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -24,8 +24,11 @@ func TestSparesReusedAndStopped(t *testing.T) {
 		}
 		<-got
 	}
-	if n := srv.spares.n.Load(); n != 1 {
-		t.Errorf("20 requests one after another left %d spares; want 1", n)
+	// A spare that has just answered may not be back at its receive when
+	// the next request comes, so a few may start; a goroutine per request
+	// leaves none.
+	if n := srv.spares.n.Load(); n < 1 || n > 4 {
+		t.Errorf("20 requests one after another left %d spares; want 1 to 4", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
