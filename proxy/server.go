@@ -250,7 +250,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
-		s.guardOnSpareStack(ctx, guardedAPI(path))
+		if looksStreamed(ctx.Request.Body()) {
+			s.guardOnSpareStack(ctx, guardedAPI(path))
+		} else {
+			s.pipeline.guard(ctx, s, guardedAPI(path))
+		}
 	case isResume(ctx):
 		// A resumed stream is a chat answer like the first delivery.
 		s.pipeline.serveResume(ctx, s)

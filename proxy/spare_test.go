@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
 
-// Requests one after another run on a spare or two, which end with the
-// server; a goroutine per request would have grown a fresh stack every time.
+// Streamed requests one after another run on a spare or two, which end with
+// the server; a goroutine per request would have grown a fresh stack every
+// time. A request that is not streamed runs where it is.
 func TestSparesReusedAndStopped(t *testing.T) {
 	up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -18,7 +20,7 @@ func TestSparesReusedAndStopped(t *testing.T) {
 	})
 	srv, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
 	for i := range 20 {
-		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"turn %d"}]}`, i)
+		body := fmt.Sprintf(`{"model":"m","stream":true,"messages":[{"role":"user","content":"turn %d"}]}`, i)
 		if resp, _ := postChat(t, base, "spares", body); resp.StatusCode != http.StatusOK {
 			t.Fatalf("request %d: status %d", i, resp.StatusCode)
 		}
@@ -29,6 +31,14 @@ func TestSparesReusedAndStopped(t *testing.T) {
 	// leaves none.
 	if n := srv.spares.n.Load(); n < 1 || n > 4 {
 		t.Errorf("20 requests one after another left %d spares; want 1 to 4", n)
+	}
+	before := srv.spares.n.Load()
+	if resp, _ := postChat(t, base, "spares", `{"model":"m","messages":[{"role":"user","content":"not streamed"}]}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	<-got
+	if n := srv.spares.n.Load(); n != before {
+		t.Errorf("a request that is not streamed started a spare (%d -> %d)", before, n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -55,5 +65,27 @@ func TestSparesPastTheCap(t *testing.T) {
 	}
 	if p := <-c.done; p == nil {
 		t.Error("a call without a server did not panic on its goroutine")
+	}
+}
+
+func TestLooksStreamed(t *testing.T) {
+	history := `"messages":[` + strings.Repeat(`{"role":"user","content":"say \"stream\": true"},`, 200) + `{"role":"user","content":"go"}]`
+	for _, tt := range []struct {
+		name string
+		body string
+		want bool
+	}{
+		{"first", `{"stream":true,"model":"m",` + history + `}`, true},
+		{"last, spaced as Python writes it", `{"model": "m", ` + history + `, "stream": true}`, true},
+		{"false", `{"stream":false,` + history + `}`, false},
+		{"absent", `{"model":"m",` + history + `}`, false},
+		{"stream_options only", `{"stream_options":{"include_usage":true},` + history + `}`, false},
+		{"inside a string", `{"model":"m",` + history + `}`, false},
+		{"between a long history and long tools", `{` + history + `,"stream":true,"tools":[` + strings.Repeat(`{"type":"function","function":{"name":"f"}},`, 100) + `{}]}`, false},
+		{"small body", `{"messages":[],"stream" : true}`, true},
+	} {
+		if got := looksStreamed([]byte(tt.body)); got != tt.want {
+			t.Errorf("%s: looksStreamed = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
