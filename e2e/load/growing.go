@@ -14,7 +14,8 @@ import (
 // sending the turns of bodies in order with its own X-Session-ID, every turn
 // the whole history so far plus one tool call and its ~1.3 KB result. It
 // prints each target's CPU per request and returns them as a row.
-func growingSessions(cl *http.Client, targets []openTarget, bodies []string, sessions int) (cpuRow, error) {
+// With perfDir, each target's CPU is also recorded there with perf.
+func growingSessions(cl *http.Client, targets []openTarget, bodies []string, sessions int, perfDir string) (cpuRow, error) {
 	mean := 0
 	for _, b := range bodies {
 		mean += len(b)
@@ -24,11 +25,16 @@ func growingSessions(cl *http.Client, targets []openTarget, bodies []string, ses
 	fmt.Printf("\ngrowing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID\n", sessions, len(bodies), mean>>10)
 	fmt.Printf("%-26s %-22s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "CPU")
 	for _, t := range targets {
+		stopPerf, err := startPerf(perfDir, t, "growing")
+		if err != nil {
+			return row, err
+		}
 		var r result
 		cpu, err := cpuDuring(t, func() (err error) {
 			r, err = runSessions(cl, t.url+t.path, bodies, sessions)
 			return err
 		})
+		stopPerf()
 		if err != nil {
 			return row, fmt.Errorf("growing sessions via %s: %w", t.name, err)
 		}

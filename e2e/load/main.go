@@ -91,7 +91,7 @@ func run() error {
 	flag.IntVar(&o.openOpts.flat, "open-flat", 500, "streams relayed flat out (no pacing) over -c clients after the open streams; 0 skips")
 	flag.IntVar(&o.openOpts.body, "open-body", 0, "history in an open stream's request, in bytes, as an agent sends it (0: one message)")
 	flag.StringVar(&o.openOpts.nginx, "nginx", "", "nginx binary to compare with (default: nginx in PATH; skipped when missing)")
-	flag.StringVar(&o.openOpts.perf, "open-perf", "", "directory: record each proxy's CPU with perf (perf record -g) during each open-streams run, one file a target and count")
+	flag.StringVar(&o.openOpts.perf, "perf", "", "directory: record each proxy's CPU with perf (perf record -g) during each open-streams and growing-sessions run, one file a target and run")
 	flag.StringVar(&o.openOpts.only, "open-targets", "", "open-streams targets to run (default: all), comma-separated: nginx, loopguard-relayonly, loopguard-modeoff, loopguard")
 	flag.StringVar(&o.upstream, "upstream", "", "a running upstream to measure against (e.g. llama-server's base URL) instead of the scripted one")
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")

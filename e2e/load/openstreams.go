@@ -133,7 +133,11 @@ func openStreams(bin string, o openOptions) error {
 			if _, err := runOpen(client, t, body, 16, 16, o.events, 0); err != nil {
 				return fmt.Errorf("%s warm-up: %w", t.name, err)
 			}
-			stopPerf, err := startPerf(o.perf, t, n, pace == 0)
+			load := "paced"
+			if pace == 0 {
+				load = "flat"
+			}
+			stopPerf, err := startPerf(o.perf, t, fmt.Sprintf("%d-%s", n, load))
 			if err != nil {
 				return err
 			}
@@ -400,24 +404,20 @@ func oneStream(client *http.Client, url, body, load string, pace time.Duration, 
 }
 
 // startPerf records t's processes with perf (call graphs, 999 samples a
-// second) into dir until stop is called; without dir or pids it does
-// nothing.
-func startPerf(dir string, t openTarget, n int, flat bool) (stop func(), err error) {
+// second) into dir, in a file named for t and run, until stop is called;
+// without dir or pids it does nothing.
+func startPerf(dir string, t openTarget, run string) (stop func(), err error) {
 	if dir == "" || t.pids == nil {
 		return func() {}, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	load := "paced"
-	if flat {
-		load = "flat"
-	}
 	var pids []string
 	for _, p := range t.pids() {
 		pids = append(pids, strconv.Itoa(p))
 	}
-	out := filepath.Join(dir, fmt.Sprintf("%s-%d-%s.data", targetKey(t.name), n, load))
+	out := filepath.Join(dir, fmt.Sprintf("%s-%s.data", targetKey(t.name), run))
 	cmd := exec.Command("perf", "record", "-q", "-F", "999", "-g", "-p", strings.Join(pids, ","), "-o", out)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
