@@ -309,20 +309,47 @@ func (in *inspection) collect() {
 // calls of that step come before them. Only these calls count, found
 // walking back, so that a long history costs no more than a short one;
 // and as a history grows, its reach only moves on (the session cache
-// drops the results before it).
+// drops the results before it, and finds the next turn's reach from it:
+// sessionParse.reach). A trajectory of the session cache carries its
+// reach, found when it was parsed.
 func (e *Engine) reach(t *Trajectory) (from, skip int) {
+	if r := t.reach; r.e == e && r.steps == len(t.Steps) && r.start == t.Start {
+		return r.from, r.skip
+	}
+	from, skip, _ = e.walkReach(t)
+	return from, skip
+}
+
+// walkReach is reach found walking back over the steps; counted is the
+// number of counted calls from the step it returns on.
+func (e *Engine) walkReach(t *Trajectory) (from, skip, counted int) {
 	start := max(0, min(t.Start, len(t.Steps)))
-	for s, n := len(t.Steps)-1, 0; s >= start; s-- {
-		for k := range t.Steps[s].Calls {
-			if !e.ignored(t.Steps[s].Calls[k].Name) {
-				n++
-			}
-		}
+	n := 0
+	for s := len(t.Steps) - 1; s >= start; s-- {
+		n += e.counted(&t.Steps[s])
 		if n >= maxEvents {
-			return s, n - maxEvents
+			return s, n - maxEvents, n
 		}
 	}
-	return start, 0
+	return start, 0, n
+}
+
+// counted is the number of st's calls the detectors read (not ignored).
+func (e *Engine) counted(st *Step) int {
+	n := 0
+	for k := range st.Calls {
+		if !e.ignored(st.Calls[k].Name) {
+			n++
+		}
+	}
+	return n
+}
+
+// reachMemo is an engine's reach over a trajectory of steps steps and
+// that start.
+type reachMemo struct {
+	e                        *Engine
+	steps, start, from, skip int
 }
 
 func (in *inspection) metadata() []string {

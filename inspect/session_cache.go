@@ -100,9 +100,10 @@ type cacheEntry struct {
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
-	// engine made the entry; from is its reach (Engine.reach).
-	engine *Engine
-	from   int
+	// engine made the entry; from is its reach (Engine.reach), and
+	// counted the calls it counts from step from on.
+	engine        *Engine
+	from, counted int
 	// held is the memory the steps' strings and digests keep alive.
 	held  int
 	bytes int64
@@ -514,7 +515,7 @@ func (sp *sessionParse) finish(p *parser) {
 	t := p.t
 	_, sum := sp.hash.extend(p.src[sp.arr : sp.arr+sp.region])
 	rehome(t.Steps[sp.base:])
-	held, from := sp.held+p.ar.held, 0
+	held, from, counted := sp.held+p.ar.held, 0, 0
 	if sp.digest {
 		// The cache's steps whose results left the reach; then the steps
 		// this parse wrote: the new ones and the restored ones it may
@@ -523,7 +524,9 @@ func (sp *sessionParse) finish(p *parser) {
 		if sp.prev != nil {
 			lo, prevFrom = max(0, sp.base-lookBack), sp.prev.from
 		}
-		from, _ = sp.engine.reach(t)
+		var skip int
+		from, skip, counted = sp.reach(t)
+		t.reach = reachMemo{e: sp.engine, steps: len(t.Steps), start: t.Start, from: from, skip: skip}
 		held = sp.held
 		if end := min(from, sp.base); prevFrom < end {
 			held -= forget(t.Steps[prevFrom:end])
@@ -558,8 +561,52 @@ func (sp *sessionParse) finish(p *parser) {
 		open:          p.open,
 		engine:        sp.engine,
 		from:          from,
+		counted:       counted,
 		held:          held,
 	}
+}
+
+// reach is the engine's reach over t's steps (Engine.reach). Resuming a
+// session, it moves the previous turn's on, reading only the steps this
+// parse wrote and those the reach passes: not the whole history, most of
+// which has left the CPU's caches since the previous turn. The steps
+// this parse took over are as they were but for those it saved (see
+// restore), whose calls it may have added to.
+func (sp *sessionParse) reach(t *Trajectory) (from, skip, counted int) {
+	e, prev := sp.engine, sp.prev
+	if prev == nil || t.Start != prev.start || sp.base != len(prev.steps) {
+		return e.walkReach(t)
+	}
+	n := prev.counted
+	for _, sv := range sp.prior.saved {
+		if sv.at < prev.from {
+			continue
+		}
+		d := e.counted(&t.Steps[sv.at]) - e.counted(&sv.st)
+		if d < 0 {
+			return e.walkReach(t) // calls gone: the reach may move back
+		}
+		n += d
+	}
+	for s := sp.base; s < len(t.Steps); s++ {
+		n += e.counted(&t.Steps[s])
+	}
+	from = prev.from
+	if n < maxEvents {
+		if from != max(0, min(t.Start, len(t.Steps))) {
+			return e.walkReach(t)
+		}
+		return from, 0, n
+	}
+	for from < len(t.Steps)-1 {
+		c := e.counted(&t.Steps[from])
+		if n-c < maxEvents {
+			break
+		}
+		n -= c
+		from++
+	}
+	return from, n - maxEvents, n
 }
 
 // compact digests the results of steps from on (see digestResult) and

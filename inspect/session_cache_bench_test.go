@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -72,3 +73,48 @@ func BenchmarkSessionTurn200(b *testing.B)  { benchSession(b, 200, true) }
 func BenchmarkSessionTurn1000(b *testing.B) { benchSession(b, 1000, true) }
 func BenchmarkSessionMiss200(b *testing.B)  { benchSession(b, 200, false) }
 func BenchmarkSessionMiss1000(b *testing.B) { benchSession(b, 1000, false) }
+
+// BenchmarkSessionTurnsInterleaved measures turns as the proxy serves an
+// agent fleet: 16 sessions each growing turn by turn to 200 calls, their
+// turns taken in turn, so that what a session's previous turn left in the
+// cache has mostly left the CPU's caches (15 other bodies of up to 2 MB
+// were read since). A session starts again, under a new id, after its
+// last turn; the sessions start staggered, so that a turn's history is
+// 100 calls on average, and a few turns in a hundred are a session's first.
+func BenchmarkSessionTurnsInterleaved(b *testing.B) {
+	const sessions, turns = 16, 200
+	e, _ := NewEngine(DefaultConfig())
+	h, _ := splitHistory(b, ChatCompletions, benchBody(turns))
+	bodies := make([][]byte, turns)
+	for k := range bodies {
+		bodies[k] = h.body(h.msgs[:2+2*(k+1)])
+	}
+	c := NewSessionCache(1 << 30)
+	at := make([]int, sessions)
+	ids := make([]string, sessions)
+	for s := range sessions {
+		at[s], ids[s] = s*turns/sessions, fmt.Sprintf("s%d", s)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU()
+	for i := 0; i < b.N; i++ {
+		s := i % sessions
+		tr, err := e.ParseSession(c, ids[s], ChatCompletions, bodies[at[s]])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v := e.Inspect(tr); v.Loop {
+			b.Fatal("healthy history reported as a loop")
+		}
+		tr.Release()
+		if at[s]++; at[s] == turns {
+			at[s], ids[s] = 0, fmt.Sprintf("s%d-%d", s, i)
+		}
+	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	b.StopTimer()
+	if st := c.Stats(); b.N >= 1000 && st.Hits < 9*st.Misses {
+		b.Fatalf("stats %+v: most turns should extend the session's last", st)
+	}
+}

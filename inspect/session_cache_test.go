@@ -118,6 +118,19 @@ func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API
 	if werr != nil {
 		return nil, nil
 	}
+	// The reach the cached parse found from the previous turn's is the
+	// one a walk over all its steps finds.
+	if r := got.reach; r.e != nil {
+		from, skip, _ := e.walkReach(got)
+		if r.from != from || r.skip != skip || r.steps != len(got.Steps) || r.start != got.Start {
+			t.Fatalf("%s: reach %+v, a walk finds from %d skip %d", what, r, from, skip)
+		}
+		if en := c.get(session); en != nil && en.engine == e {
+			if _, _, n := e.walkReach(&Trajectory{Steps: en.steps[:len(got.Steps)], Start: got.Start}); en.from != from || en.counted != n {
+				t.Fatalf("%s: entry reach from %d counting %d, a walk finds from %d counting %d", what, en.from, en.counted, from, n)
+			}
+		}
+	}
 	wv, gv := e.Inspect(want), e.Inspect(got)
 	if diff := cachedSame(e, got, want); diff != "" {
 		t.Fatalf("%s: trajectories differ: %s", what, diff)
@@ -250,7 +263,7 @@ func cachedSame(e *Engine, got, want *Trajectory) string {
 	settle(want)
 	from, _ := e.reach(want)
 	g := *got
-	g.lease = nil
+	g.lease, g.reach = nil, reachMemo{}
 	g.Steps = slices.Clone(got.Steps)
 	for s := range g.Steps {
 		gs := &g.Steps[s]

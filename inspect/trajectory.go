@@ -26,6 +26,9 @@ type Trajectory struct {
 	// lease is the session cache's entry whose steps Steps are, until
 	// Release.
 	lease *cacheEntry
+	// reach is the reach of the engine that parsed t with a session
+	// cache (see Engine.reach): Inspect need not walk the steps again.
+	reach reachMemo
 }
 
 // Release tells the session cache that t is no longer read: the next turn
