@@ -63,8 +63,10 @@ type Step struct {
 
 // Call is one tool call of a step and the result the agent sent back for it.
 type Call struct {
-	ID   string // tool_call_id; "" for legacy function_call
-	Name string
+	ID string // tool_call_id; "" for legacy function_call
+	// Result is the result text as sent (content string or text parts
+	// joined); "" where a SessionCache keeps a digest instead.
+	Result string
 	// Args is the canonical form of the arguments: JSON re-encoded with sorted
 	// keys and no insignificant whitespace, or the trimmed text when the
 	// arguments do not parse.
@@ -72,15 +74,19 @@ type Call struct {
 	// Primary is the primary argument (path, file_path, command, ...), with
 	// shell read commands normalised (`cat f`, `head f` -> `read f`); "" if none.
 	Primary string
+
+	// What the detectors read of every call in their reach, at each turn
+	// of a session, lies in bytes 64 to 119: one cache line, where the
+	// calls of a long history are rarely in the CPU's caches any more,
+	// whether the array of calls starts on a line or 8 bytes after one
+	// (the allocator's header of an array over 512 bytes).
+
+	// extra holds the parts few calls have; nil for most: a SessionCache
+	// keeps a Call per turn of every session.
+	extra *callExtra
+	Name  string
 	// Fingerprint hashes Name + Args (metadata arguments excluded).
 	Fingerprint uint64
-	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
-	PrimaryFingerprint uint64
-
-	// argTarget, argBits and extra's edit are the call's argument facts
-	// (a callFacts, see Call.known), stored apart so that the bits sit
-	// with the other one-byte fields.
-	argTarget uint64
 
 	// The small fields sit together: a SessionCache keeps a Call per turn
 	// of every session, and padding was a fifth of its size.
@@ -92,16 +98,16 @@ type Call struct {
 	argBits     uint8
 	// ResultMessage is the index of the tool message in request.messages, -1 if none.
 	ResultMessage int32
-
-	// Result is the result text as sent (content string or text parts
-	// joined); "" where a SessionCache keeps a digest instead.
-	Result string
 	// resultFP caches ResultFingerprint (0: not computed yet). It is read
 	// and written atomically: Trajectories may be inspected concurrently.
 	resultFP uint64
-	// extra holds the parts few calls have; nil for most: a SessionCache
-	// keeps a Call per turn of every session.
-	extra *callExtra
+
+	// argTarget, argBits and extra's edit are the call's argument facts
+	// (a callFacts, see Call.known), stored apart so that the bits sit
+	// with the other one-byte fields.
+	argTarget uint64
+	// PrimaryFingerprint hashes Name + Primary; 0 when Primary is "".
+	PrimaryFingerprint uint64
 }
 
 // callExtra is what few calls have. Copies of a call share it, so it is
