@@ -15,7 +15,7 @@
 // tool turns) and for -growing sessions (growing.go); -side-only runs only
 // that.
 //
-//	go run ./e2e/load -side-only [-n 2000] [-c 16] [-growing 16x200] [-nginx PATH]
+//	go run ./e2e/load -side-only [-n 2000] [-c 16] [-growing 16x200] [-rounds 5] [-nginx PATH]
 //
 // -open adds the open-streams workload (openstreams.go): streams held open
 // at a model's pace through loopguard, loopguard in mode off and nginx.
@@ -74,6 +74,7 @@ type options struct {
 	upstream              string
 	maxTokens, bodySize   int
 	growing               string // "SESSIONSxTURNS"
+	rounds                int    // growing-sessions runs of each target, interleaved
 	sideOnly              bool
 }
 
@@ -97,6 +98,7 @@ func run() error {
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")
 	flag.IntVar(&o.bodySize, "body", 20<<10, "request body size in bytes")
 	flag.StringVar(&o.growing, "growing", "16x200", "growing-sessions workload, SESSIONSxTURNS (empty: skip)")
+	flag.IntVar(&o.rounds, "rounds", 5, "growing-sessions rounds: each target runs the sessions once a round, the targets taking turns, and the CPU is summed over the rounds")
 	flag.BoolVar(&o.sideOnly, "side-only", false, "run only the side-by-side workload (request sizes and growing sessions through nginx and loopguard)")
 	flag.Parse()
 	o.openOpts.c = o.c

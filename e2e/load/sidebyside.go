@@ -74,7 +74,7 @@ func sideBySide(cl *http.Client, bin, upstream string, o options) error {
 	}
 	if sessions > 0 {
 		grown := bodies[:turns]
-		row, err := growingSessions(cl, targets, grown, sessions, o.openOpts.perf)
+		row, err := growingSessions(cl, targets, grown, sessions, max(1, o.rounds), o.openOpts.perf)
 		if err != nil {
 			return err
 		}
