@@ -159,6 +159,8 @@ type work struct {
 	tmp  []byte
 	tmp2 []byte
 	cs   canonScratch
+	// touched is touchCalls' result, kept so that its loads are made.
+	touched uint64
 }
 
 // ErrDetector is wrapped by Verdict.Err when a detector panicked.
@@ -247,6 +249,22 @@ type inspection struct {
 	win int
 }
 
+// touchCalls reads a word of each call's hot line (see Call) in a loop
+// short enough for the CPU to have many of the loads in flight at once:
+// at a session's turn most of its older calls have left the CPU's caches,
+// and collect, which does much more with each, would wait for them one or
+// two at a time. It returns what it read, for the caller to keep, so that
+// the loads are not left out.
+func touchCalls(steps []Step) uint64 {
+	var sum uint64
+	for s := range steps {
+		for k := range steps[s].Calls {
+			sum += steps[s].Calls[k].Fingerprint
+		}
+	}
+	return sum
+}
+
 // maxEvents bounds how far back the consecutive rules look: a run longer
 // than this is long past every threshold anyway.
 const maxEvents = 256
@@ -259,6 +277,7 @@ func (in *inspection) collect() {
 	from, skip := in.e.reach(t)
 	in.win = -1
 	recanon := !slices.Equal(t.meta, in.metadata())
+	w.touched = touchCalls(t.Steps[from:])
 	for s := from; s < len(t.Steps); s++ {
 		if s >= winStart && in.win < 0 {
 			in.win = len(evs)
