@@ -161,6 +161,8 @@ type work struct {
 	cs   canonScratch
 	// touched is touchCalls' result, kept so that its loads are made.
 	touched uint64
+	in      inspection
+	lim     limits
 }
 
 // ErrDetector is wrapped by Verdict.Err when a detector panicked.
@@ -191,10 +193,14 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 		w.lev.set("")
 		w.texts[0].forget()
 		w.texts[1].forget()
+		w.in = inspection{} // no trajectory kept in the pool
 		e.pool.Put(w)
 	}()
-	lim := e.cfg.resolve(t.Model)
-	in := &inspection{e: e, t: t, lim: &lim, w: w}
+	// The inspection and its limits live in the pooled work: the
+	// detectors make them escape, and each turn would allocate them.
+	w.lim = e.cfg.resolve(t.Model)
+	w.in = inspection{e: e, t: t, lim: &w.lim, w: w}
+	in, lim := &w.in, &w.lim
 	in.collect()
 	var dets []Detection
 	for _, d := range detectors {
@@ -207,7 +213,7 @@ func (e *Engine) Inspect(t *Trajectory) (v Verdict) {
 			dets = append(dets, det)
 		}
 	}
-	return aggregate(dets, &lim)
+	return aggregate(dets, lim)
 }
 
 // panicText describes a recovered panic value without its content.

@@ -34,3 +34,36 @@ func TestParseInspectAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionTurnAllocs holds a warm session turn (ParseSession of the
+// history grown by one call and its result, Inspect, Release) to its
+// allocations: the turn's own strings, calls, digest and cache entry, not
+// a trajectory's worth of steps or the inspection's state.
+func TestSessionTurnAllocs(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := splitHistory(t, ChatCompletions, benchBody(120))
+	var bodies [][]byte
+	for turn := 100; turn <= 112; turn++ {
+		bodies = append(bodies, h.body(h.msgs[:2+2*turn]))
+	}
+	c := NewSessionCache(64 << 20)
+	next := func() {
+		tr, err := e.ParseSession(c, "s", ChatCompletions, bodies[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Inspect(tr)
+		tr.Release()
+		bodies = bodies[1:]
+	}
+	next()
+	if got := testing.AllocsPerRun(10, next); got > 18 {
+		t.Errorf("a session turn = %.0f allocations; want <= 18", got)
+	}
+	if st := c.Stats(); st.Hits != 11 {
+		t.Fatalf("stats %+v: the turns did not resume from the cache", st)
+	}
+}

@@ -114,7 +114,9 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	}
 	p.t.meta = meta
 	p.src = src
-	p.t.Steps = make([]Step, 0, 16)
+	if sp == nil || sp.prev == nil {
+		p.t.Steps = make([]Step, 0, 16) // a resumed parse takes the cached steps
+	}
 	if err := walk(p, src[i:]); err != nil {
 		return nil, err
 	}
