@@ -89,7 +89,6 @@ type cacheEntry struct {
 	cache *SessionCache
 	key   string
 	api   API
-	meta  []string
 	// The history array's first prefix bytes, from its '[' to the end of
 	// its last message (message n-1), hash to sum.
 	n, prefix int
@@ -100,6 +99,8 @@ type cacheEntry struct {
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
+	// unanswered are the steps a result may still pair with.
+	unanswered unansweredSteps
 	// engine made the entry; from is its reach (Engine.reach), and
 	// counted the calls it counts from step from on.
 	engine        *Engine
@@ -147,7 +148,9 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	// pattern of the configuration). A digest is of the engine's rules:
 	// another engine (a new configuration) parses in full.
 	sp := &sessionParse{hash: prefixHash{chain: c.seed}, engine: e, digest: len(e.patterns) == 0}
-	if prev := c.get(session); prev != nil && prev.api == api && slices.Equal(prev.meta, meta) && prev.engine == e {
+	// The engine's MetadataArgs made the entry's fingerprints: another
+	// engine's entry is parsed in full.
+	if prev := c.get(session); prev != nil && prev.api == api && prev.engine == e {
 		sp.locate(body, api, prev)
 	}
 	t, err := parseBody(body, meta, walk, sp)
@@ -160,7 +163,7 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 		c.misses.Add(1)
 	}
 	en := sp.done
-	en.cache, en.key, en.api, en.meta = c, session, api, meta
+	en.cache, en.key, en.api = c, session, api
 	en.readers, t.lease = 1, en // t's steps are en's until t.Release
 	c.put(en)
 	return t, nil
@@ -419,16 +422,25 @@ func (p *parser) restore(prev *cacheEntry) bool {
 		copy(steps, prev.steps)
 	}
 	sp.prior.saved = sp.saved[:0]
+	// The steps it may write: those of the last lookBack with a call not
+	// answered yet, which the entry lists (reading every call of them
+	// would bring a long history's calls back into the CPU's caches), and
+	// the last.
 	writable := func(s int) bool {
-		for i := range steps[s].Calls {
-			if !steps[s].Calls[i].HasResult {
-				return true
-			}
+		if u := prev.unanswered; u.n >= 0 {
+			return s == len(steps)-1 || u.has(s)
 		}
-		return s == len(steps)-1
+		return s == len(steps)-1 || unanswered(&steps[s])
+	}
+	lo := from
+	if u := prev.unanswered; u.n >= 0 {
+		lo = max(from, len(steps)-1)
+		if u.n > 0 {
+			lo = min(lo, int(u.at[0]))
+		}
 	}
 	k := 0
-	for s := from; s < len(steps); s++ {
+	for s := lo; s < len(steps); s++ {
 		if writable(s) {
 			k += len(steps[s].Calls)
 		}
@@ -436,7 +448,7 @@ func (p *parser) restore(prev *cacheEntry) bool {
 	if k > 0 {
 		calls := make([]Call, k)
 		k = 0
-		for s := from; s < len(steps); s++ {
+		for s := lo; s < len(steps); s++ {
 			src := steps[s].Calls
 			if len(src) == 0 || !writable(s) {
 				continue // nil stays nil
@@ -456,6 +468,66 @@ func (p *parser) restore(prev *cacheEntry) bool {
 	p.t.Start = prev.start
 	p.lastAssistant, p.open = prev.lastAssistant, prev.open
 	return true
+}
+
+// unansweredSteps lists, in order, the steps of an entry's last lookBack
+// with a call no result was paired with yet: the ones a parse resuming
+// from it may write besides the last (see restore). Agents answer every
+// call in the next request, so the list is most often empty; n < 0 when
+// it did not fit.
+type unansweredSteps struct {
+	at [3]int32
+	n  int8
+}
+
+func (u *unansweredSteps) has(s int) bool {
+	return slices.Contains(u.at[:max(0, u.n)], int32(s))
+}
+
+func (u *unansweredSteps) add(s int) {
+	switch {
+	case u.n < 0 || u.has(s):
+	case int(u.n) == len(u.at):
+		u.n = -1
+	default:
+		u.at[u.n] = int32(s)
+		u.n++
+		slices.Sort(u.at[:u.n])
+	}
+}
+
+// unanswered reports whether a call of st has no result yet.
+func unanswered(st *Step) bool {
+	for i := range st.Calls {
+		if !st.Calls[i].HasResult {
+			return true
+		}
+	}
+	return false
+}
+
+// unanswered lists the steps of t's last lookBack with a call not
+// answered yet, for the entry this parse leaves. Resuming, only the steps
+// it wrote can be: restore saved each step the entry listed, and the
+// parse added the others.
+func (sp *sessionParse) unanswered(t *Trajectory) (u unansweredSteps) {
+	lo := max(0, len(t.Steps)-lookBack)
+	check := func(s int) {
+		if s >= lo && unanswered(&t.Steps[s]) {
+			u.add(s)
+		}
+	}
+	from := lo
+	if sp.prev != nil {
+		for _, sv := range sp.prior.saved {
+			check(sv.at)
+		}
+		from = max(lo, sp.base)
+	}
+	for s := from; s < len(t.Steps); s++ {
+		check(s)
+	}
+	return u
 }
 
 // priorSteps tells what the steps a parse took over were before it wrote
@@ -559,6 +631,7 @@ func (sp *sessionParse) finish(p *parser) {
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
 		open:          p.open,
+		unanswered:    sp.unanswered(t),
 		engine:        sp.engine,
 		from:          from,
 		counted:       counted,
@@ -621,6 +694,9 @@ func (sp *sessionParse) reach(t *Trajectory) (from, skip, counted int) {
 func compact(steps []Step, lo int, prior *priorSteps, from int) int {
 	digests := 0
 	for i := lo; i < len(steps); i++ {
+		if ps := prior.at(steps, i); ps != nil && sameCalls(steps[i].Calls, ps.Calls) {
+			continue // calls an earlier turn compacted (or forget, out of reach)
+		}
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
 			switch {
@@ -708,6 +784,9 @@ func callParts(steps []Step, lo int, prior *priorSteps) int {
 	n := 0
 	for i := lo; i < len(steps); i++ {
 		ps := prior.at(steps, i)
+		if ps != nil && sameCalls(steps[i].Calls, ps.Calls) {
+			continue // the calls it had
+		}
 		for k := range steps[i].Calls {
 			c := &steps[i].Calls[k]
 			var was *Call

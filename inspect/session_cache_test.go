@@ -129,6 +129,16 @@ func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API
 			if _, _, n := e.walkReach(&Trajectory{Steps: en.steps[:len(got.Steps)], Start: got.Start}); en.from != from || en.counted != n {
 				t.Fatalf("%s: entry reach from %d counting %d, a walk finds from %d counting %d", what, en.from, en.counted, from, n)
 			}
+			// The entry lists the steps a result may still pair with.
+			var want []int32
+			for s := max(0, len(en.steps)-lookBack); s < len(en.steps); s++ {
+				if unanswered(&en.steps[s]) {
+					want = append(want, int32(s))
+				}
+			}
+			if u := en.unanswered; u.n < 0 && len(want) <= len(u.at) || u.n >= 0 && !slices.Equal(u.at[:u.n], want) {
+				t.Fatalf("%s: entry lists unanswered steps %v (%d), want %v", what, u.at, u.n, want)
+			}
 		}
 	}
 	wv, gv := e.Inspect(want), e.Inspect(got)
@@ -1157,5 +1167,53 @@ func TestCallHotLine(t *testing.T) {
 			continue
 		}
 		t.Fatalf("an array of %d calls at %#x: %d bytes after a cache line", n, at, at%64)
+	}
+}
+
+// TestSessionCacheLateResults: calls answered turns after they were made
+// (an agent running tools in the background), one at a time and more of
+// them at once than the entry lists, and one answered after it left the
+// window a result pairs with: every turn must judge as uncached and list
+// the steps still waiting (checkSame).
+func TestSessionCacheLateResults(t *testing.T) {
+	e, err := NewEngine(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := func(i int) json.RawMessage {
+		out, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", i), "content": fmt.Sprintf("done %d", i)})
+		return out
+	}
+	msgs := []json.RawMessage{json.RawMessage(`{"role":"user","content":"Build it."}`)}
+	waiting := []int{}
+	for i := range 90 {
+		if i%7 == 3 || i >= 20 && i < 26 || i == 30 {
+			msgs = append(msgs, chatTurn(i, fmt.Sprintf("make target_%d &", i), "")...) // answered later
+			waiting = append(waiting, i)
+		} else {
+			msgs = append(msgs, chatTurn(i, fmt.Sprintf("ls dir_%d", i), fmt.Sprintf("file_%d", i))...)
+		}
+		// Now and then the oldest waiting calls are answered, and call
+		// 30 only once it is out of the last lookBack steps.
+		if i%9 == 8 || i == 27 || i == 89 {
+			for len(waiting) > 0 && (waiting[0] != 30 || i > 30+lookBack) {
+				msgs = append(msgs, answer(waiting[0]))
+				waiting = waiting[1:]
+			}
+		}
+	}
+	h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"m"`)}, msgs: msgs}
+	c := NewSessionCache(64 << 20)
+	overflowed := false
+	for k := 1; k <= len(msgs); k++ {
+		got, _ := checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+		got.Release()
+		overflowed = overflowed || c.get("s").unanswered.n < 0
+	}
+	if st := c.Stats(); st.Hits != uint64(len(msgs)-1) {
+		t.Errorf("stats %+v: want every turn after the first served from the cache", st)
+	}
+	if !overflowed {
+		t.Error("never more unanswered steps than the entry lists: the test misses that case")
 	}
 }
