@@ -54,11 +54,11 @@ type arena struct {
 	chunk int
 }
 
-func newArena(size int) *arena {
+func newArena(size int) arena {
 	if size < 4096 {
 		size = 4096
 	}
-	return &arena{buf: make([]byte, 0, size), held: size}
+	return arena{buf: make([]byte, 0, size), held: size}
 }
 
 // arenaChunk is the size of the chunks an arena grows by.

@@ -60,8 +60,8 @@ func TestSessionTurnAllocs(t *testing.T) {
 		bodies = bodies[1:]
 	}
 	next()
-	if got := testing.AllocsPerRun(10, next); got > 18 {
-		t.Errorf("a session turn = %.0f allocations; want <= 18", got)
+	if got := testing.AllocsPerRun(10, next); got > 14 {
+		t.Errorf("a session turn = %.0f allocations; want <= 14", got)
 	}
 	if st := c.Stats(); st.Hits != 11 {
 		t.Fatalf("stats %+v: the turns did not resume from the cache", st)

@@ -44,7 +44,7 @@ const maxPooledScratch = 1 << 20
 
 type parser struct {
 	*scratch
-	ar    *arena
+	ar    arena // the parser's own: a parse allocates its chunks, not it
 	meta  []string
 	t     *Trajectory
 	calls []Call // current chunk calls are carved from
@@ -104,9 +104,7 @@ func parseBody(body []byte, meta []string, walk func(p *parser, root string) err
 	p := &parser{scratch: s, meta: meta, t: &Trajectory{}, sess: sp}
 	if sp == nil {
 		p.ar = newArena(len(body) + 1024)
-	} else {
-		p.ar = &arena{} // sized by resume
-	}
+	} // else sized by resume
 	src := rawjson.View(body)
 	i := rawjson.SkipSpace(src, 0)
 	if i >= len(src) || src[i] != '{' {

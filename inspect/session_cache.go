@@ -387,7 +387,7 @@ func (p *parser) resume(arr string) (at, idx int, last [2]int) {
 	// keeps this arena for the session: no 4 KiB minimum per turn, and
 	// small chunks should a turn need more (primary arguments are copies).
 	n := len(arr) - sp.region + len(sp.model) + 64
-	p.ar = &arena{buf: make([]byte, 0, n), held: n, chunk: 1024}
+	p.ar = arena{buf: make([]byte, 0, n), held: n, chunk: 1024}
 	return rawjson.SkipSpace(arr, sp.region), sp.n, sp.last
 }
 
