@@ -153,6 +153,18 @@ type trackedConn struct {
 	l *connTracker
 }
 
+// SyscallConn shows the socket under c to the proxy, whose peer watcher
+// finds through it a client that left while the upstream was silent.
+func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errNotSocket
+	}
+	return sc.SyscallConn()
+}
+
+var errNotSocket = errors.New("not a socket")
+
 func (c *trackedConn) Close() error {
 	c.l.mu.Lock()
 	delete(c.l.open, c.Conn)
