@@ -43,16 +43,7 @@ func TestServedClientLeaves(t *testing.T) {
 		}
 	}()
 
-	cfg := proxy.DefaultConfig()
-	cfg.Upstream.URL = "http://" + upLn.Addr().String()
-	srv, err := proxy.New(cfg, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, ln := newProxy(t, "http://"+upLn.Addr().String())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(&connTracker{Listener: ln, open: map[net.Conn]struct{}{}}) }()
 	defer func() {
@@ -83,4 +74,21 @@ func TestServedClientLeaves(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("upstream connection still open 5s after the client left")
 	}
+}
+
+// newProxy returns a proxy in front of upstream (a base URL), with default
+// settings, and a loopback listener for it to serve.
+func newProxy(t *testing.T, upstream string) (*proxy.Server, net.Listener) {
+	t.Helper()
+	cfg := proxy.DefaultConfig()
+	cfg.Upstream.URL = upstream
+	srv, err := proxy.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, ln
 }
