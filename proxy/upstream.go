@@ -138,9 +138,9 @@ func (r *connRegistry) track(c net.Conn) net.Conn {
 		if raw, err := sc.SyscallConn(); err == nil {
 			tc.raw = raw
 			tc.peek = func(fd uintptr) {
-				var buf [1]byte
-				n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-				tc.dead = n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
+				// Bytes, FIN or an error: all but nothing yet.
+				_, errno := rawsock.Peek(fd)
+				tc.dead = errno != syscall.EAGAIN && errno != syscall.EINTR
 			}
 		}
 	}

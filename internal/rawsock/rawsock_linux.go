@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxRW bounds the bytes one system call moves: a goroutine inside a raw
@@ -274,4 +276,26 @@ func (c *Conn) opError(op string, err error) error {
 	}
 	local := c.LocalAddr()
 	return &net.OpError{Op: op, Net: local.Network(), Source: local, Addr: c.RemoteAddr(), Err: err}
+}
+
+// Peek looks at what the socket fd holds, without taking it or waiting
+// (recv of one byte, MSG_PEEK|MSG_DONTWAIT), as a raw system call: n is 1
+// when bytes wait, and 0 with errno 0 once the peer has closed; errno is
+// EAGAIN when nothing came.
+func Peek(fd uintptr) (n int, errno syscall.Errno) {
+	var b [1]byte
+	r, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(r), 0
+}
+
+// EpollCtl is epoll_ctl(2) as a raw system call, which it can be: it never
+// blocks.
+func EpollCtl(epfd, op, fd int, ev *unix.EpollEvent) syscall.Errno {
+	_, _, errno := syscall.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd),
+		uintptr(unsafe.Pointer(ev)), 0, 0)
+	return errno
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // countCalls makes the raw system calls count themselves until the test
@@ -132,5 +134,47 @@ func TestLargeWriteSlowReader(t *testing.T) {
 	}
 	if eagain.Load() == 0 {
 		t.Error("no write found the socket full; the test proves nothing")
+	}
+}
+
+// TestEpollCtl: a socket is added to an epoll set, reported once it is
+// readable, and removed; a bad descriptor is refused with its errno.
+func TestEpollCtl(t *testing.T) {
+	d, a := tcpPair(t)
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(epfd)
+	raw, err := a.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := func(op int) (errno syscall.Errno) {
+		err := raw.Control(func(fd uintptr) {
+			ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+			errno = EpollCtl(epfd, op, int(fd), &ev)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return errno
+	}
+	if errno := ctl(unix.EPOLL_CTL_ADD); errno != 0 {
+		t.Fatalf("EpollCtl(ADD) = %v", errno)
+	}
+	_, _ = d.Write([]byte("x"))
+	evs := make([]unix.EpollEvent, 4)
+	if n, err := unix.EpollWait(epfd, evs, 2000); n != 1 || err != nil {
+		t.Fatalf("EpollWait after the peer wrote = %d, %v; want 1 event", n, err)
+	}
+	if errno := ctl(unix.EPOLL_CTL_DEL); errno != 0 {
+		t.Fatalf("EpollCtl(DEL) = %v", errno)
+	}
+	if errno := ctl(unix.EPOLL_CTL_DEL); errno != syscall.ENOENT {
+		t.Errorf("EpollCtl(DEL) of a socket not in the set = %v; want ENOENT", errno)
+	}
+	if errno := EpollCtl(epfd, unix.EPOLL_CTL_ADD, -1, &unix.EpollEvent{}); errno != syscall.EBADF {
+		t.Errorf("EpollCtl(ADD, -1) = %v; want EBADF", errno)
 	}
 }

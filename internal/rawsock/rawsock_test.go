@@ -329,3 +329,44 @@ func TestWrapNotTCP(t *testing.T) {
 		t.Errorf("Wrap(pipe) = %T; want the pipe itself", got)
 	}
 }
+
+// TestPeek: a peek tells nothing yet, bytes waiting (and leaves them), the
+// peer's FIN and its reset apart, without waiting.
+func TestPeek(t *testing.T) {
+	tests := []struct {
+		name      string
+		peer      func(peer *net.TCPConn)
+		wantN     int
+		wantErrno syscall.Errno
+	}{
+		{name: "nothing yet", peer: func(*net.TCPConn) {}, wantErrno: syscall.EAGAIN},
+		{name: "bytes", peer: func(p *net.TCPConn) { _, _ = p.Write([]byte("next")) }, wantN: 1},
+		{name: "FIN", peer: func(p *net.TCPConn) { p.Close() }},
+		{name: "reset", peer: func(p *net.TCPConn) { _ = p.SetLinger(0); p.Close() }, wantErrno: syscall.ECONNRESET},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, a := tcpPair(t)
+			tt.peer(d)
+			time.Sleep(20 * time.Millisecond) // what the peer did is in
+			raw, err := a.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			var errno syscall.Errno
+			if err := raw.Control(func(fd uintptr) { n, errno = Peek(fd) }); err != nil {
+				t.Fatal(err)
+			}
+			if n != tt.wantN || errno != tt.wantErrno {
+				t.Errorf("Peek = %d, %v; want %d, %v", n, errno, tt.wantN, tt.wantErrno)
+			}
+			if tt.wantN > 0 {
+				got := make([]byte, 4)
+				if _, err := io.ReadFull(a, got); err != nil || string(got) != "next" {
+					t.Errorf("read after Peek = %q, %v; want the bytes still there", got, err)
+				}
+			}
+		})
+	}
+}
