@@ -15,5 +15,9 @@
 // the poller behave as they do for the socket's own methods, and errors look
 // the same to callers.
 //
-// Only Linux makes raw calls; elsewhere Wrap returns the connection as it is.
+// The other calls the proxy makes on a socket for every request, a peek
+// (Peek) and epoll_ctl (EpollCtl), never block either, and are raw too.
+//
+// Only Linux makes raw calls; elsewhere Wrap returns the connection as it
+// is, and Peek is a plain recvfrom.
 package rawsock

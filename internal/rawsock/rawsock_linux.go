@@ -19,8 +19,8 @@ const maxRW = 64 << 10
 // several.
 const maxIov = 4
 
-// Conn is a TCP connection whose Read and Write (and WriteBuffers) make raw system
-// calls on its socket; every other method is the socket's own. As a
+// Conn is a TCP connection whose Read and Write (and WriteBuffers) make raw
+// system calls on its socket; every other method is the socket's own. As a
 // net.Conn, it may be used by several goroutines at once.
 type Conn struct {
 	net.Conn
