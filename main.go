@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/config"
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -127,6 +128,9 @@ func (l *connTracker) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The client's socket is read and written with raw system calls: a
+	// write an event, for every open stream (rawsock says why).
+	c = rawsock.Wrap(c)
 	l.mu.Lock()
 	l.open[c] = struct{}{}
 	l.mu.Unlock()
@@ -148,6 +152,18 @@ type trackedConn struct {
 	net.Conn
 	l *connTracker
 }
+
+// SyscallConn shows the socket under c to the proxy, whose peer watcher
+// finds through it a client that left while the upstream was silent.
+func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errNotSocket
+	}
+	return sc.SyscallConn()
+}
+
+var errNotSocket = errors.New("not a socket")
 
 func (c *trackedConn) Close() error {
 	c.l.mu.Lock()

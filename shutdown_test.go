@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/fakellm"
-	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
 
@@ -30,16 +29,7 @@ func TestSIGTERMGrace(t *testing.T) {
 			// A streamed answer of ten deltas 100ms apart: about a second.
 			up := fakellm.Start(t, fakellm.Script{Responses: []fakellm.Response{
 				{Content: "0123456789", ChunkSize: 1, Delay: 100 * time.Millisecond}}})
-			cfg := proxy.DefaultConfig()
-			cfg.Upstream.URL = up.URL()
-			srv, err := proxy.New(cfg, zerolog.Nop())
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv, ln := newProxy(t, up.URL())
 			code := make(chan int, 1)
 			go func() { code <- serveUntilSignal(srv, ln, tt.grace, zerolog.Nop()) }()
 			resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,16 +75,19 @@ var peerWatches = sync.Pool{New: func() any {
 const opPeek = -1
 
 func (p *peerWatch) control(fd uintptr) {
+	// Raw system calls (rawsock): a watch is armed and stopped for every
+	// request that can start a generation.
 	if p.op == opPeek {
-		var buf [1]byte
-		n, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		p.closed = n == 0 && err == nil || err != nil && err != unix.EAGAIN && err != unix.EINTR
+		n, errno := rawsock.Peek(fd)
+		p.closed = n == 0 && errno == 0 || errno != 0 && errno != unix.EAGAIN && errno != unix.EINTR
 		p.readable = n > 0
 		return
 	}
 	p.fd = int32(fd)
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd), Pad: int32(p.gen)}
-	p.opErr = unix.EpollCtl(p.w.epfd, p.op, int(fd), &ev)
+	if errno := rawsock.EpollCtl(p.w.epfd, p.op, int(fd), &ev); errno != 0 {
+		p.opErr = errno
+	}
 }
 
 // do runs op on p's socket; false when the socket is closed already or the

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/valyala/fasthttp"
 )
 
@@ -373,8 +374,9 @@ func (b *upstreamBody) Close(cause error) {
 
 // writeRequest writes req, whose body is in memory, to a plain TCP
 // connection as req.Write does, in one system call: header and body in one
-// writev. Through a buffer the size of the client's, a body larger than it
-// goes out in two writes, the buffer's worth and the rest.
+// writev (a raw one: rawsock). Through a buffer the size of the client's, a
+// body larger than it goes out in two writes, the buffer's worth and the
+// rest.
 func (x *exchange) writeRequest(conn net.Conn, req *fasthttp.Request) error {
 	body := req.Body()
 	if len(body) != 0 || !req.Header.IsGet() && !req.Header.IsHead() {
@@ -382,7 +384,7 @@ func (x *exchange) writeRequest(conn net.Conn, req *fasthttp.Request) error {
 	}
 	x.iov = [2][]byte{req.Header.Header(), body}
 	x.out = x.iov[:]
-	_, err := x.out.WriteTo(conn)
+	_, err := rawsock.WriteBuffers(conn, &x.out)
 	x.iov, x.out = [2][]byte{}, nil // the pool must not keep the body
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/valyala/fasthttp"
 )
 
@@ -103,6 +104,8 @@ func (e *dialError) Unwrap() error { return e.error }
 type connRegistry struct{ m sync.Map }
 
 type trackedConn struct {
+	// Conn reads and writes the socket with raw system calls (rawsock):
+	// one read an event, for every open stream.
 	net.Conn
 	reg *connRegistry
 	key string
@@ -130,14 +133,14 @@ type trackedConn struct {
 }
 
 func (r *connRegistry) track(c net.Conn) net.Conn {
-	tc := &trackedConn{Conn: c, reg: r, key: c.LocalAddr().String()}
+	tc := &trackedConn{Conn: rawsock.Wrap(c), reg: r, key: c.LocalAddr().String()}
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			tc.raw = raw
 			tc.peek = func(fd uintptr) {
-				var buf [1]byte
-				n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-				tc.dead = n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
+				// Bytes, FIN or an error: all but nothing yet.
+				_, errno := rawsock.Peek(fd)
+				tc.dead = errno != syscall.EAGAIN && errno != syscall.EINTR
 			}
 		}
 	}

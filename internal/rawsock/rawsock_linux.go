@@ -1,0 +1,301 @@
+package rawsock
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxRW bounds the bytes one system call moves: a goroutine inside a raw
+// call cannot be preempted, so a stop-the-world waits for it.
+const maxRW = 64 << 10
+
+// maxIov is how many buffers one writev takes; WriteBuffers sends more in
+// several.
+const maxIov = 4
+
+// Conn is a TCP connection whose Read and Write (and WriteBuffers) make raw
+// system calls on its socket; every other method is the socket's own. As a
+// net.Conn, it may be used by several goroutines at once.
+type Conn struct {
+	net.Conn
+	raw syscall.RawConn
+
+	// Each direction's operation lives here rather than in closures, so that
+	// the callbacks given to raw are made once per connection, not per call.
+	rmu   sync.Mutex // held by Read, which owns the fields up to wmu
+	rbuf  []byte
+	rn    int
+	rerr  error
+	readf func(fd uintptr) bool
+
+	wmu     sync.Mutex // held by Write and writeBuffers, which own the rest
+	wbuf    []byte
+	wbufs   *net.Buffers
+	iov     [maxIov]syscall.Iovec
+	wn      int64
+	werr    error
+	writef  func(fd uintptr) bool
+	writevf func(fd uintptr) bool
+}
+
+// Wrap returns c as a *Conn when it is a TCP connection, and c itself
+// otherwise (in-memory pipes, TLS).
+func Wrap(c net.Conn) net.Conn {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	rc := &Conn{Conn: c, raw: raw}
+	rc.readf, rc.writef, rc.writevf = rc.read, rc.write, rc.writev
+	return rc
+}
+
+// SyscallConn returns the socket's raw connection: the wrapper must not hide
+// it from those who watch the socket (the proxy's peer watcher).
+func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
+
+// The system calls Conn makes, as variables so that a test can count them.
+var (
+	sysRead = func(fd uintptr, p []byte) (int, syscall.Errno) {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		return int(n), errno
+	}
+	sysWrite = func(fd uintptr, p []byte) (int, syscall.Errno) {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		return int(n), errno
+	}
+	sysWritev = func(fd uintptr, iov []syscall.Iovec) (int, syscall.Errno) {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		return int(n), errno
+	}
+)
+
+// Read reads as the socket's own Read does: what one read returns, io.EOF
+// once the peer has closed, and a *net.OpError otherwise.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return c.Conn.Read(p) // no system call; an error once closed
+	}
+	c.rmu.Lock()
+	c.rbuf, c.rn = p, 0
+	err := c.raw.Read(c.readf)
+	n := c.rn
+	if err == nil {
+		err = c.rerr
+	}
+	c.rbuf, c.rerr = nil, nil
+	c.rmu.Unlock()
+	if err != nil {
+		return 0, c.opError("read", err)
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// read is raw's callback for Read: false parks the goroutine on the
+// netpoller until the socket is readable (or the deadline passes, or the
+// socket is closed) and is called again.
+func (c *Conn) read(fd uintptr) bool {
+	p := c.rbuf
+	if len(p) > maxRW {
+		p = p[:maxRW]
+	}
+	for {
+		n, errno := sysRead(fd, p)
+		switch errno {
+		case 0:
+			c.rn = n
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		default:
+			c.rerr = errno
+		}
+		return true
+	}
+}
+
+// Write writes all of p, as the socket's own Write does.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	c.wbuf, c.wn = p, 0
+	err := c.raw.Write(c.writef)
+	n := int(c.wn)
+	if err == nil {
+		err = c.werr
+	}
+	c.wbuf, c.werr = nil, nil
+	c.wmu.Unlock()
+	if err != nil {
+		return n, c.opError("write", err)
+	}
+	return n, nil
+}
+
+// WriteBuffers writes all of v to c and consumes it, as v.WriteTo(c) does,
+// with one writev a few buffers also when c is a *Conn: net.Buffers sees no
+// socket in a Conn, and would write each buffer with a call of its own.
+func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
+	if rc, ok := c.(*Conn); ok {
+		return rc.writeBuffers(v)
+	}
+	return v.WriteTo(c)
+}
+
+func (c *Conn) writeBuffers(v *net.Buffers) (int64, error) {
+	c.wmu.Lock()
+	c.wbufs, c.wn = v, 0
+	err := c.raw.Write(c.writevf)
+	n := c.wn
+	if err == nil {
+		err = c.werr
+	}
+	c.wbufs, c.werr = nil, nil
+	c.iov = [maxIov]syscall.Iovec{} // holds no caller's buffer
+	c.wmu.Unlock()
+	if err != nil {
+		return n, c.opError("writev", err)
+	}
+	return n, nil
+}
+
+// write is raw's callback for Write: false parks the goroutine until the
+// socket is writable.
+func (c *Conn) write(fd uintptr) bool {
+	for int(c.wn) < len(c.wbuf) {
+		p := c.wbuf[c.wn:]
+		if len(p) > maxRW {
+			p = p[:maxRW]
+		}
+		n, errno := sysWrite(fd, p)
+		switch c.outcomeOf(n, errno) {
+		case park:
+			return false
+		case finish:
+			return true
+		}
+	}
+	return true
+}
+
+// writev is raw's callback for writeBuffers, as write is for Write.
+func (c *Conn) writev(fd uintptr) bool {
+	v := c.wbufs
+	for {
+		iov, size := c.iov[:0], 0
+		for _, b := range *v {
+			if len(b) == 0 {
+				continue
+			}
+			b = b[:min(len(b), maxRW-size)]
+			iov = append(iov, syscall.Iovec{Base: &b[0]})
+			iov[len(iov)-1].SetLen(len(b))
+			if size += len(b); len(iov) == maxIov || size == maxRW {
+				break
+			}
+		}
+		if len(iov) == 0 {
+			*v = (*v)[len(*v):]
+			return true
+		}
+		n, errno := sysWritev(fd, iov)
+		switch c.outcomeOf(n, errno) {
+		case park:
+			return false
+		case finish:
+			return true
+		case written:
+			consume(v, n)
+		}
+	}
+}
+
+// outcome is what one write system call leaves a write to do.
+type outcome int
+
+const (
+	written outcome = iota // it wrote n bytes: go on
+	retry                  // EINTR: write again
+	park                   // EAGAIN: wait until the socket is writable
+	finish                 // it failed: werr says how
+)
+
+// outcomeOf accounts for one write's result.
+func (c *Conn) outcomeOf(n int, errno syscall.Errno) outcome {
+	switch {
+	case errno == syscall.EINTR:
+		return retry
+	case errno == syscall.EAGAIN:
+		return park
+	case errno != 0:
+		c.werr = errno
+		return finish
+	case n == 0:
+		c.werr = io.ErrUnexpectedEOF // as net has it; a socket never does this
+		return finish
+	}
+	c.wn += int64(n)
+	return written
+}
+
+// consume drops the first n bytes of v, as net.Buffers' own writes do.
+func consume(v *net.Buffers, n int) {
+	for len(*v) > 0 && n >= len((*v)[0]) {
+		n -= len((*v)[0])
+		(*v)[0] = nil
+		*v = (*v)[1:]
+	}
+	if len(*v) > 0 {
+		(*v)[0] = (*v)[0][n:]
+	}
+}
+
+// opError makes err look as the socket's own methods' errors do: raw names
+// its errors' operations "raw-read" and "raw-write" (a deadline, a closed
+// socket), and a system call's errno comes bare.
+func (c *Conn) opError(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		oe.Op = op
+		return oe
+	}
+	if errno, ok := err.(syscall.Errno); ok {
+		err = os.NewSyscallError(op, errno)
+	}
+	local := c.LocalAddr()
+	return &net.OpError{Op: op, Net: local.Network(), Source: local, Addr: c.RemoteAddr(), Err: err}
+}
+
+// Peek looks at what the socket fd holds, without taking it or waiting
+// (recv of one byte, MSG_PEEK|MSG_DONTWAIT), as a raw system call: n is 1
+// when bytes wait, and 0 with errno 0 once the peer has closed; errno is
+// EAGAIN when nothing came.
+func Peek(fd uintptr) (n int, errno syscall.Errno) {
+	var b [1]byte
+	r, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(r), 0
+}
+
+// EpollCtl is epoll_ctl(2) as a raw system call, which it can be: it never
+// blocks.
+func EpollCtl(epfd, op, fd int, ev *unix.EpollEvent) syscall.Errno {
+	_, _, errno := syscall.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd),
+		uintptr(unsafe.Pointer(ev)), 0, 0)
+	return errno
+}
