@@ -40,17 +40,25 @@ const chunkedBurstBuf = 4 << 10
 
 var burstReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, chunkedBurstBuf) }}
 
-// fillSource is the connection as a chunked body's readers read it; it
-// notes how much of the room it was given the last read filled, which says
-// whether the upstream is ahead.
+// fillSource is the connection as a chunked body's readers read it, after
+// the bytes held past the headers; it notes how much of the room it was
+// given the last read filled, which says whether the upstream is ahead.
 type fillSource struct {
+	held []byte // read first; then the connection, without a wrapper between
 	r    io.Reader
 	full bool // the last read filled all its room
 	half bool // the last read filled at least half its room
 }
 
-func (s *fillSource) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
+func (s *fillSource) Read(p []byte) (n int, err error) {
+	if len(s.held) > 0 {
+		n = copy(p, s.held)
+		if s.held = s.held[n:]; len(s.held) == 0 {
+			s.held = nil
+		}
+	} else {
+		n, err = s.r.Read(p)
+	}
 	s.full, s.half = n > 0 && n == len(p), 2*n >= len(p)
 	return n, err
 }
@@ -60,12 +68,11 @@ func (s *fillSource) Read(p []byte) (int, error) {
 // released once it returns. What pooled holds past the headers is read
 // first.
 func newChunkedBody(pooled *bufio.Reader, conn io.Reader) *chunkedBody {
-	src := conn
+	c := &chunkedBody{src: fillSource{r: conn}}
 	if n := pooled.Buffered(); n > 0 {
 		held, _ := pooled.Peek(n)
-		src = io.MultiReader(bytes.NewReader(append([]byte(nil), held...)), conn)
+		c.src.held = append([]byte(nil), held...)
 	}
-	c := &chunkedBody{src: fillSource{r: src}}
 	c.own = bufio.NewReaderSize(&c.src, chunkedReadBuf)
 	c.br = c.own
 	return c
