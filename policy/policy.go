@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
@@ -197,24 +198,12 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 			mode = st.Mode
 		}
 	} else {
-		_, err := p.store.Update(ctx, key, func(st *State) error {
-			if st.Mode != "" && st.Mode.rank() < mode.rank() {
-				// An admin override: decide without writing, as shadow does.
-				c := st.Clone()
-				d, _ = p.decide(&c, v, t, now)
-				d.Mode = st.Mode
-				return errOverridden
-			}
-			var changed bool
-			d, changed = p.decide(st, v, t, now)
-			d.Mode = mode
-			if !changed {
-				// Most requests change nothing; skipping the write keeps
-				// loop-free sessions out of the store entirely.
-				return errUnchanged
-			}
-			return nil
-		})
+		op := decideOps.Get().(*decideOp)
+		op.p, op.v, op.t, op.now, op.mode = p, v, t, now, mode
+		_, err := p.store.Update(ctx, key, op.fn)
+		d = op.d
+		*op = decideOp{fn: op.fn}
+		decideOps.Put(op)
 		switch {
 		case err == errUnchanged:
 		case err == errOverridden:
@@ -246,6 +235,45 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 			Bool("reapplied", d.Reapplied).Msg("loop decision")
 	}
 	return d, nil
+}
+
+// decideOp is a decision made in a store's Update. Update's function
+// escapes (the store is an interface), and with it whatever a closure
+// would capture: a pooled op, its function made once, costs a request no
+// allocation.
+type decideOp struct {
+	fn   func(*State) error // op.apply
+	p    *Policy
+	v    inspect.Verdict
+	t    *inspect.Trajectory
+	now  time.Time
+	mode Mode
+	d    Decision
+}
+
+var decideOps = sync.Pool{New: func() any {
+	op := new(decideOp)
+	op.fn = op.apply
+	return op
+}}
+
+func (op *decideOp) apply(st *State) error {
+	if st.Mode != "" && st.Mode.rank() < op.mode.rank() {
+		// An admin override: decide without writing, as shadow does.
+		c := st.Clone()
+		op.d, _ = op.p.decide(&c, op.v, op.t, op.now)
+		op.d.Mode = st.Mode
+		return errOverridden
+	}
+	var changed bool
+	op.d, changed = op.p.decide(st, op.v, op.t, op.now)
+	op.d.Mode = op.mode
+	if !changed {
+		// Most requests change nothing; skipping the write keeps
+		// loop-free sessions out of the store entirely.
+		return errUnchanged
+	}
+	return nil
 }
 
 // Sentinels that abort an Update so that nothing is written: the session is
