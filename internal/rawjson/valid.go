@@ -13,6 +13,7 @@ package rawjson
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 )
 
@@ -27,9 +28,57 @@ import (
 //   - nesting is tracked on an explicit stack, not by recursion, so a body
 //     of a million '[' cannot exhaust the goroutine stack (a fatal error
 //     that recover cannot catch).
-func Valid(data []byte) bool {
+func Valid(data []byte) bool { return valid(data, nil) }
+
+// Ends remembers where the first containers of a small document end, in
+// the order they open (ValidEnds). A walker that reads a few members of a
+// stream's chunk would otherwise scan each container it descends into, or
+// skips, once for every level above it: the text of a chat chunk's delta
+// was scanned three times over after Valid (issue 18). It is small, as
+// every open stream holds one: containers of a document of 64 KiB or more
+// are not remembered.
+type Ends struct {
+	n          int
+	start, end [endsMax]uint16
+}
+
+// endsMax is how many containers Ends remembers: a chat chunk has four
+// (the chunk, choices, a choice, its delta), a tool call three more.
+const endsMax = 8
+
+// End returns the index just past the container that starts at index i of
+// the document, or -1 when e does not know it (not a container, past the
+// first endsMax, or the document is too long).
+func (e *Ends) End(i int) int {
+	for k := 0; k < e.n && int(e.start[k]) <= i; k++ {
+		if int(e.start[k]) == i {
+			return int(e.end[k])
+		}
+	}
+	return -1
+}
+
+// ValidEnds is Valid, and records in e where the document's first
+// containers end when it is valid.
+func ValidEnds(data []byte, e *Ends) bool {
+	e.n = 0
+	if len(data) > math.MaxUint16 {
+		return valid(data, nil)
+	}
+	if !valid(data, e) {
+		e.n = 0
+		return false
+	}
+	return true
+}
+
+// valid is Valid, recording container ends in e unless it is nil.
+func valid(data []byte, e *Ends) bool {
 	var stk [32]byte
 	stack := stk[:0] // the closing byte of each open container
+	// slots[k] is the entry of e the k-th open container has, -1 if none.
+	var slotStk [32]int8
+	slots := slotStk[:0]
 	i := 0
 	ok := false
 	for {
@@ -40,23 +89,31 @@ func Valid(data []byte) bool {
 		}
 		switch c := data[i]; c {
 		case '{':
+			at := i
 			i = skipSpaceBytes(data, i+1)
 			if i < len(data) && data[i] == '}' {
 				i++
 				break
 			}
 			stack = append(stack, '}')
+			if e != nil {
+				slots = e.open(slots, at)
+			}
 			if i, ok = validKey(data, i); !ok {
 				return false
 			}
 			continue
 		case '[':
+			at := i
 			i = skipSpaceBytes(data, i+1)
 			if i < len(data) && data[i] == ']' {
 				i++
 				break
 			}
 			stack = append(stack, ']')
+			if e != nil {
+				slots = e.open(slots, at)
+			}
 			continue
 		case '"':
 			if i, ok = validString(data, i+1); !ok {
@@ -96,6 +153,12 @@ func Valid(data []byte) bool {
 			if data[i] == top {
 				stack = stack[:len(stack)-1]
 				i++
+				if e != nil {
+					if k := slots[len(slots)-1]; k >= 0 {
+						e.end[k] = uint16(i)
+					}
+					slots = slots[:len(slots)-1]
+				}
 				continue
 			}
 			if data[i] != ',' {
@@ -110,6 +173,17 @@ func Valid(data []byte) bool {
 			break
 		}
 	}
+}
+
+// open records a container that opens at index at and pushes its entry on
+// slots.
+func (e *Ends) open(slots []int8, at int) []int8 {
+	if e.n == endsMax {
+		return append(slots, -1)
+	}
+	e.start[e.n] = uint16(at)
+	e.n++
+	return append(slots, int8(e.n-1))
 }
 
 func skipSpaceBytes(data []byte, i int) int {

@@ -1,6 +1,7 @@
 package rawjson
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,4 +84,82 @@ func FuzzValid(f *testing.F) {
 			t.Fatalf("Valid(%q) = %v; gjson.ValidBytes = %v", data, got, want)
 		}
 	})
+}
+
+// checkEnds holds ValidEnds to Valid and, on a valid document, each end it
+// recorded to ValueEnd's scan: the first endsMax non-empty containers, in
+// the order they open.
+func checkEnds(t *testing.T, data []byte) {
+	t.Helper()
+	var e Ends
+	ok := ValidEnds(data, &e)
+	if want := Valid(data); ok != want {
+		t.Fatalf("ValidEnds(%q) = %v; Valid = %v", data, ok, want)
+	}
+	if !ok {
+		if e.n != 0 {
+			t.Fatalf("ValidEnds(%q) rejected it but kept %d ends", data, e.n)
+		}
+		return
+	}
+	s := string(data)
+	var starts []int
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			i = StringEnd(s, i) - 1
+		case '{', '[':
+			if j := SkipSpace(s, i+1); s[j] != '}' && s[j] != ']' {
+				starts = append(starts, i)
+			}
+		}
+	}
+	want := min(len(starts), endsMax)
+	if len(data) > math.MaxUint16 {
+		want = 0 // too long to remember
+	}
+	if e.n != want {
+		t.Fatalf("ValidEnds(%q) kept %d ends; want %d", data, e.n, want)
+	}
+	if want == 0 {
+		return
+	}
+	for k, at := range starts[:e.n] {
+		if got, want := e.End(at), ValueEnd(s, at); got != want {
+			t.Fatalf("ValidEnds(%q): container %d at %d ends at %d; ValueEnd says %d", data, k, at, got, want)
+		}
+	}
+	if len(starts) > endsMax {
+		if got := e.End(starts[endsMax]); got != -1 {
+			t.Fatalf("ValidEnds(%q): container %d, past the first %d, ends at %d; want -1 (unknown)", data, endsMax, endsMax, got)
+		}
+	}
+	if e.End(len(s)) != -1 {
+		t.Fatalf("ValidEnds(%q): End past the document = %d; want -1", data, e.End(len(s)))
+	}
+}
+
+func TestValidEnds(t *testing.T) {
+	cases := []string{
+		`{"id":"c","choices":[{"index":0,"delta":{"content":"a } ] \" {"},"finish_reason":null}],"usage":null}`,
+		` { "a" : [ 1 , { "b" : [ ] } , { } , [ [ 2 ] ] ] } `,
+		strings.Repeat("[", 40) + strings.Repeat("]", 40),
+		`[` + strings.Repeat(`{"x":[1]},`, 12) + `{}]`,
+		`"no container"`,
+		`{"long":"` + strings.Repeat("x", 1<<16) + `"}`,
+	}
+	for _, tt := range validCases {
+		cases = append(cases, tt.give)
+	}
+	for _, c := range cases {
+		checkEnds(t, []byte(c))
+	}
+}
+
+func FuzzValidEnds(f *testing.F) {
+	for _, tt := range validCases {
+		f.Add([]byte(tt.give))
+	}
+	f.Add([]byte(`{"choices":[{"index":0,"delta":{"content":"x","tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}`))
+	f.Fuzz(checkEnds)
 }
