@@ -115,6 +115,8 @@ type ChatAccumulator struct {
 	// tmpID and tmpName hold a tool-call entry's decoded id and name while
 	// the entry is matched to a call.
 	tmpID, tmpName []byte
+	// ends is where the containers of the chunk being added end.
+	ends rawjson.Ends
 
 	// DropText, when set, makes Add pass each chunk's content and reasoning
 	// text to its callback without keeping it: Choices then reports both
@@ -151,8 +153,9 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 		a.done = true
 		return nil
 	}
-	// Validate once; the walks below then rely on well-formed JSON.
-	if !rawjson.Valid(data) {
+	// Validate once; the walks below then rely on well-formed JSON, and
+	// skip the containers by the ends the validation found.
+	if !rawjson.ValidEnds(data, &a.ends) {
 		return ErrInvalidChunk
 	}
 	// The walkers read strings; this view of data lives only during Add
@@ -165,12 +168,13 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	// created and model, and a gjson walk would decode each of them (the
 	// number as a float) only for the first chunk to keep them.
 	var choices, usage string
+	var choicesDoc docEnds
 	failed := false
-	it := newObjIter(s)
+	it := newObjIterIn(s, docEnds{ends: &a.ends})
 	for it.next() {
 		switch it.key {
 		case "choices":
-			choices = it.val
+			choices, choicesDoc = it.val, it.valDoc()
 		case "usage":
 			usage = it.val
 		case "error":
@@ -203,9 +207,9 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	if isObject(usage) {
 		a.addUsage(gjson.Parse(usage))
 	}
-	it2 := newArrIter(choices)
+	it2 := newArrIterIn(choices, choicesDoc)
 	for it2.next() {
-		a.addChoice(it2.val, fn)
+		a.addChoice(it2.val, it2.valDoc(), fn)
 	}
 	return nil
 }
@@ -228,30 +232,31 @@ func (a *ChatAccumulator) addUsage(u gjson.Result) {
 	})
 }
 
-// addChoice folds one element of choices.
-func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
+// addChoice folds one element of choices, raw, which lies where doc says.
+func (a *ChatAccumulator) addChoice(raw string, doc docEnds, fn func(Delta)) {
 	if !isObject(raw) {
 		return
 	}
 	var index int
 	var delta, message, finish string
+	var deltaDoc, messageDoc docEnds
 	// llama.cpp writes finish_reason and index before delta: read the
 	// members first, then apply them.
-	it := newObjIter(raw)
+	it := newObjIterIn(raw, doc)
 	for it.next() {
 		switch it.key {
 		case "index":
 			index, _ = parseInt(it.val)
 		case "delta":
-			delta = it.val
+			delta, deltaDoc = it.val, it.valDoc()
 		case "message":
-			message = it.val
+			message, messageDoc = it.val, it.valDoc()
 		case "finish_reason":
 			finish = it.val
 		}
 	}
 	if delta == "" {
-		delta = message // a whole message where a delta was expected
+		delta, deltaDoc = message, messageDoc // a whole message where a delta was expected
 	}
 	cs := a.choice(index)
 	if cs == nil {
@@ -259,7 +264,7 @@ func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
 	}
 	d := Delta{Choice: index, ToolCallStarted: -1}
 	reasoning := false
-	it = newObjIter(delta)
+	it = newObjIterIn(delta, deltaDoc)
 	for it.next() {
 		switch it.key {
 		case "content":
@@ -283,9 +288,9 @@ func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
 				cs.role = appendString(cs.role, it.val)
 			}
 		case "tool_calls":
-			calls := newArrIter(it.val)
+			calls := newArrIterIn(it.val, it.valDoc())
 			for calls.next() {
-				a.addToolCall(cs, calls.val, &d)
+				a.addToolCall(cs, calls.val, calls.valDoc(), &d)
 			}
 		}
 	}
@@ -328,15 +333,17 @@ func (a *ChatAccumulator) choice(index int) *choiceState {
 	return cs
 }
 
-// addToolCall folds one element of delta.tool_calls.
-func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, d *Delta) {
+// addToolCall folds one element of delta.tool_calls, raw, which lies where
+// doc says.
+func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, doc docEnds, d *Delta) {
 	if !isObject(raw) {
 		return
 	}
 	var index int
 	hasIndex := false
 	var id, typ, fnRaw, name, args string
-	it := newObjIter(raw)
+	var fnDoc docEnds
+	it := newObjIterIn(raw, doc)
 	for it.next() {
 		switch it.key {
 		case "index":
@@ -346,10 +353,10 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, d *Delta) {
 		case "type":
 			typ = it.val
 		case "function":
-			fnRaw = it.val
+			fnRaw, fnDoc = it.val, it.valDoc()
 		}
 	}
-	it = newObjIter(fnRaw)
+	it = newObjIterIn(fnRaw, fnDoc)
 	for it.next() {
 		switch it.key {
 		case "name":

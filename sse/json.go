@@ -18,12 +18,35 @@ type objIter struct {
 	s        string
 	i        int
 	key, val string // key without quotes, not unescaped; val is the raw token
+	doc      docEnds
+	valAt    int // index of val in the document doc describes
 }
 
-func newObjIter(raw string) objIter {
+// docEnds says where the containers of the document a walk is in end, so
+// that a value is skipped without scanning it: ends is nil when unknown,
+// off is the index in the document of the string walked.
+type docEnds struct {
+	ends *rawjson.Ends
+	off  int
+}
+
+// valueEnd is rawjson.ValueEnd of s[i], s being the string at d.off.
+func (d docEnds) valueEnd(s string, i int) int {
+	if d.ends != nil && i < len(s) && (s[i] == '{' || s[i] == '[') {
+		if end := d.ends.End(d.off+i) - d.off; end > i && end <= len(s) {
+			return end
+		}
+	}
+	return rawjson.ValueEnd(s, i)
+}
+
+func newObjIter(raw string) objIter { return newObjIterIn(raw, docEnds{}) }
+
+// newObjIterIn iterates the object raw, which lies where doc says.
+func newObjIterIn(raw string, doc docEnds) objIter {
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '{' {
-		return objIter{s: raw, i: i + 1}
+		return objIter{s: raw, i: i + 1, doc: doc}
 	}
 	return objIter{s: raw, i: len(raw)}
 }
@@ -42,23 +65,31 @@ func (it *objIter) next() bool {
 		i++
 	}
 	i = rawjson.SkipSpace(s, i)
-	end := rawjson.ValueEnd(s, i)
-	it.val = s[i:end]
+	end := it.doc.valueEnd(s, i)
+	it.val, it.valAt = s[i:end], it.doc.off+i
 	it.i = end
 	return true
 }
 
+// valDoc is where it.val lies in the document.
+func (it *objIter) valDoc() docEnds { return docEnds{it.doc.ends, it.valAt} }
+
 // arrIter iterates the elements of a JSON array.
 type arrIter struct {
-	s   string
-	i   int
-	val string
+	s     string
+	i     int
+	val   string
+	doc   docEnds
+	valAt int // index of val in the document doc describes
 }
 
-func newArrIter(raw string) arrIter {
+func newArrIter(raw string) arrIter { return newArrIterIn(raw, docEnds{}) }
+
+// newArrIterIn iterates the array raw, which lies where doc says.
+func newArrIterIn(raw string, doc docEnds) arrIter {
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '[' {
-		return arrIter{s: raw, i: i + 1}
+		return arrIter{s: raw, i: i + 1, doc: doc}
 	}
 	return arrIter{s: raw, i: len(raw)}
 }
@@ -70,15 +101,18 @@ func (it *arrIter) next() bool {
 		it.i = len(s)
 		return false
 	}
-	end := rawjson.ValueEnd(s, i)
+	end := it.doc.valueEnd(s, i)
 	if end == i {
 		it.i = len(s)
 		return false
 	}
-	it.val = s[i:end]
+	it.val, it.valAt = s[i:end], it.doc.off+i
 	it.i = end
 	return true
 }
+
+// valDoc is where it.val lies in the document.
+func (it *arrIter) valDoc() docEnds { return docEnds{it.doc.ends, it.valAt} }
 
 func skipSep(s string, i int) int {
 	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == ',') {
