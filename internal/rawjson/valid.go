@@ -38,7 +38,7 @@ func Valid(data []byte) bool { return valid(data, nil) }
 // every open stream holds one: containers of a document of 64 KiB or more
 // are not remembered.
 type Ends struct {
-	n          int
+	n          uint8
 	start, end [endsMax]uint16
 }
 
@@ -50,7 +50,7 @@ const endsMax = 8
 // the document, or -1 when e does not know it (not a container, past the
 // first endsMax, or the document is too long).
 func (e *Ends) End(i int) int {
-	for k := 0; k < e.n && int(e.start[k]) <= i; k++ {
+	for k := 0; k < int(e.n) && int(e.start[k]) <= i; k++ {
 		if int(e.start[k]) == i {
 			return int(e.end[k])
 		}
@@ -183,7 +183,7 @@ func (e *Ends) open(slots []int8, at int) []int8 {
 	}
 	e.start[e.n] = uint16(at)
 	e.n++
-	return append(slots, int8(e.n-1))
+	return append(slots, int8(e.n)-1)
 }
 
 func skipSpaceBytes(data []byte, i int) int {

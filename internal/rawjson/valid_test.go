@@ -118,13 +118,13 @@ func checkEnds(t *testing.T, data []byte) {
 	if len(data) > math.MaxUint16 {
 		want = 0 // too long to remember
 	}
-	if e.n != want {
+	if int(e.n) != want {
 		t.Fatalf("ValidEnds(%q) kept %d ends; want %d", data, e.n, want)
 	}
 	if want == 0 {
 		return
 	}
-	for k, at := range starts[:e.n] {
+	for k, at := range starts[:want] {
 		if got, want := e.End(at), ValueEnd(s, at); got != want {
 			t.Fatalf("ValidEnds(%q): container %d at %d ends at %d; ValueEnd says %d", data, k, at, got, want)
 		}
