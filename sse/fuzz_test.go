@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -107,13 +108,14 @@ func FuzzAccumulator(f *testing.F) {
 	})
 }
 
-// FuzzAccumulatorEnds holds the walk that skips containers by the ends
-// rawjson.ValidEnds found to the walk that scans them: every chunk is
+// FuzzAccumulatorTape holds the walk that reads a chunk from the tape
+// rawjson.ValidTape recorded to the walk that scans it: every chunk is
 // also added to a second accumulator with 64 KiB of blanks after its
-// opening brace, too long a document for the ends to be kept, and the two
-// must report the same deltas, errors and accumulated answer.
-func FuzzAccumulatorEnds(f *testing.F) {
+// opening brace, too long a document for a tape, and the two must report
+// the same deltas, errors and accumulated answer.
+func FuzzAccumulatorTape(f *testing.F) {
 	addFixtureSeeds(f)
+	f.Add([]byte(`data: {"choices":[{"index":0,"delta":{"tool_calls":[`+strings.Repeat(`{"index":0,"function":{"arguments":"x"}},`, 9)+"{}]}}]}\n\n"), uint8(0)) // too many values for a tape
 	f.Add([]byte(`data: {"choices":[{"index":1,"finish_reason":"stop","delta":{"content":"a}\"]","tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":{"x":[1,{}]}}}]}},{"index":0,"message":{"reasoning":"r"}}],"usage":{"prompt_tokens":3}}`+"\n\n"), uint8(0))
 	pad := bytes.Repeat([]byte(" "), 1<<16)
 	f.Fuzz(func(t *testing.T, in []byte, _ uint8) {
@@ -136,17 +138,17 @@ func FuzzAccumulatorEnds(f *testing.F) {
 			errFast := fast.Add(data, logTo(&fastLog))
 			errSlow := slow.Add(padded, logTo(&slowLog))
 			if errFast != errSlow {
-				t.Fatalf("Add(%q) = %v; with the ends unknown %v", data, errFast, errSlow)
+				t.Fatalf("Add(%q) = %v; scanning %v", data, errFast, errSlow)
 			}
 		}
 		if !slices.Equal(fastLog, slowLog) {
-			t.Fatalf("deltas %q; with the ends unknown %q", fastLog, slowLog)
+			t.Fatalf("deltas %q; scanning %q", fastLog, slowLog)
 		}
 		fu, fok := fast.Usage()
 		su, sok := slow.Usage()
 		if !reflect.DeepEqual(fast.Choices(), slow.Choices()) || fu != su || fok != sok ||
 			fast.ID() != slow.ID() || fast.Model() != slow.Model() || fast.Created() != slow.Created() {
-			t.Fatalf("answer %+v; with the ends unknown %+v", fast.Choices(), slow.Choices())
+			t.Fatalf("answer %+v; scanning %+v", fast.Choices(), slow.Choices())
 		}
 	})
 }

@@ -18,40 +18,66 @@ type objIter struct {
 	s        string
 	i        int
 	key, val string // key without quotes, not unescaped; val is the raw token
-	doc      docEnds
-	valAt    int // index of val in the document doc describes
+	// taped: the members are read from the tape nextIn is given, the next
+	// being entry k, the object's last before stop; val is entry valK.
+	taped         bool
+	k, stop, valK int
 }
 
-// docEnds says where the containers of the document a walk is in end, so
-// that a value is skipped without scanning it: ends is nil when unknown,
-// off is the index in the document of the string walked.
-type docEnds struct {
-	ends *rawjson.Ends
-	off  int
+// taped is a document and its tape (rawjson.ValidTape). It lives on the
+// stack of the walk, where it is in the cache: every open stream holding
+// its own (issue 18) made each event miss on it. So the iterators do not
+// hold it (the compiler would move it to the heap); their nextIn and
+// valAt are given it.
+type taped struct {
+	doc  string
+	tape rawjson.Tape
 }
 
-// valueEnd is rawjson.ValueEnd of s[i], s being the string at d.off.
-func (d docEnds) valueEnd(s string, i int) int {
-	if d.ends != nil && i < len(s) && (s[i] == '{' || s[i] == '[') {
-		if end := d.ends.End(d.off+i) - d.off; end > i && end <= len(s) {
-			return end
-		}
+// tapeAt is entry k of the tape of a walk; without one (tp nil, or an
+// empty tape) iterators scan.
+type tapeAt struct {
+	tp *taped
+	k  int
+}
+
+// opens reports whether there is a tape, and entry k of it opens with c.
+func (t tapeAt) opens(c byte) bool {
+	if t.tp == nil {
+		return false
 	}
-	return rawjson.ValueEnd(s, i)
+	vals := t.tp.tape.Values()
+	return t.k < len(vals) && t.tp.doc[vals[t.k].Start] == c
 }
 
-func newObjIter(raw string) objIter { return newObjIterIn(raw, docEnds{}) }
+func newObjIter(raw string) objIter { return newObjIterAt(raw, tapeAt{}) }
 
-// newObjIterIn iterates the object raw, which lies where doc says.
-func newObjIterIn(raw string, doc docEnds) objIter {
+// newObjIterAt iterates the object raw, the value at of a tape when there
+// is one.
+func newObjIterAt(raw string, at tapeAt) objIter {
+	if at.opens('{') {
+		return objIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+	}
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '{' {
-		return objIter{s: raw, i: i + 1, doc: doc}
+		return objIter{s: raw, i: i + 1}
 	}
 	return objIter{s: raw, i: len(raw)}
 }
 
-func (it *objIter) next() bool {
+func (it *objIter) next() bool { return it.nextIn(nil) }
+
+// nextIn is next, on the tape tp that it was made on, if it was.
+func (it *objIter) nextIn(tp *taped) bool {
+	if it.taped {
+		if it.k >= it.stop {
+			return false
+		}
+		v := tp.tape.Values()[it.k]
+		it.key, it.val = tp.doc[v.Key+1:int(v.Key)+int(v.KeyLen)-1], tp.doc[v.Start:v.End]
+		it.valK, it.k = it.k, int(v.After)
+		return true
+	}
 	s := it.s
 	i := skipSep(s, it.i)
 	if i >= len(s) || s[i] != '"' {
@@ -65,54 +91,81 @@ func (it *objIter) next() bool {
 		i++
 	}
 	i = rawjson.SkipSpace(s, i)
-	end := it.doc.valueEnd(s, i)
-	it.val, it.valAt = s[i:end], it.doc.off+i
+	end := rawjson.ValueEnd(s, i)
+	it.val = s[i:end]
 	it.i = end
 	return true
 }
 
-// valDoc is where it.val lies in the document.
-func (it *objIter) valDoc() docEnds { return docEnds{it.doc.ends, it.valAt} }
+// valAt is where on the tape tp it.val is; no tape when the walk scans.
+func (it *objIter) valAt(tp *taped) tapeAt {
+	if !it.taped {
+		return tapeAt{}
+	}
+	return tapeAt{tp, it.valK}
+}
 
 // arrIter iterates the elements of a JSON array.
 type arrIter struct {
-	s     string
-	i     int
-	val   string
-	doc   docEnds
-	valAt int // index of val in the document doc describes
+	s   string
+	i   int
+	val string
+	// As in objIter.
+	taped         bool
+	k, stop, valK int
 }
 
-func newArrIter(raw string) arrIter { return newArrIterIn(raw, docEnds{}) }
+func newArrIter(raw string) arrIter { return newArrIterAt(raw, tapeAt{}) }
 
-// newArrIterIn iterates the array raw, which lies where doc says.
-func newArrIterIn(raw string, doc docEnds) arrIter {
+// newArrIterAt iterates the array raw, the value at of a tape when there
+// is one.
+func newArrIterAt(raw string, at tapeAt) arrIter {
+	if at.opens('[') {
+		return arrIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+	}
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '[' {
-		return arrIter{s: raw, i: i + 1, doc: doc}
+		return arrIter{s: raw, i: i + 1}
 	}
 	return arrIter{s: raw, i: len(raw)}
 }
 
-func (it *arrIter) next() bool {
+func (it *arrIter) next() bool { return it.nextIn(nil) }
+
+// nextIn is next, on the tape tp that it was made on, if it was.
+func (it *arrIter) nextIn(tp *taped) bool {
+	if it.taped {
+		if it.k >= it.stop {
+			return false
+		}
+		v := tp.tape.Values()[it.k]
+		it.val = tp.doc[v.Start:v.End]
+		it.valK, it.k = it.k, int(v.After)
+		return true
+	}
 	s := it.s
 	i := skipSep(s, it.i)
 	if i >= len(s) || s[i] == ']' {
 		it.i = len(s)
 		return false
 	}
-	end := it.doc.valueEnd(s, i)
+	end := rawjson.ValueEnd(s, i)
 	if end == i {
 		it.i = len(s)
 		return false
 	}
-	it.val, it.valAt = s[i:end], it.doc.off+i
+	it.val = s[i:end]
 	it.i = end
 	return true
 }
 
-// valDoc is where it.val lies in the document.
-func (it *arrIter) valDoc() docEnds { return docEnds{it.doc.ends, it.valAt} }
+// valAt is where on the tape tp it.val is; no tape when the walk scans.
+func (it *arrIter) valAt(tp *taped) tapeAt {
+	if !it.taped {
+		return tapeAt{}
+	}
+	return tapeAt{tp, it.valK}
+}
 
 func skipSep(s string, i int) int {
 	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == ',') {
