@@ -240,8 +240,10 @@ func (r *tapeRecorder) pop() int {
 	return tapeMax
 }
 
+// skipSpaceBytes is SkipSpace on bytes. Compact JSON has no blanks: the
+// first comparison ends most calls.
 func skipSpaceBytes(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t') {
+	for i < len(data) && data[i] <= ' ' && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t') {
 		i++
 	}
 	return i
