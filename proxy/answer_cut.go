@@ -32,8 +32,8 @@ type cutWatch struct {
 	// reasoning, 0 from elsewhere.
 	slot int
 
-	// since is when the answer's first event arrived (unix nanoseconds);
-	// arrivals count their time from it.
+	// since is when the answer's first event arrived (monotonic
+	// nanoseconds, see monoNow); arrivals count their time from it.
 	since     int64
 	nArrivals int // arrivals recorded, the latest at (nArrivals-1) % len(arrivals)
 
@@ -80,7 +80,7 @@ func (w *cutWatch) add(u answerUpdate) bool {
 
 // arrive notes the time and choice 0's text offsets after an event.
 func (w *cutWatch) arrive() {
-	now := time.Now().UnixNano()
+	now := monoNow()
 	if w.nArrivals == 0 {
 		w.since = now
 	}
@@ -93,6 +93,14 @@ func (w *cutWatch) arrive() {
 	w.arrivals[w.nArrivals%len(w.arrivals)] = arrival{at: uint32(at), content: offset32(w.text), reasoning: offset32(w.reasoning)}
 	w.nArrivals++
 }
+
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the monotonic clock in nanoseconds since monoBase. An event
+// reads the clock once; time.Now reads the wall clock as well, twice the
+// cost, and the arrivals only need the time between events (issue 18).
+func monoNow() int64 { return int64(time.Since(monoBase)) }
 
 // offset32 is a text offset as an arrival keeps it.
 func offset32(n int64) uint32 { return uint32(min(n, math.MaxUint32)) }
@@ -144,7 +152,7 @@ func (w *cutWatch) delay() time.Duration {
 			break
 		}
 	}
-	return w.at.Sub(time.Unix(0, w.since+int64(first)*1e3))
+	return w.at.Sub(monoBase) - time.Duration(w.since+int64(first)*1e3)
 }
 
 // reset readies w for another answer, keeping its detectors.

@@ -121,16 +121,20 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	if o.watch.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.cuts() && !o.record.active() {
 		return append(out, ev.Raw...), false
 	}
-	if o.answer.readFirst(ev.Data) {
-		_ = o.answer.add(ev.Data, o)
-		if o.watch.cut != nil && o.cuts() {
-			return o.appendEnd(out)
-		}
+	// Nothing reaches the client before event returns, so reading the
+	// event before appending it holds nothing back; only a cut asks
+	// whether the event is one the answer reads first (readFirst, a pure
+	// function of the data), which the cut then replaces: most events
+	// never pay for that scan (issue 18).
+	err := o.answer.add(ev.Data, o)
+	if o.watch.cut == nil || !o.cuts() {
 		return append(out, ev.Raw...), false
 	}
-	// Forward first: inspection never holds back content.
+	if o.answer.readFirst(ev.Data) {
+		return o.appendEnd(out)
+	}
 	out = append(out, ev.Raw...)
-	if err := o.answer.add(ev.Data, o); err != nil || o.watch.cut == nil || !o.cuts() {
+	if err != nil {
 		return out, false // an upstream error event or a chunk we cannot read: forward only
 	}
 	return o.appendEnd(out)

@@ -53,7 +53,8 @@ type answer interface {
 	add(data []byte, to updateSink) error
 	// readFirst reports whether an event must be read before it is
 	// forwarded, because a cut it shows replaces it (chat: a chunk that
-	// opens a tool call may show the call before it a duplicate).
+	// opens a tool call may show the call before it a duplicate). It
+	// depends on data alone: the observer asks only once add has cut.
 	readFirst(data []byte) bool
 	// toolCall returns the name and arguments of the answer's pos-th tool
 	// call (chat: of choice 0), ok false if there is none.

@@ -9,7 +9,6 @@ import (
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/sse"
-	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
 
@@ -166,42 +165,88 @@ func (a *chatStream) release() {
 
 // cutChatBody cuts a degenerate non-streamed chat answer: each choice's
 // text is cut at the offset where its repetition began, with finish_reason
-// set as for streams.
+// set as for streams. b has passed rawjson.Valid. The text is read in
+// place, or decoded into a pooled buffer when it has escapes: gjson's
+// ForEach and Get copied every choice, and the text twice more (issue 18).
+// As for gjson's Get, the first member of a name counts.
 func cutChatBody(w *cutWatch, b []byte, finish string) []byte {
+	choices, ok := firstMember(rawjson.View(b), "choices")
+	if !ok || choices[0] != '[' {
+		return nil
+	}
 	out := b
 	changed := false
-	gjson.GetBytes(b, "choices").ForEach(func(i, ch gjson.Result) bool {
-		text := ch.Get("message.content")
-		if text.Type != gjson.String || i.Int() >= maxWatchedChoices {
-			return true
+	j := rawjson.SkipSpace(choices, 1)
+	for i := 0; i < maxWatchedChoices && j < len(choices) && choices[j] != ']'; i++ {
+		end := rawjson.ValueEnd(choices, j)
+		cut, ok := cutChatChoice(w, out, i, choices[j:end], finish)
+		if !ok {
+			break
 		}
-		d := w.textDetector(min(int(i.Int()), maxWatchedChoices-1))
-		s := text.String()
-		w.bytes += int64(len(s))
-		if !d.Write([]byte(s)) {
-			return true
+		if cut != nil {
+			out, changed = cut, true
 		}
-		det := d.Detection()
-		off := d.Offset()
-		if off < 0 || off > int64(len(s)) {
-			off = int64(len(s))
+		if j = rawjson.SkipSpace(choices, end); j < len(choices) && choices[j] == ',' {
+			j = rawjson.SkipSpace(choices, j+1)
 		}
-		w.cutAt(det, off)
-		idx := strconv.FormatInt(i.Int(), 10)
-		var err error
-		if out, err = sjson.SetBytes(out, "choices."+idx+".message.content", s[:off]); err != nil {
-			return false
-		}
-		if out, err = sjson.SetBytes(out, "choices."+idx+".finish_reason", finish); err != nil {
-			return false
-		}
-		changed = true
-		return true
-	})
+	}
 	if !changed {
 		return nil
 	}
 	return out
+}
+
+// cutChatChoice feeds the text of choices[i], raw, to its detector and,
+// when it degenerated, returns out with the choice cut; ok is false when
+// the edit failed.
+func cutChatChoice(w *cutWatch, out []byte, i int, raw, finish string) (cut []byte, ok bool) {
+	message, ok := firstMember(raw, "message")
+	if !ok || message[0] != '{' {
+		return nil, true
+	}
+	content, ok := firstMember(message, "content")
+	if !ok || content[0] != '"' {
+		return nil, true
+	}
+	text := rawjson.Bytes(content[1 : len(content)-1])
+	if bytes.IndexByte(text, '\\') >= 0 {
+		buf := textBufs.Get().(*[]byte)
+		*buf = rawjson.AppendUnescaped((*buf)[:0], content[1:len(content)-1])
+		text = *buf
+		defer putTextBuf(buf)
+	}
+	d := w.textDetector(i)
+	w.bytes += int64(len(text))
+	if !d.Write(text) {
+		return nil, true
+	}
+	det := d.Detection()
+	off := d.Offset()
+	if off < 0 || off > int64(len(text)) {
+		off = int64(len(text))
+	}
+	w.cutAt(det, off)
+	idx := strconv.Itoa(i)
+	var err error
+	if out, err = sjson.SetBytes(out, "choices."+idx+".message.content", string(text[:off])); err != nil {
+		return nil, false
+	}
+	if out, err = sjson.SetBytes(out, "choices."+idx+".finish_reason", finish); err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// textBufs holds the buffers a non-streamed answer's text with escapes is
+// decoded into.
+var textBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// putTextBuf returns buf to textBufs, unless an answer of more than
+// 64 KiB made it too large to keep.
+func putTextBuf(buf *[]byte) {
+	if cap(*buf) <= 64<<10 {
+		textBufs.Put(buf)
+	}
 }
 
 var _ answer = (*chatStream)(nil)

@@ -1,21 +1,52 @@
 package proxy
 
 import (
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/tidwall/gjson"
 )
 
 // answerUsage reads the usage object of a non-streamed answer of any of the
 // three APIs: chat's prompt_tokens and completion_tokens, or the input_tokens
-// and output_tokens of Responses and Anthropic Messages.
+// and output_tokens of Responses and Anthropic Messages. body has passed
+// rawjson.Valid. The walkers skip the answer's text from quote to quote;
+// gjson's Get parsed all of it to reach a usage at the end (issue 18).
 func answerUsage(body []byte) observe.Usage {
-	u := gjson.GetBytes(body, "usage")
-	if !u.IsObject() {
+	usage, ok := firstMember(rawjson.View(body), "usage")
+	if !ok || usage[0] != '{' {
 		return observe.Usage{}
 	}
-	in, out := u.Get("prompt_tokens"), u.Get("completion_tokens")
-	if !in.Exists() && !out.Exists() {
-		in, out = u.Get("input_tokens"), u.Get("output_tokens")
+	var in, out, input, output string
+	rawjson.Members(usage, func(k, v string) bool {
+		// The first of a name counts, as for gjson's Get.
+		switch {
+		case k == "prompt_tokens" && in == "":
+			in = v
+		case k == "completion_tokens" && out == "":
+			out = v
+		case k == "input_tokens" && input == "":
+			input = v
+		case k == "output_tokens" && output == "":
+			output = v
+		}
+		return true
+	})
+	if in == "" && out == "" {
+		in, out = input, output
 	}
-	return observe.Usage{Input: int(in.Int()), Output: int(out.Int())}
+	return observe.Usage{Input: int(gjson.Parse(in).Int()), Output: int(gjson.Parse(out).Int())}
+}
+
+// firstMember returns the raw value of the first member named name of the
+// object s holds, ok false when there is none.
+func firstMember(s, name string) (v string, ok bool) {
+	rawjson.MembersWith(s, func(k string, at int) int {
+		end := rawjson.ValueEnd(s, at)
+		if k == name {
+			v, ok = s[at:end], end > at
+			return -1
+		}
+		return end
+	})
+	return v, ok
 }

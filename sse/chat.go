@@ -151,8 +151,10 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 		a.done = true
 		return nil
 	}
-	// Validate once; the walks below then rely on well-formed JSON.
-	if !rawjson.Valid(data) {
+	// Validate once; the walks below then rely on well-formed JSON, and
+	// read it from the tape the validation recorded.
+	var tp taped
+	if !rawjson.ValidTape(data, &tp.tape) {
 		return ErrInvalidChunk
 	}
 	// The walkers read strings; this view of data lives only during Add
@@ -161,61 +163,81 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	if !isObject(s) {
 		return ErrInvalidChunk
 	}
-	// The members are walked as raw tokens: every chunk carries id,
-	// created and model, and a gjson walk would decode each of them (the
-	// number as a float) only for the first chunk to keep them.
-	var choices, usage string
-	failed := false
-	it := newObjIter(s)
-	for it.next() {
-		switch it.key {
-		case "choices":
-			choices = it.val
-		case "usage":
-			usage = it.val
-		case "error":
-			// Some servers send "error":null on healthy chunks.
-			failed = failed || it.val != "null" && it.val != "false" && it.val != `""`
-		case "type":
-			failed = failed || stringEqual(it.val, []byte("error"))
-		case "id":
-			if len(a.id) == 0 {
-				a.id = appendString(a.id, it.val)
-			}
-		case "model":
-			if len(a.model) == 0 {
-				a.model = appendString(a.model, it.val)
-			}
-		case "system_fingerprint":
-			if len(a.fingerprint) == 0 {
-				a.fingerprint = appendString(a.fingerprint, it.val)
-			}
-		case "created":
-			if a.created == 0 {
-				a.created = gjson.Parse(it.val).Int()
-			}
+	tp.doc = s
+	var top chunkTop
+	var choices string
+	var choicesAt tapeAt
+	it := newObjIterAt(s, tapeAt{tp: &tp})
+	for it.nextIn(&tp) {
+		if it.key == "choices" {
+			choices, choicesAt = it.val, it.valAt(&tp)
+		} else {
+			a.topMember(&top, it.key, it.val)
 		}
 	}
-	if failed {
+	if top.failed {
 		a.errRaw = append(a.errRaw[:0], data...)
 		return ErrUpstream
 	}
-	if isObject(usage) {
-		a.addUsage(gjson.Parse(usage))
+	if isObject(top.usage) {
+		a.addUsage(top.usage)
 	}
-	it2 := newArrIter(choices)
-	for it2.next() {
-		a.addChoice(it2.val, fn)
+	it2 := newArrIterAt(choices, choicesAt)
+	for it2.nextIn(&tp) {
+		if d, ok := a.addChoice(it2.val, it2.valAt(&tp)); ok && fn != nil {
+			fn(d)
+		}
 	}
 	return nil
 }
 
-func (a *ChatAccumulator) addUsage(u gjson.Result) {
+// chunkTop is what Add reads among a chunk's members, besides the
+// choices, before it applies the choices.
+type chunkTop struct {
+	usage  string
+	failed bool // an error event
+}
+
+// topMember reads one member of a chunk other than choices. The members are walked as raw
+// tokens: every chunk carries id, created and model, and a gjson walk
+// would decode each of them (the number as a float) only for the first
+// chunk to keep them. It is a function of its own so that what it needs
+// is not on the stack while the choices are applied (issue 18: the
+// relay's goroutine keeps 8 KiB).
+func (a *ChatAccumulator) topMember(top *chunkTop, key, val string) {
+	switch key {
+	case "usage":
+		top.usage = val
+	case "error":
+		// Some servers send "error":null on healthy chunks.
+		top.failed = top.failed || val != "null" && val != "false" && val != `""`
+	case "type":
+		top.failed = top.failed || stringEqual(val, []byte("error"))
+	case "id":
+		if len(a.id) == 0 {
+			a.id = appendString(a.id, val)
+		}
+	case "model":
+		if len(a.model) == 0 {
+			a.model = appendString(a.model, val)
+		}
+	case "system_fingerprint":
+		if len(a.fingerprint) == 0 {
+			a.fingerprint = appendString(a.fingerprint, val)
+		}
+	case "created":
+		if a.created == 0 {
+			a.created = gjson.Parse(val).Int()
+		}
+	}
+}
+
+func (a *ChatAccumulator) addUsage(raw string) {
 	a.hasUsage = true
 	// A stream may carry usage on every chunk (vLLM continuous_usage_stats);
 	// the counts are cumulative, so the last one wins.
 	a.usage = Usage{}
-	u.ForEach(func(k, v gjson.Result) bool {
+	gjson.Parse(raw).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "prompt_tokens":
 			a.usage.PromptTokens = int(v.Int())
@@ -228,39 +250,44 @@ func (a *ChatAccumulator) addUsage(u gjson.Result) {
 	})
 }
 
-// addChoice folds one element of choices.
-func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
+// addChoice folds one element of choices, raw, the value at of the tape,
+// and returns what it added to the choice; ok is false when it is no
+// choice (not an object, or past maxChoices). Add hands the delta on:
+// whatever fn does, addChoice's frame is no longer on the stack (issue 18:
+// the relay's goroutine keeps 8 KiB).
+func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Delta, ok bool) {
 	if !isObject(raw) {
-		return
+		return d, false
 	}
 	var index int
 	var delta, message, finish string
+	var deltaAt, messageAt tapeAt
 	// llama.cpp writes finish_reason and index before delta: read the
 	// members first, then apply them.
-	it := newObjIter(raw)
-	for it.next() {
+	it := newObjIterAt(raw, at)
+	for it.nextIn(at.tp) {
 		switch it.key {
 		case "index":
 			index, _ = parseInt(it.val)
 		case "delta":
-			delta = it.val
+			delta, deltaAt = it.val, it.valAt(at.tp)
 		case "message":
-			message = it.val
+			message, messageAt = it.val, it.valAt(at.tp)
 		case "finish_reason":
 			finish = it.val
 		}
 	}
 	if delta == "" {
-		delta = message // a whole message where a delta was expected
+		delta, deltaAt = message, messageAt // a whole message where a delta was expected
 	}
 	cs := a.choice(index)
 	if cs == nil {
-		return
+		return d, false
 	}
-	d := Delta{Choice: index, ToolCallStarted: -1}
+	d = Delta{Choice: index, ToolCallStarted: -1}
 	reasoning := false
-	it = newObjIter(delta)
-	for it.next() {
+	it = newObjIterAt(delta, deltaAt)
+	for it.nextIn(at.tp) {
 		switch it.key {
 		case "content":
 			if isString(it.val) {
@@ -283,9 +310,9 @@ func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
 				cs.role = appendString(cs.role, it.val)
 			}
 		case "tool_calls":
-			calls := newArrIter(it.val)
-			for calls.next() {
-				a.addToolCall(cs, calls.val, &d)
+			calls := newArrIterAt(it.val, it.valAt(at.tp))
+			for calls.nextIn(at.tp) {
+				a.addToolCall(cs, calls.val, calls.valAt(at.tp), &d)
 			}
 		}
 	}
@@ -293,9 +320,7 @@ func (a *ChatAccumulator) addChoice(raw string, fn func(Delta)) {
 		cs.finish = appendString(cs.finish[:0], finish)
 		d.FinishReason = cs.finish
 	}
-	if fn != nil {
-		fn(d)
-	}
+	return d, true
 }
 
 // keep returns the text kept so far in b, to append a delta to: all of it,
@@ -328,16 +353,18 @@ func (a *ChatAccumulator) choice(index int) *choiceState {
 	return cs
 }
 
-// addToolCall folds one element of delta.tool_calls.
-func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, d *Delta) {
+// addToolCall folds one element of delta.tool_calls, raw, the value at of
+// the tape.
+func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d *Delta) {
 	if !isObject(raw) {
 		return
 	}
 	var index int
 	hasIndex := false
 	var id, typ, fnRaw, name, args string
-	it := newObjIter(raw)
-	for it.next() {
+	var fnAt tapeAt
+	it := newObjIterAt(raw, at)
+	for it.nextIn(at.tp) {
 		switch it.key {
 		case "index":
 			index, hasIndex = parseInt(it.val)
@@ -346,11 +373,11 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, d *Delta) {
 		case "type":
 			typ = it.val
 		case "function":
-			fnRaw = it.val
+			fnRaw, fnAt = it.val, it.valAt(at.tp)
 		}
 	}
-	it = newObjIter(fnRaw)
-	for it.next() {
+	it = newObjIterAt(fnRaw, fnAt)
+	for it.nextIn(at.tp) {
 		switch it.key {
 		case "name":
 			name = it.val

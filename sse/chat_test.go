@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loopguard/loopguard/internal/rawjson"
 )
 
 // addAll feeds chunks to a fresh accumulator and returns the result and the
@@ -364,5 +366,22 @@ func TestAccumulatorDropText(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAccumulatorReadsTape: the chunks of a chat stream, tool calls
+// included, fit a rawjson.Tape, so Add reads them without scanning
+// (FuzzAccumulatorTape holds that walk to the scanning one).
+func TestAccumulatorReadsTape(t *testing.T) {
+	chunks := []string{
+		`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"logprobs":null,"finish_reason":null}],"usage":null}`,
+		`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"read","arguments":"{\"p\":"}}]},"logprobs":null,"finish_reason":null}]}`,
+		`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`,
+	}
+	for _, c := range chunks {
+		var tp rawjson.Tape
+		if !rawjson.ValidTape([]byte(c), &tp) || len(tp.Values()) == 0 {
+			t.Errorf("no tape for %s", c)
+		}
 	}
 }

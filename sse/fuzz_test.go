@@ -3,8 +3,12 @@ package sse
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -100,6 +104,51 @@ func FuzzAccumulator(f *testing.F) {
 		// fold any of them without panicking.
 		for i := 0; i <= len(in) && i < 512; i += 7 {
 			_ = a.Add(in[:i], nil)
+		}
+	})
+}
+
+// FuzzAccumulatorTape holds the walk that reads a chunk from the tape
+// rawjson.ValidTape recorded to the walk that scans it: every chunk is
+// also added to a second accumulator with 64 KiB of blanks after its
+// opening brace, too long a document for a tape, and the two must report
+// the same deltas, errors and accumulated answer.
+func FuzzAccumulatorTape(f *testing.F) {
+	addFixtureSeeds(f)
+	f.Add([]byte(`data: {"choices":[{"index":0,"delta":{"tool_calls":[`+strings.Repeat(`{"index":0,"function":{"arguments":"x"}},`, 9)+"{}]}}]}\n\n"), uint8(0)) // too many values for a tape
+	f.Add([]byte(`data: {"choices":[{"index":1,"finish_reason":"stop","delta":{"content":"a}\"]","tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":{"x":[1,{}]}}}]}},{"index":0,"message":{"reasoning":"r"}}],"usage":{"prompt_tokens":3}}`+"\n\n"), uint8(0))
+	pad := bytes.Repeat([]byte(" "), 1<<16)
+	f.Fuzz(func(t *testing.T, in []byte, _ uint8) {
+		var fast, slow ChatAccumulator
+		var fastLog, slowLog []string
+		logTo := func(log *[]string) func(Delta) {
+			return func(d Delta) { *log = append(*log, fmt.Sprintf("%+v %q %q", d, d.Content, d.Reasoning)) }
+		}
+		r := NewReader(bytes.NewReader(in), 1<<16)
+		for {
+			e, err := r.Next()
+			if err != nil {
+				break
+			}
+			data := bytes.TrimSpace(e.Data)
+			if len(data) == 0 || data[0] != '{' {
+				continue
+			}
+			padded := append(append(append([]byte{}, data[:1]...), pad...), data[1:]...)
+			errFast := fast.Add(data, logTo(&fastLog))
+			errSlow := slow.Add(padded, logTo(&slowLog))
+			if errFast != errSlow {
+				t.Fatalf("Add(%q) = %v; scanning %v", data, errFast, errSlow)
+			}
+		}
+		if !slices.Equal(fastLog, slowLog) {
+			t.Fatalf("deltas %q; scanning %q", fastLog, slowLog)
+		}
+		fu, fok := fast.Usage()
+		su, sok := slow.Usage()
+		if !reflect.DeepEqual(fast.Choices(), slow.Choices()) || fu != su || fok != sok ||
+			fast.ID() != slow.ID() || fast.Model() != slow.Model() || fast.Created() != slow.Created() {
+			t.Fatalf("answer %+v; scanning %+v", fast.Choices(), slow.Choices())
 		}
 	})
 }

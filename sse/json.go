@@ -18,9 +18,46 @@ type objIter struct {
 	s        string
 	i        int
 	key, val string // key without quotes, not unescaped; val is the raw token
+	// taped: the members are read from the tape nextIn is given, the next
+	// being entry k, the object's last before stop; val is entry valK.
+	taped         bool
+	k, stop, valK int
 }
 
-func newObjIter(raw string) objIter {
+// taped is a document and its tape (rawjson.ValidTape). It lives on the
+// stack of the walk, where it is in the cache: every open stream holding
+// its own (issue 18) made each event miss on it. So the iterators do not
+// hold it (the compiler would move it to the heap); their nextIn and
+// valAt are given it.
+type taped struct {
+	doc  string
+	tape rawjson.Tape
+}
+
+// tapeAt is entry k of the tape of a walk; without one (tp nil, or an
+// empty tape) iterators scan.
+type tapeAt struct {
+	tp *taped
+	k  int
+}
+
+// opens reports whether there is a tape, and entry k of it opens with c.
+func (t tapeAt) opens(c byte) bool {
+	if t.tp == nil {
+		return false
+	}
+	vals := t.tp.tape.Values()
+	return t.k < len(vals) && t.tp.doc[vals[t.k].Start] == c
+}
+
+func newObjIter(raw string) objIter { return newObjIterAt(raw, tapeAt{}) }
+
+// newObjIterAt iterates the object raw, the value at of a tape when there
+// is one.
+func newObjIterAt(raw string, at tapeAt) objIter {
+	if at.opens('{') {
+		return objIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+	}
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '{' {
 		return objIter{s: raw, i: i + 1}
@@ -28,7 +65,19 @@ func newObjIter(raw string) objIter {
 	return objIter{s: raw, i: len(raw)}
 }
 
-func (it *objIter) next() bool {
+func (it *objIter) next() bool { return it.nextIn(nil) }
+
+// nextIn is next, on the tape tp that it was made on, if it was.
+func (it *objIter) nextIn(tp *taped) bool {
+	if it.taped {
+		if it.k >= it.stop {
+			return false
+		}
+		v := tp.tape.Values()[it.k]
+		it.key, it.val = tp.doc[v.Key+1:int(v.Key)+int(v.KeyLen)-1], tp.doc[v.Start:v.End]
+		it.valK, it.k = it.k, int(v.After)
+		return true
+	}
 	s := it.s
 	i := skipSep(s, it.i)
 	if i >= len(s) || s[i] != '"' {
@@ -48,14 +97,32 @@ func (it *objIter) next() bool {
 	return true
 }
 
+// valAt is where on the tape tp it.val is; no tape when the walk scans.
+func (it *objIter) valAt(tp *taped) tapeAt {
+	if !it.taped {
+		return tapeAt{}
+	}
+	return tapeAt{tp, it.valK}
+}
+
 // arrIter iterates the elements of a JSON array.
 type arrIter struct {
 	s   string
 	i   int
 	val string
+	// As in objIter.
+	taped         bool
+	k, stop, valK int
 }
 
-func newArrIter(raw string) arrIter {
+func newArrIter(raw string) arrIter { return newArrIterAt(raw, tapeAt{}) }
+
+// newArrIterAt iterates the array raw, the value at of a tape when there
+// is one.
+func newArrIterAt(raw string, at tapeAt) arrIter {
+	if at.opens('[') {
+		return arrIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+	}
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '[' {
 		return arrIter{s: raw, i: i + 1}
@@ -63,7 +130,19 @@ func newArrIter(raw string) arrIter {
 	return arrIter{s: raw, i: len(raw)}
 }
 
-func (it *arrIter) next() bool {
+func (it *arrIter) next() bool { return it.nextIn(nil) }
+
+// nextIn is next, on the tape tp that it was made on, if it was.
+func (it *arrIter) nextIn(tp *taped) bool {
+	if it.taped {
+		if it.k >= it.stop {
+			return false
+		}
+		v := tp.tape.Values()[it.k]
+		it.val = tp.doc[v.Start:v.End]
+		it.valK, it.k = it.k, int(v.After)
+		return true
+	}
 	s := it.s
 	i := skipSep(s, it.i)
 	if i >= len(s) || s[i] == ']' {
@@ -78,6 +157,14 @@ func (it *arrIter) next() bool {
 	it.val = s[i:end]
 	it.i = end
 	return true
+}
+
+// valAt is where on the tape tp it.val is; no tape when the walk scans.
+func (it *arrIter) valAt(tp *taped) tapeAt {
+	if !it.taped {
+		return tapeAt{}
+	}
+	return tapeAt{tp, it.valK}
 }
 
 func skipSep(s string, i int) int {

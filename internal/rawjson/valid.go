@@ -13,6 +13,7 @@ package rawjson
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 )
 
@@ -27,7 +28,59 @@ import (
 //   - nesting is tracked on an explicit stack, not by recursion, so a body
 //     of a million '[' cannot exhaust the goroutine stack (a fatal error
 //     that recover cannot catch).
-func Valid(data []byte) bool {
+func Valid(data []byte) bool { return valid(data, nil) }
+
+// Tape is the structure of a small document as ValidTape found it: its
+// values in document order, each with where it lies and, for a member of
+// an object, where its key lies. A walker reads a stream's chunk from it
+// without scanning: after Valid, walking a chat chunk with ValueEnd
+// scanned it again at every level it descended through, the text of its
+// delta four times over (issue 18). A tape is small, as every open stream
+// holds one; a document of 64 KiB or more, or of more than tapeMax values,
+// gets an empty tape, and its walker scans.
+type Tape struct {
+	n    uint8
+	vals [tapeMax]TapeValue
+}
+
+// TapeValue is one value of a Tape: the value is doc[Start:End]; in an
+// object its key, quotes included, is doc[Key:Key+KeyLen] (both 0 for an
+// element of an array and for the document). Its members or elements are
+// the values from the next one up to After, skipping from each to its own
+// After.
+type TapeValue struct {
+	Start, End, Key uint16
+	KeyLen, After   uint8
+}
+
+// tapeMax is how many values a Tape holds: a chat chunk has about 14 (the
+// chunk, its id, object, created, model and choices, a choice and its
+// index, delta, logprobs and finish_reason, the delta's content), a tool
+// call 8 more.
+const tapeMax = 32
+
+// Values returns the tape's values, the document's first; none when the
+// tape is empty.
+func (t *Tape) Values() []TapeValue { return t.vals[:t.n] }
+
+// ValidTape is Valid, and records the document's structure in t when it is
+// valid, small and of at most tapeMax values; t is empty otherwise.
+func ValidTape(data []byte, t *Tape) bool {
+	t.n = 0
+	if len(data) > math.MaxUint16 {
+		return valid(data, nil)
+	}
+	r := tapeRecorder{t: t}
+	ok := valid(data, &r)
+	if !ok || r.full {
+		t.n = 0
+	}
+	return ok
+}
+
+// valid is Valid, recording the document's structure in r unless it is
+// nil.
+func valid(data []byte, r *tapeRecorder) bool {
 	var stk [32]byte
 	stack := stk[:0] // the closing byte of each open container
 	i := 0
@@ -38,6 +91,10 @@ func Valid(data []byte) bool {
 		if i >= len(data) {
 			return false
 		}
+		cur := 0
+		if r != nil {
+			cur = r.value(i)
+		}
 		switch c := data[i]; c {
 		case '{':
 			i = skipSpaceBytes(data, i+1)
@@ -46,7 +103,10 @@ func Valid(data []byte) bool {
 				break
 			}
 			stack = append(stack, '}')
-			if i, ok = validKey(data, i); !ok {
+			if r != nil {
+				r.push(cur)
+			}
+			if i, ok = validKey(data, i, r); !ok {
 				return false
 			}
 			continue
@@ -57,6 +117,9 @@ func Valid(data []byte) bool {
 				break
 			}
 			stack = append(stack, ']')
+			if r != nil {
+				r.push(cur)
+			}
 			continue
 		case '"':
 			if i, ok = validString(data, i+1); !ok {
@@ -82,6 +145,9 @@ func Valid(data []byte) bool {
 				return false
 			}
 		}
+		if r != nil {
+			r.end(cur, i)
+		}
 		// A value ended at i: close containers until the next member or
 		// element begins, or the document ends.
 		for {
@@ -96,6 +162,9 @@ func Valid(data []byte) bool {
 			if data[i] == top {
 				stack = stack[:len(stack)-1]
 				i++
+				if r != nil {
+					r.end(r.pop(), i)
+				}
 				continue
 			}
 			if data[i] != ',' {
@@ -103,7 +172,7 @@ func Valid(data []byte) bool {
 			}
 			i++
 			if top == '}' {
-				if i, ok = validKey(data, skipSpaceBytes(data, i)); !ok {
+				if i, ok = validKey(data, skipSpaceBytes(data, i), r); !ok {
 					return false
 				}
 			}
@@ -112,8 +181,69 @@ func Valid(data []byte) bool {
 	}
 }
 
+// tapeRecorder records a Tape as valid walks the document.
+type tapeRecorder struct {
+	t    *Tape
+	n    int  // values seen, recorded or not
+	full bool // more than tapeMax values, or too deep: the tape is left empty
+	// key and keyEnd are where the key of the next value lies, 0 when it
+	// is an element.
+	key, keyEnd int
+	// open holds the entries of the containers the walk is in, deep of
+	// them (small: the relay's goroutine keeps an 8 KiB stack).
+	open [32]uint8
+	deep int
+}
+
+// value records a value that starts at i and returns its entry.
+func (r *tapeRecorder) value(i int) int {
+	k := r.n
+	r.n++
+	if k >= tapeMax {
+		r.full = true
+		return k
+	}
+	if r.keyEnd-r.key > math.MaxUint8 {
+		r.full = true // a key no chunk has
+		return k
+	}
+	r.t.vals[k] = TapeValue{Start: uint16(i), Key: uint16(r.key), KeyLen: uint8(r.keyEnd - r.key)}
+	r.key, r.keyEnd = 0, 0
+	r.t.n = uint8(k + 1)
+	return k
+}
+
+// end records that the value of entry k ends at i.
+func (r *tapeRecorder) end(k, i int) {
+	if k < tapeMax {
+		r.t.vals[k].End, r.t.vals[k].After = uint16(i), uint8(min(r.n, tapeMax))
+	}
+}
+
+// push notes that the walk entered the container of entry k.
+func (r *tapeRecorder) push(k int) {
+	if r.deep < len(r.open) && k < tapeMax {
+		r.open[r.deep] = uint8(k)
+	} else {
+		r.full = true
+	}
+	r.deep++
+}
+
+// pop notes that the walk left the innermost container and returns its
+// entry.
+func (r *tapeRecorder) pop() int {
+	r.deep--
+	if r.deep < len(r.open) {
+		return int(r.open[r.deep])
+	}
+	return tapeMax
+}
+
+// skipSpaceBytes is SkipSpace on bytes. Compact JSON has no blanks: the
+// first comparison ends most calls.
 func skipSpaceBytes(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t') {
+	for i < len(data) && data[i] <= ' ' && (data[i] == ' ' || data[i] == '\n' || data[i] == '\r' || data[i] == '\t') {
 		i++
 	}
 	return i
@@ -123,14 +253,19 @@ func hasWord(data []byte, i int, w string) bool {
 	return len(data)-i >= len(w) && string(data[i:i+len(w)]) == w
 }
 
-// validKey checks `"key" :` at i and returns the index after the colon.
-func validKey(data []byte, i int) (int, bool) {
+// validKey checks `"key" :` at i and returns the index after the colon;
+// it tells r, unless nil, where the key lies.
+func validKey(data []byte, i int, r *tapeRecorder) (int, bool) {
 	if i >= len(data) || data[i] != '"' {
 		return i, false
 	}
+	key := i
 	i, ok := validString(data, i+1)
 	if !ok {
 		return i, false
+	}
+	if r != nil {
+		r.key, r.keyEnd = key, i
 	}
 	i = skipSpaceBytes(data, i)
 	if i >= len(data) || data[i] != ':' {

@@ -13,8 +13,9 @@ import (
 // when asked, and never allocate.
 
 // SkipSpace returns the index of the first non-space byte at or after i.
+// Compact JSON has no blanks: the first comparison ends most calls.
 func SkipSpace(s string, i int) int {
-	for i < len(s) && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
+	for i < len(s) && s[i] <= ' ' && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t') {
 		i++
 	}
 	return i
