@@ -18,12 +18,10 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/loopguard/loopguard/config"
-	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -90,9 +88,8 @@ func serveUntilSignal(srv *proxy.Server, ln net.Listener, grace time.Duration, l
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	conns := &connTracker{Listener: ln, open: map[net.Conn]struct{}{}}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(conns) }()
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		if err != nil {
@@ -108,68 +105,11 @@ func serveUntilSignal(srv *proxy.Server, ln net.Listener, grace time.Duration, l
 	if err := srv.Shutdown(ctx); err != nil {
 		// The proxy waits for its streams without end; the grace is the
 		// bound an orchestrator relies on (it kills the process soon after).
-		n := conns.closeAll()
+		n := srv.CloseConnections()
 		log.Warn().Err(err).Int("connections", n).Msg("shutdown grace over: closing the connections still open")
 	}
 	<-errc
 	return 0
-}
-
-// connTracker is a listener that keeps its open connections, so that those
-// still open when the shutdown grace is over can be closed.
-type connTracker struct {
-	net.Listener
-	mu   sync.Mutex
-	open map[net.Conn]struct{}
-}
-
-func (l *connTracker) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	// The client's socket is read and written with raw system calls: a
-	// write an event, for every open stream (rawsock says why).
-	c = rawsock.Wrap(c)
-	l.mu.Lock()
-	l.open[c] = struct{}{}
-	l.mu.Unlock()
-	return &trackedConn{Conn: c, l: l}, nil
-}
-
-// closeAll closes every open connection and returns how many there were.
-func (l *connTracker) closeAll() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for c := range l.open {
-		_ = c.Close()
-	}
-	return len(l.open)
-}
-
-// trackedConn leaves its tracker's set when closed.
-type trackedConn struct {
-	net.Conn
-	l *connTracker
-}
-
-// SyscallConn shows the socket under c to the proxy, whose peer watcher
-// finds through it a client that left while the upstream was silent.
-func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, errNotSocket
-	}
-	return sc.SyscallConn()
-}
-
-var errNotSocket = errors.New("not a socket")
-
-func (c *trackedConn) Close() error {
-	c.l.mu.Lock()
-	delete(c.l.open, c.Conn)
-	c.l.mu.Unlock()
-	return c.Conn.Close()
 }
 
 func newLogger(cfg proxy.LogConfig, w io.Writer) zerolog.Logger {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/fakellm"
+	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
 
@@ -70,4 +71,21 @@ func TestSIGTERMGrace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newProxy returns a proxy in front of upstream (a base URL), with default
+// settings, and a loopback listener for it to serve.
+func newProxy(t *testing.T, upstream string) (*proxy.Server, net.Listener) {
+	t.Helper()
+	cfg := proxy.DefaultConfig()
+	cfg.Upstream.URL = upstream
+	srv, err := proxy.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, ln
 }

@@ -42,6 +42,9 @@ type Server struct {
 	// the store is shared.
 	cluster *observe.Cluster
 
+	// clients are the client connections open (accept.go).
+	clients connSet
+
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
 	closed    bool           // Shutdown was called
@@ -164,7 +167,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()
-	err := s.http.Serve(ln)
+	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
