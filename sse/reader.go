@@ -11,6 +11,13 @@ import (
 // back to copying the rest of the stream unparsed.
 var ErrEventTooLarge = errors.New("sse: event too large")
 
+// ErrWouldBlock is what a non-blocking reader returns when it has no bytes
+// yet but may later (a socket read from the goroutine that waits for it to
+// become readable, as a proxy relaying many streams does). Next returns it
+// with no event and keeps its state: the next call reads again. It is never
+// sticky, as other errors are.
+var ErrWouldBlock = errors.New("sse: read would block")
+
 // errInvalidRead reports an io.Reader that returned an impossible count.
 var errInvalidRead = errors.New("sse: reader returned invalid count")
 
@@ -171,7 +178,8 @@ func (r *Reader) Buffered() []byte { return r.buf[r.r:r.w] }
 // come back as a final event (Raw set, fields parsed, Partial true if it had
 // content) and the call after it returns io.EOF. Other errors from the
 // underlying reader, and ErrEventTooLarge, are returned as they are, with no
-// event; the unconsumed bytes stay in Buffered. Errors are sticky.
+// event; the unconsumed bytes stay in Buffered. Errors are sticky, but for
+// ErrWouldBlock.
 func (r *Reader) Next() (Event, error) {
 	for {
 		if ev, ok := r.scan(); ok {
@@ -183,7 +191,9 @@ func (r *Reader) Next() (Event, error) {
 			}
 			return Event{}, r.err
 		}
-		r.fill()
+		if r.fill() {
+			return Event{}, ErrWouldBlock
+		}
 	}
 }
 
@@ -423,8 +433,9 @@ func (r *Reader) trailing() Event {
 }
 
 // fill reads more bytes, sliding or growing the buffer first; failures are
-// left in r.err.
-func (r *Reader) fill() {
+// left in r.err. It reports whether the reader had nothing yet
+// (ErrWouldBlock).
+func (r *Reader) fill() (wouldBlock bool) {
 	if r.buf == nil {
 		r.buf = make([]byte, min(initialBufSize, r.max))
 	}
@@ -438,7 +449,7 @@ func (r *Reader) fill() {
 	if r.w == len(r.buf) {
 		if r.w-r.r >= r.max {
 			r.err = ErrEventTooLarge
-			return
+			return false
 		}
 		nb := make([]byte, min(2*len(r.buf), r.max))
 		r.shift(r.r)
@@ -450,19 +461,23 @@ func (r *Reader) fill() {
 		n, err := r.rd.Read(r.buf[r.w:])
 		if n < 0 || n > len(r.buf)-r.w {
 			r.err = errInvalidRead
-			return
+			return false
 		}
 		r.w += n
+		if err == ErrWouldBlock {
+			return n == 0
+		}
 		if err != nil {
 			if err == io.EOF {
 				r.eof = true
 			}
 			r.err = err
-			return
+			return false
 		}
 		if n > 0 {
-			return
+			return false
 		}
 	}
 	r.err = io.ErrNoProgress
+	return false
 }

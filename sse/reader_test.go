@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -526,5 +527,63 @@ func TestReadReady(t *testing.T) {
 	got = append(got, string(ev.Raw))
 	if want := "data: 1\n\n|data: 2\n\n|data: 3\n\n|data: 4\n\n"; strings.Join(got, "|") != want {
 		t.Errorf("events %q; want %q", strings.Join(got, "|"), want)
+	}
+}
+
+// blockingReader has nothing (ErrWouldBlock) before each of r's reads, as a
+// socket read without waiting between a server's writes.
+type blockingReader struct {
+	r   io.Reader
+	had bool
+}
+
+func (b *blockingReader) Read(p []byte) (int, error) {
+	if b.had = !b.had; b.had {
+		return 0, ErrWouldBlock
+	}
+	return b.r.Read(p)
+}
+
+// TestReaderWouldBlock: a reader that has nothing yet makes Next return
+// ErrWouldBlock, not sticky, and the calls after it go on where it was:
+// every fixture reads to the same events as through a reader that waits,
+// whatever the sizes of the reads.
+func TestReaderWouldBlock(t *testing.T) {
+	for _, file := range fixtures(t) {
+		in, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sizes := range [][]int{{1}, {7, 3}, {4096}} {
+			want, err := readAll(t, &chunkReader{b: in, sizes: sizes}, 0)
+			if err != io.EOF {
+				t.Fatalf("%s: %v", file, err)
+			}
+			r := NewReader(&blockingReader{r: &chunkReader{b: in, sizes: sizes}}, 0)
+			var got []ev
+			blocked := 0
+			for {
+				e, err := r.Next()
+				if err == ErrWouldBlock {
+					if blocked++; blocked > 2*len(in)+2 { // a read a byte, and one more
+						t.Fatalf("%s, reads of %v: ErrWouldBlock %d times", file, sizes, blocked)
+					}
+					continue
+				}
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatalf("%s, reads of %v: Next: %v", file, sizes, err)
+				}
+				got = append(got, summarize(e))
+			}
+			if blocked == 0 {
+				t.Errorf("%s, reads of %v: Next never returned ErrWouldBlock", file, sizes)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, reads of %v: %d events through ErrWouldBlock, %d without; they differ", file, sizes, len(got), len(want))
+			}
+		}
 	}
 }
