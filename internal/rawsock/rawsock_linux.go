@@ -28,11 +28,18 @@ type Conn struct {
 
 	// Each direction's operation lives here rather than in closures, so that
 	// the callbacks given to raw are made once per connection, not per call.
-	rmu   sync.Mutex // held by Read, which owns the fields up to wmu
+	rmu   sync.Mutex // held by Read and Pump, which own the fields up to wmu
 	rbuf  []byte
 	rn    int
 	rerr  error
 	readf func(fd uintptr) bool
+	// Pump's: its step, the socket while step runs, and whether the last
+	// read there took all the socket held.
+	step    func() bool
+	pumpf   func(fd uintptr) bool
+	pumpFD  uintptr
+	pumping bool
+	drained bool
 
 	wmu     sync.Mutex // held by Write and writeBuffers, which own the rest
 	wbuf    []byte
@@ -56,7 +63,7 @@ func Wrap(c net.Conn) net.Conn {
 		return c
 	}
 	rc := &Conn{Conn: c, raw: raw}
-	rc.readf, rc.writef, rc.writevf = rc.read, rc.write, rc.writev
+	rc.readf, rc.writef, rc.writevf, rc.pumpf = rc.read, rc.write, rc.writev, rc.pump
 	return rc
 }
 
@@ -85,6 +92,9 @@ var (
 func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return c.Conn.Read(p) // no system call; an error once closed
+	}
+	if c.pumping {
+		return c.readInPump(p)
 	}
 	c.rmu.Lock()
 	c.rbuf, c.rn = p, 0
@@ -125,6 +135,65 @@ func (c *Conn) read(fd uintptr) bool {
 			c.rerr = errno
 		}
 		return true
+	}
+}
+
+// Pump calls step until it returns true, and waits for the socket to become
+// readable each time it returns false. Within step, Read never waits: when
+// the socket has nothing, it returns ErrWouldBlock, and step returns false
+// to wait. Pump returns what would have ended a Read's wait: a deadline,
+// the socket's closing. Only step may Read while Pump runs.
+//
+// A relay that reads each event with Read pays two reads an event: the
+// event's, and the one after it that finds nothing and waits, because each
+// Read begins a new wait on the netpoller and forgets that the socket became
+// readable in between. Pump waits in one netpoller wait (syscall.RawConn's
+// Read), which notes the socket becoming readable while step writes an
+// event; so once a read took all the socket held (it filled less than its
+// buffer), Read answers ErrWouldBlock without a system call, and the next
+// event costs one read.
+func (c *Conn) Pump(step func() bool) error {
+	c.rmu.Lock()
+	c.step, c.pumping = step, true
+	err := c.raw.Read(c.pumpf)
+	c.step, c.pumping = nil, false
+	c.rmu.Unlock()
+	if err != nil {
+		return c.opError("read", err)
+	}
+	return nil
+}
+
+// pump is raw's callback for Pump: the socket became readable (or this is
+// the first call), so Read reads again.
+func (c *Conn) pump(fd uintptr) bool {
+	c.pumpFD, c.drained = fd, false
+	return c.step()
+}
+
+// readInPump is Read within Pump's step.
+func (c *Conn) readInPump(p []byte) (int, error) {
+	if c.drained {
+		return 0, ErrWouldBlock
+	}
+	if len(p) > maxRW {
+		p = p[:maxRW]
+	}
+	for {
+		n, errno := sysRead(c.pumpFD, p)
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno == syscall.EAGAIN:
+			c.drained = true
+			return 0, ErrWouldBlock
+		case errno != 0:
+			return 0, c.opError("read", errno)
+		case n == 0:
+			return 0, io.EOF
+		}
+		c.drained = n < len(p)
+		return n, nil
 	}
 }
 

@@ -2,6 +2,7 @@ package rawsock
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -176,5 +177,75 @@ func TestEpollCtl(t *testing.T) {
 	}
 	if errno := EpollCtl(epfd, unix.EPOLL_CTL_ADD, -1, &unix.EpollEvent{}); errno != syscall.EBADF {
 		t.Errorf("EpollCtl(ADD, -1) = %v; want EBADF", errno)
+	}
+}
+
+// TestPumpOneReadAnEvent: within Pump, a message that arrives while the
+// step waits, or while it is still at the one before, costs one read: the
+// read that took all the socket held lets the next Read answer
+// ErrWouldBlock without a system call, and the wait that follows notices
+// what arrived meanwhile. Read alone pays a second, empty read a message.
+// Pump ends when the step says so, and with the socket's error when it is
+// closed under the wait.
+func TestPumpOneReadAnEvent(t *testing.T) {
+	d, a := tcpPair(t)
+	c := Wrap(a).(*Conn)
+	calls, eagain := countCalls(t)
+	const messages = 50
+	got := make(chan int)
+	go func() {
+		for i := range messages {
+			if _, err := d.Write([]byte("message\n")); err != nil {
+				return
+			}
+			<-got // the next once the step has this one
+			if i%2 == 0 {
+				time.Sleep(time.Millisecond) // sometimes the step waits first
+			}
+		}
+	}()
+	buf := make([]byte, 64)
+	read, blocked := 0, 0
+	err := c.Pump(func() bool {
+		for {
+			n, err := c.Read(buf)
+			if err == ErrWouldBlock {
+				blocked++
+				return false
+			}
+			if err != nil {
+				t.Errorf("Read: %v", err)
+				return true
+			}
+			read += n
+			if read == messages*len("message\n") {
+				return true
+			}
+			got <- read
+		}
+	})
+	if err != nil {
+		t.Fatalf("Pump = %v", err)
+	}
+	// The first call may find nothing yet; every message after it is one
+	// read, which takes it whole.
+	if n, empty := calls.Load(), eagain.Load(); n > messages+1 || empty > 1 {
+		t.Errorf("%d messages: %d reads, %d of them empty; want one each", messages, n, empty)
+	}
+	if blocked < messages-1 {
+		t.Errorf("the step waited %d times for %d messages", blocked, messages)
+	}
+
+	// Closed under the wait: Pump returns what Read would.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		c.Close()
+	}()
+	err = c.Pump(func() bool {
+		_, err := c.Read(buf)
+		return err != ErrWouldBlock
+	})
+	if !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Pump on a socket closed under it = %v; want net.ErrClosed", err)
 	}
 }
