@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/loopguard/loopguard/internal/rawsock"
 )
 
 // chunkedBody decodes a chunked response body (RFC 9112 section 7.1) from
@@ -16,13 +18,29 @@ import (
 // a read returns every chunk already buffered, and ready tells whether a
 // read would wait on the connection. Trailer fields are read and dropped,
 // as the proxy forwards none.
+//
+// Every step reads what it needs before it consumes any of it, so a read
+// that returns rawsock.ErrWouldBlock (a pumped connection with nothing more
+// yet) leaves the body where it was, and the next Read goes on from there.
 type chunkedBody struct {
 	br   *bufio.Reader // own, or a burst reader while the upstream is ahead
 	own  *bufio.Reader // the body's own small reader; nil: br is used as it is
 	src  fillSource    // what own and a burst reader read from
-	left int           // bytes of the current chunk still to read; 0 at a size line
+	at   chunkStep
+	left int  // bytes of the current chunk still to read, in chunkData
+	long bool // in chunkTrailer: inside a line longer than the reader's buffer
 	eof  bool
 }
+
+// chunkStep is where a chunked body's reading is.
+type chunkStep uint8
+
+const (
+	chunkSizeLine chunkStep = iota
+	chunkData
+	chunkCRLF // the CRLF after a chunk's data
+	chunkTrailer
+)
 
 // chunkedReadBuf is the size of a chunked body's own reader (newChunkedBody):
 // room for a size line and for what one read brings of a stream's events
@@ -128,34 +146,45 @@ func (c *chunkedBody) Read(p []byte) (int, error) {
 	c.pickReader()
 	n := 0
 	for n < len(p) && (n == 0 || c.ready()) {
-		if c.left == 0 {
-			size, err := c.sizeLine()
-			if err != nil {
-				return n, err
-			}
-			if size == 0 {
-				if err := c.trailer(); err != nil {
-					return n, err
+		var err error
+		switch c.at {
+		case chunkSizeLine:
+			var size int
+			if size, err = c.sizeLine(); err == nil {
+				c.at, c.left = chunkData, size
+				if size == 0 {
+					c.at = chunkTrailer
 				}
+			}
+		case chunkData:
+			var m int
+			m, err = c.br.Read(p[n : n+min(len(p)-n, c.left)])
+			n += m
+			c.left -= m
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			if c.left > 0 || err != nil {
+				break
+			}
+			c.at = chunkCRLF
+			fallthrough // the CRLF now: it is most often in the same read
+		case chunkCRLF:
+			if err = c.crlf(); err == nil {
+				c.at = chunkSizeLine
+			}
+		case chunkTrailer:
+			if err = c.trailer(); err == nil {
 				c.eof = true
 				c.releaseBurst() // what follows the body is not read
 				return n, io.EOF
 			}
-			c.left = size
 		}
-		m, err := c.br.Read(p[n : n+min(len(p)-n, c.left)])
-		n += m
-		c.left -= m
 		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
+			if n > 0 && err == rawsock.ErrWouldBlock {
+				err = nil // the bytes now; the rest once it comes
 			}
 			return n, err
-		}
-		if c.left == 0 {
-			if err := c.crlf(); err != nil {
-				return n, err
-			}
 		}
 	}
 	return n, nil
@@ -168,30 +197,62 @@ func (c *chunkedBody) Read(p []byte) (int, error) {
 // The last chunk is left to a read of its own.
 func (c *chunkedBody) ready() bool {
 	buffered := c.br.Buffered()
-	if c.left > 0 {
-		return buffered > 0 && (buffered < c.left || buffered >= c.left+2)
-	}
 	b, _ := c.br.Peek(buffered)
+	switch c.at {
+	case chunkData:
+		return buffered > 0 && (buffered < c.left || buffered >= c.left+2)
+	case chunkCRLF:
+		if buffered < 2 {
+			return false
+		}
+		b = b[2:]
+	case chunkTrailer:
+		return false
+	}
 	line := bytes.IndexByte(b, '\n')
 	if line < 0 {
 		return false
 	}
 	size, ok := chunkSize(b[:line+1])
-	data := buffered - line - 1
+	data := len(b) - line - 1
 	return ok && size > 0 && data > 0 && (data < size || data >= size+2)
 }
 
-// sizeLine reads a chunk's size line.
+// sizeLine reads a chunk's size line. A line longer than the reader's
+// buffer is broken framing.
 func (c *chunkedBody) sizeLine() (int, error) {
-	line, err := c.br.ReadSlice('\n')
+	line, err := c.line()
 	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return 0, errChunk
+		}
 		return 0, chunkReadError(err)
 	}
 	size, ok := chunkSize(line)
 	if !ok {
 		return 0, errChunk
 	}
+	c.br.Discard(len(line))
 	return size, nil
+}
+
+// line returns the next line, LF included, without consuming it; it reads
+// until the line is whole, and returns bufio.ErrBufferFull with the
+// buffer's bytes when it does not fit.
+func (c *chunkedBody) line() ([]byte, error) {
+	for {
+		b, _ := c.br.Peek(c.br.Buffered())
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			return b[:i+1], nil
+		}
+		if len(b) == c.br.Size() {
+			return b, bufio.ErrBufferFull
+		}
+		// Peek reads (one read, bytes or an error) when it lacks a byte.
+		if _, err := c.br.Peek(len(b) + 1); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // chunkSize parses a size line, CRLF included: hex digits, then either
@@ -236,15 +297,14 @@ func unhex(c byte) int {
 
 // crlf reads the CRLF that ends a chunk's data.
 func (c *chunkedBody) crlf() error {
-	for _, want := range []byte("\r\n") {
-		b, err := c.br.ReadByte()
-		if err != nil {
-			return chunkReadError(err)
-		}
-		if b != want {
-			return errChunk
-		}
+	b, err := c.br.Peek(2)
+	if len(b) > 0 && b[0] != '\r' || len(b) > 1 && b[1] != '\n' {
+		return errChunk
 	}
+	if err != nil {
+		return chunkReadError(err)
+	}
+	c.br.Discard(2)
 	return nil
 }
 
@@ -252,20 +312,22 @@ func (c *chunkedBody) crlf() error {
 // line that ends the body; a bare LF ends a line, as fasthttp takes it. A
 // line longer than the reader's buffer is read on to its end.
 func (c *chunkedBody) trailer() error {
-	long := false // in a line that did not fit the buffer
 	for {
-		line, err := c.br.ReadSlice('\n')
+		line, err := c.line()
 		if errors.Is(err, bufio.ErrBufferFull) {
-			long = true
+			c.br.Discard(len(line))
+			c.long = true
 			continue
 		}
 		if err != nil {
 			return chunkReadError(err)
 		}
-		if !long && (len(line) == 1 || len(line) == 2 && line[0] == '\r') {
+		c.br.Discard(len(line))
+		end := !c.long && (len(line) == 1 || len(line) == 2 && line[0] == '\r')
+		c.long = false
+		if end {
 			return nil
 		}
-		long = false
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/valyala/fasthttp"
 )
 
@@ -46,9 +48,25 @@ func FuzzChunkedBody(f *testing.F) {
 		for b, seg := in, int(readSize)*37+1; len(b) > 0; b = b[min(seg, len(b)):] {
 			segs = append(segs, string(b[:min(seg, len(b))]))
 		}
+		pumpedSegs := slices.Clone(segs) // the reader consumes its segments
 		got, err = io.ReadAll(newChunkedBody(bufio.NewReader(strings.NewReader("")), &segmentReader{segs: segs}))
 		if err != nil || !bytes.Equal(got, resp.Body()) {
 			t.Errorf("chunkedBody through its own readers read %q, %v; fasthttp %q", got, err, resp.Body())
+		}
+		// Pumped: the connection has nothing before each of its reads; the
+		// read that finds nothing is asked again, and goes on from there.
+		pumped := newChunkedBody(bufio.NewReader(strings.NewReader("")), &segmentReader{segs: pumpedSegs, pumped: true})
+		got, err = got[:0], nil
+		for err == nil || err == rawsock.ErrWouldBlock {
+			var n int
+			n, err = pumped.Read(p)
+			if n > 0 && err == rawsock.ErrWouldBlock {
+				t.Fatalf("read %d bytes and ErrWouldBlock", n)
+			}
+			got = append(got, p[:n]...)
+		}
+		if err != io.EOF || !bytes.Equal(got, resp.Body()) {
+			t.Errorf("pumped chunkedBody read %q, %v; fasthttp %q", got, err, resp.Body())
 		}
 	})
 }

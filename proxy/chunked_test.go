@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/loopguard/loopguard/internal/rawsock"
 )
 
 // TestNewChunkedBody: a chunked body gets a small reader of its own and
@@ -50,11 +52,20 @@ func TestNewChunkedBody(t *testing.T) {
 // segmentReader returns its segments one a read (a read with less room
 // gets the segment's head, the next read the rest): a connection's reads
 // as the upstream's writes arrive.
-type segmentReader struct{ segs []string }
+// With pumped, it has nothing (rawsock.ErrWouldBlock) before each segment,
+// as a pumped connection between two of the upstream's writes.
+type segmentReader struct {
+	segs   []string
+	pumped bool
+	had    bool // the read before returned ErrWouldBlock
+}
 
 func (r *segmentReader) Read(p []byte) (int, error) {
 	if len(r.segs) == 0 {
 		return 0, io.EOF
+	}
+	if r.had = !r.had; r.pumped && r.had {
+		return 0, rawsock.ErrWouldBlock
 	}
 	n := copy(p, r.segs[0])
 	if r.segs[0] = r.segs[0][n:]; r.segs[0] == "" {
