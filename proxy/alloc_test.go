@@ -4,7 +4,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"fmt"
 	"io"
+	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +57,7 @@ func TestRelayEventAllocs(t *testing.T) {
 				src.left = perStream
 				rl.rd.Reset(src)
 				st = relayStats{}
-				if stop := rl.relay(w, src, time.Now(), &st); stop != nil || st.readErr != nil {
+				if stop, _ := rl.relay(w, src, time.Now(), &st, false); stop != nil || st.readErr != nil {
 					t.Fatalf("relay = %v, %v; want the stream relayed to its end", stop, st.readErr)
 				}
 				relayed += st.events
@@ -64,6 +68,78 @@ func TestRelayEventAllocs(t *testing.T) {
 				t.Errorf("relayed %d events; want %d", relayed, 201*perStream)
 			}
 		})
+	}
+}
+
+// TestStreamEventAllocs holds a stream relayed through the proxy, one
+// event a read as a model's pace brings them, to no allocation per event
+// over the whole path: the upstream socket's reads within the pump, the
+// chunked body, the relay and inspection, the client's writes. Within the
+// pump, a read that finds nothing returns at once, and the idle timeout's
+// check of that (isTimeout) allocated an error target every event.
+func TestStreamEventAllocs(t *testing.T) {
+	const n = 400
+	var chunks [][]byte
+	for _, ev := range proseEvents()[:n+1] {
+		chunks = append(chunks, fmt.Appendf(nil, "%x\r\n%s\r\n", len(ev.Raw), ev.Raw))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	paced, finish := make(chan struct{}), make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for line := ""; line != "\r\n" && err == nil; line, err = br.ReadString('\n') {
+		}
+		_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"))
+		_, _ = c.Write(chunks[0]) // the response's headers go with the first event
+		<-paced
+		for _, chunk := range chunks[1:] {
+			_, _ = c.Write(chunk)
+			time.Sleep(200 * time.Microsecond)
+		}
+		<-finish
+		_, _ = c.Write([]byte("0\r\n\r\n"))
+	}()
+	_, base := startProxy(t, func(c *Config) {
+		c.Upstream.URL = "http://" + ln.Addr().String()
+		c.Log.Level = "error"
+	})
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64<<10)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the first event relayed, the relay waiting
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	close(paced)
+	for events := 0; events < n; {
+		m, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("after %d events: %v", events, err)
+		}
+		events += bytes.Count(buf[:m], []byte("\n\n"))
+	}
+	runtime.ReadMemStats(&after)
+	close(finish)
+	// None per event: it was one an event.
+	if mallocs := after.Mallocs - before.Mallocs; mallocs > n/40 {
+		t.Errorf("relaying %d events allocated %d times; want none per event", n, mallocs)
 	}
 }
 

@@ -329,64 +329,93 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	ctx.Request.SwapBody(nil)
 	// What the stream writer needs is copied out now: RequestCtx must not be
 	// touched once the handler has returned.
-	conn := ctx.Conn()
-	method, path := append([]byte(nil), ctx.Method()...), append([]byte(nil), ctx.Path()...)
-	maxEvent := s.cfg.Stream.MaxEventBytes
-
-	// abort ends the stream early (client gone, cut, deadline); the first
-	// cause wins, and ub's Close is safe against the read it interrupts.
-	var cause atomic.Pointer[error]
-	abort := func(err error) {
-		if cause.CompareAndSwap(nil, &err) {
-			ub.Close(err)
-		}
+	// An observer whose header panicked sees nothing of the stream.
+	dropped := obs != nil && !observed
+	st := &openStream{
+		s: s, ub: ub, conn: ctx.Conn(), status: status, start: start, headerLatency: headerLatency,
+		method: append([]byte(nil), ctx.Method()...), path: append([]byte(nil), ctx.Path()...),
+		rl: streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, s.cfg.Stream.MaxEventBytes), raw: dropped, ended: dropped},
 	}
-	var timer *time.Timer
 	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
-		timer = time.AfterFunc(d-time.Since(start), func() { abort(errDeadline) })
+		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
 	}
-
 	s.obs.StreamOpened()
-	s.setStreamWriter(ctx, func(w *bufio.Writer) {
-		watch := s.peers.watch(conn, func() { abort(errClientGone) })
-		// An observer whose header panicked sees nothing of the stream.
-		dropped := obs != nil && !observed
-		rl := streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, maxEvent), raw: dropped, ended: dropped}
-		var st relayStats
-		if stop := rl.relay(w, ub, start, &st); stop != nil {
-			abort(stop)
-		}
-		written, readErr := st.written, st.readErr
-		// The stream is over: what the observer held back (tail = "trim",
-		// held tool calls) goes out before anything of loopguard's own.
-		if tail := rl.end(); len(tail) > 0 {
-			n, _ := w.Write(tail)
-			written += int64(n)
-			_ = w.Flush()
-		}
-		c := cause.Load()
-		if readErr != nil && (c == nil || *c == errDeadline) {
-			// The upstream failed mid-stream: tell the client in-band, the
-			// only way left once the status line is sent (proxy-notes P9).
-			reason := readErr
-			if c != nil {
-				reason = *c
-			}
-			_, _ = w.Write(sseErrorEvent(reason))
-			_ = w.Flush()
-		}
-		watch.stop()
-		if timer != nil {
-			timer.Stop()
-		}
-		final := readErr
+	s.setStreamWriter(ctx, st.relay)
+}
+
+// openStream is one stream that relayStream relays. It lives on the heap,
+// not in the frame of the writer's function: the relay's goroutine waits
+// for every event with the detectors' deepest calls on top of its frames,
+// and thousands of open streams each keep the stack that made (issue 18).
+type openStream struct {
+	s      *Server
+	ub     *upstreamBody
+	conn   net.Conn
+	status int
+	start  time.Time
+	// headerLatency is the time to the upstream's response headers.
+	headerLatency time.Duration
+	method, path  []byte
+	timer         *time.Timer // the request deadline
+	// cause is why the stream ended early (client gone, cut, deadline);
+	// the first wins.
+	cause atomic.Pointer[error]
+	rl    streamRelay
+	stats relayStats
+}
+
+// abort ends the stream early; ub's Close is safe against the read it
+// interrupts.
+func (st *openStream) abort(err error) {
+	if st.cause.CompareAndSwap(nil, &err) {
+		st.ub.Close(err)
+	}
+}
+
+// relay is the stream's body writer.
+func (st *openStream) relay(w *bufio.Writer) {
+	watch := st.s.peers.watch(st.conn, func() { st.abort(errClientGone) })
+	if stop := st.rl.relayBody(w, st.ub, st.start, &st.stats); stop != nil {
+		st.abort(stop)
+	}
+	st.end(w, watch)
+}
+
+// end writes what is left once the upstream's stream is over, and accounts
+// for the stream. Its frame is on the stack only then.
+//
+//go:noinline
+func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
+	written, readErr := st.stats.written, st.stats.readErr
+	// The stream is over: what the observer held back (tail = "trim",
+	// held tool calls) goes out before anything of loopguard's own.
+	if tail := st.rl.end(); len(tail) > 0 {
+		n, _ := w.Write(tail)
+		written += int64(n)
+		_ = w.Flush()
+	}
+	c := st.cause.Load()
+	if readErr != nil && (c == nil || *c == errDeadline) {
+		// The upstream failed mid-stream: tell the client in-band, the
+		// only way left once the status line is sent (proxy-notes P9).
+		reason := readErr
 		if c != nil {
-			final = *c
+			reason = *c
 		}
-		ub.Close(final)
-		s.respond(obs, method, path, final, observe.ResponseInfo{Status: status, Streamed: true,
-			UpstreamLatency: headerLatency, TTFB: st.ttfb, Duration: time.Since(start), Events: st.events, Bytes: written})
-	})
+		_, _ = w.Write(sseErrorEvent(reason))
+		_ = w.Flush()
+	}
+	watch.stop()
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	final := readErr
+	if c != nil {
+		final = *c
+	}
+	st.ub.Close(final)
+	st.s.respond(st.rl.obs, st.method, st.path, final, observe.ResponseInfo{Status: st.status, Streamed: true,
+		UpstreamLatency: st.headerLatency, TTFB: st.stats.ttfb, Duration: time.Since(st.start), Events: st.stats.events, Bytes: written})
 }
 
 // relayStats is what relay counts of a stream.
@@ -397,24 +426,62 @@ type relayStats struct {
 	readErr error         // the upstream failed mid-stream
 }
 
+// relayBody relays ub's stream with relay. A body that can be pumped
+// (upstreamBody.pump) is relayed within the pump, where the read after an
+// event that finds nothing yet costs no system call.
+func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Time, st *relayStats) (stop error) {
+	at := relayWait
+	pumped, err := ub.pump(func() bool {
+		stop, at = r.relay(w, ub, start, st, true)
+		return at != relayWait
+	})
+	switch {
+	case !pumped:
+	case at == relayWait: // what ended the pump's wait: idle, closed
+		st.readErr = err
+		return nil
+	case at == relayEnded:
+		return stop
+	}
+	stop, _ = r.relay(w, ub, start, st, false)
+	return stop
+}
+
+// relayed is where relay left a stream.
+type relayed uint8
+
+const (
+	relayEnded  relayed = iota // the stream is over: stop and st.readErr say how
+	relayWait                  // pumped: a read would wait; relay again once the upstream sent more
+	relayUnpump                // pumped: the rest is copied unparsed, with reads that wait; relay again unpumped
+)
+
 // relay copies the stream from r.rd to w until it ends: event by event,
 // each flushed as it comes, or the rest as it comes when it cannot be
 // parsed. src is r.rd's reader. It returns errClientGone when a flush
 // failed and errCut when the observer stopped the stream, nil when the
 // upstream ended it (st.readErr says how).
 //
+// pumped says that src's reads never wait (sse.ErrWouldBlock): relay then
+// returns relayWait once it relayed all that came, and relayUnpump rather
+// than copy the rest with reads that wait.
+//
 // An event costs one read, one scan for its end, one write and one flush,
 // and no allocation (TestRelayEventAllocs); inspection adds the observer's
 // event call. Events that one read brought together (an upstream ahead of
 // its client, and what it sent ahead of that read, which the next reads
 // return at once) go out in one write and one flush, as they came.
-func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats) (stop error) {
+func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats, pumped bool) (stop error, at relayed) {
 	var batch *[]byte // events read together and not yet written; pooled
 	ready := false    // r.ev is an event NextBuffered returned
 	for {
 		var err error
 		if !ready {
-			r.ev, err = r.next()
+			// Nothing is held in batch here, so relay may return and be
+			// called again.
+			if r.ev, err = r.next(); err == sse.ErrWouldBlock {
+				return nil, relayWait
+			}
 		}
 		ready = false
 		if len(r.ev.Raw) > 0 {
@@ -460,14 +527,17 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				batchBufs.Put(held)
 			}
 			if ferr := w.Flush(); ferr != nil {
-				return errClientGone
+				return errClientGone, relayEnded
 			}
 			if st.ttfb == 0 {
 				st.ttfb = time.Since(start)
 			}
 			if cut {
-				return errCut
+				return errCut, relayEnded
 			}
+		}
+		if (err == sse.ErrEventTooLarge || r.raw) && pumped {
+			return nil, relayUnpump
 		}
 		if err == sse.ErrEventTooLarge || r.raw {
 			// One event beyond stream.max_event_bytes (proxy-notes P8),
@@ -490,13 +560,13 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			if err != nil && !errors.Is(err, io.EOF) {
 				st.readErr = err
 			}
-			return nil
+			return nil, relayEnded
 		}
 		if err != nil {
 			if err != io.EOF {
 				st.readErr = err
 			}
-			return nil
+			return nil, relayEnded
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/internal/rawsock"
+	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
 )
 
@@ -293,8 +294,11 @@ type upstreamBody struct {
 	keep    bool
 	release func(discard bool)
 
-	mu     sync.Mutex // held by Read
-	eof    bool
+	mu  sync.Mutex // held by Read
+	eof bool
+	// pumped: Read is called within pump's step, on the goroutine that
+	// pumps; it never waits.
+	pumped bool
 	n      int64
 	closed atomic.Bool
 	once   sync.Once
@@ -314,12 +318,14 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
-	if b.idle > 0 {
+	if b.idle > 0 && !b.pumped {
 		b.conn.waitFrom = time.Now()
 	}
 	n, err := b.r.Read(p)
 	b.n += int64(n)
 	switch {
+	case err == rawsock.ErrWouldBlock:
+		err = sse.ErrWouldBlock
 	case errors.Is(err, io.EOF):
 		b.eof = true
 		err = io.EOF
@@ -332,6 +338,56 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		err = errIdle
 	}
 	return n, err
+}
+
+// pumper is a connection that can be pumped: rawsock.Conn on Linux.
+type pumper interface {
+	Pump(step func() bool) error
+}
+
+// pump runs step as rawsock.Conn.Pump does, while Read returns
+// sse.ErrWouldBlock rather than wait, for a chunked body read from a plain
+// TCP connection; false, without calling step, for any other. The body's
+// idle timeout counts from when step last returned false; pump ends with
+// errIdle once it passed, or with what else ended the wait (the connection
+// closed).
+func (b *upstreamBody) pump(step func() bool) (pumped bool, err error) {
+	cb, chunked := b.r.(*chunkedBody)
+	p, ok := b.conn.Conn.(pumper)
+	if !chunked || cb.own == nil || !ok || b.raw != net.Conn(b.conn) || b.closed.Load() {
+		return false, nil
+	}
+	b.pumped = true
+	read := b.conn.read.Load()
+	wait := func() bool {
+		if step() {
+			return true
+		}
+		// The wait starts now if bytes came since the last; a call that
+		// found nothing (the first after a deadline was moved) goes on
+		// waiting from when it was.
+		if b.idle > 0 && b.conn.read.Load() != read {
+			read = b.conn.read.Load()
+			b.conn.waitFrom = time.Now()
+		}
+		return false
+	}
+	for {
+		err = p.Pump(wait)
+		if err == nil || b.idle == 0 || !isTimeout(err) {
+			break
+		}
+		due := b.conn.waitFrom.Add(b.idle)
+		if !time.Now().Before(due) {
+			err = errIdle
+			break
+		}
+		// The deadline was armed an idle period before: the relay was busy
+		// since (trackedConn.Read).
+		_ = b.conn.Conn.SetReadDeadline(due)
+	}
+	b.pumped = false
+	return true, err
 }
 
 // Ready reports whether a Read returns bytes at once, without waiting on

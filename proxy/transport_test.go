@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
 )
 
@@ -516,22 +517,30 @@ func TestUpstreamBodyIdleTimeout(t *testing.T) {
 				}
 				_, _ = io.WriteString(c, "0\r\n\r\n")
 			})
-			body := bodyFrom(t, up, idle)
-			p := make([]byte, 6)
-			reads := 0
-			for {
-				_, err := body.Read(p)
-				if err == io.EOF && tt.reads < 0 {
-					break
-				}
-				if err != nil {
-					if err != errIdle || reads != tt.reads {
-						t.Fatalf("read %d: %v; want %d reads, then errIdle (-1: all, then io.EOF)", reads, err, tt.reads)
+			for _, pumped := range []bool{false, true} {
+				body := bodyFrom(t, up, idle)
+				p := make([]byte, 6)
+				reads := 0
+				var err error
+				read := func() bool { // true: the body ended, err says how
+					for {
+						if _, err = body.Read(p); err != nil {
+							return err != sse.ErrWouldBlock
+						}
+						reads++
+						time.Sleep(tt.busy)
 					}
-					break
 				}
-				reads++
-				time.Sleep(tt.busy)
+				if !pumped {
+					read()
+				} else if ok, perr := body.pump(read); !ok {
+					t.Fatal("a chunked body on a TCP connection was not pumped")
+				} else if perr != nil {
+					err = perr
+				}
+				if (err != io.EOF || tt.reads >= 0) && (err != errIdle || reads != tt.reads) {
+					t.Fatalf("pumped %v: read %d: %v; want %d reads, then errIdle (-1: all, then io.EOF)", pumped, reads, err, tt.reads)
+				}
 			}
 		})
 	}

@@ -163,7 +163,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	for {
 		n, err := c.Conn.Read(p)
 		c.read.Add(int64(n))
-		if err == nil || c.idle == 0 || !isTimeout(err) {
+		if err == nil || err == rawsock.ErrWouldBlock || c.idle == 0 || !isTimeout(err) {
 			return n, err
 		}
 		due := c.waitFrom.Add(c.idle)
