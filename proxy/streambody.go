@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net"
 	"strconv"
-	"sync"
 
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/valyala/fasthttp"
 )
 
@@ -20,7 +21,11 @@ import (
 // the connection's goroutine, each Write framed as one chunk and flushed at
 // once. write's Flush after every event is what sends it, as before.
 func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
-	ctx.Response.SetBodyStream(&streamBody{write: write, cw: chunkWriter{conn: ctx.Conn()}}, -1)
+	conn := ctx.Conn()
+	if cc, ok := conn.(*clientConn); ok {
+		conn = cc.Conn // writev reaches the socket (rawsock) only unwrapped
+	}
+	ctx.Response.SetBodyStream(&streamBody{write: write, cw: chunkWriter{conn: connBuffers{conn}}}, -1)
 }
 
 // streamBodyBuf is the writer's own buffer. An event larger than it goes to
@@ -49,42 +54,56 @@ func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
 	return 0, bw.Flush()
 }
 
-// chunkWriter writes each Write as one chunk. fasthttp's writer (chunks)
-// frames it in the server's write buffer (serverWriteBuf), which sends a
-// chunk larger than that in two or three writes; a burst of events the
-// relay sends together (up to batchMax) is framed here instead and goes to
-// the connection in one. That is safe once a chunk went through fasthttp's
-// writer: it flushed the response header with it, and its buffer has been
-// empty since, as it flushes every chunk.
+// chunkWriter writes each Write as one chunk. The first goes through
+// fasthttp's writer (chunks), which sends the response header with it; from
+// then on fasthttp's write buffer is empty (it flushes every chunk), and a
+// chunk goes to the connection in one writev of its size line, its data
+// and its CRLF, without fasthttp's writer, its buffer and its flush between,
+// and without a copy. A chunk larger than a burst (batchMax) still goes
+// through fasthttp's writer, which sends it in two or three writes.
 type chunkWriter struct {
-	chunks io.Writer // fasthttp's: a chunk a Write, flushed
-	conn   io.Writer // the client's connection, under fasthttp's write buffer
-	sent   bool      // a chunk went through chunks
+	chunks io.Writer     // fasthttp's: a chunk a Write, flushed
+	conn   buffersWriter // the client's connection, under fasthttp's write buffer
+	sent   bool          // a chunk went through chunks
+	// A chunk's parts while it is written; here, as a local would be
+	// allocated every chunk.
+	size [chunkFraming]byte
+	iov  [3][]byte
+	out  net.Buffers
 }
+
+// buffersWriter writes all of v in one system call where it can, and
+// consumes it.
+type buffersWriter interface {
+	WriteBuffers(v *net.Buffers) (int64, error)
+}
+
+// connBuffers writes buffers to a connection with rawsock.WriteBuffers.
+type connBuffers struct{ net.Conn }
+
+func (c connBuffers) WriteBuffers(v *net.Buffers) (int64, error) { return rawsock.WriteBuffers(c.Conn, v) }
 
 // chunkFraming is the most a chunk's framing takes: a size line of up to
 // 8 hex digits and its CRLF, and the CRLF after the data.
 const chunkFraming = 8 + 2 + 2
 
-// frameBufs hold a burst while it is framed; a stream holds one only for
-// the write.
-var frameBufs = sync.Pool{New: func() any { b := make([]byte, 0, batchMax+chunkFraming); return &b }}
-
 func (c *chunkWriter) Write(p []byte) (int, error) {
-	if !c.sent || len(p)+chunkFraming <= serverWriteBuf || len(p) > batchMax {
+	if !c.sent || len(p) > batchMax {
 		n, err := c.chunks.Write(p)
 		c.sent = c.sent || err == nil
 		return n, err
 	}
-	buf := frameBufs.Get().(*[]byte)
-	b := strconv.AppendInt((*buf)[:0], int64(len(p)), 16)
-	b = append(append(append(b, "\r\n"...), p...), "\r\n"...)
-	_, err := c.conn.Write(b)
-	frameBufs.Put(buf)
+	size := append(strconv.AppendInt(c.size[:0], int64(len(p)), 16), "\r\n"...)
+	c.iov = [3][]byte{size, p, crlf}
+	c.out = c.iov[:]
+	_, err := c.conn.WriteBuffers(&c.out)
+	c.iov, c.out = [3][]byte{}, nil // the stream must not keep the event
 	if err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
+
+var crlf = []byte("\r\n")
 
 var _ fasthttp.BodyWriterTo = (*streamBody)(nil)
