@@ -81,7 +81,9 @@ type buffersWriter interface {
 // connBuffers writes buffers to a connection with rawsock.WriteBuffers.
 type connBuffers struct{ net.Conn }
 
-func (c connBuffers) WriteBuffers(v *net.Buffers) (int64, error) { return rawsock.WriteBuffers(c.Conn, v) }
+func (c connBuffers) WriteBuffers(v *net.Buffers) (int64, error) {
+	return rawsock.WriteBuffers(c.Conn, v)
+}
 
 // chunkFraming is the most a chunk's framing takes: a size line of up to
 // 8 hex digits and its CRLF, and the CRLF after the data.
