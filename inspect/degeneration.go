@@ -108,7 +108,21 @@ func (c StreamConfig) normalized() StreamConfig {
 // Reset makes it reusable for another stream, e.g. from a sync.Pool; it
 // keeps what was allocated.
 type Degeneration struct {
-	cfg  StreamConfig
+	// The fields every byte reads come first, the loose-cycle rule's
+	// included: with thousands of open streams a stream's detector has
+	// left the cache by its next delta, and each line it touches is a miss
+	// (issue 18). TestDegenerationHotLines holds them to four lines.
+
+	fired bool
+	class unitClass
+
+	// Markdown structure of the accumulated text.
+	lead       bool // still in the line's leading whitespace
+	lineStruct bool // the current line is a table row, list item, heading, fence...
+	fence      bool // inside a fenced code block
+	tickChar   byte // '`' or '~'
+	json       int8 // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
+
 	buf  []byte // ring of the last len(buf) raw bytes
 	mask int64
 	// The k-gram table: hash slot -> end position where a k-gram of that
@@ -128,21 +142,17 @@ type Degeneration struct {
 	shapeRun int64 // consecutive positions equal to the byte period earlier, digits folded
 	checkAt  int64 // shapeRun below which no threshold can be met: check is skipped
 	exactRun int64 // the same, byte for byte
-	class    unitClass
 
-	// Markdown structure of the accumulated text.
-	lead       bool  // still in the line's leading whitespace
 	indent     int   // columns of leading whitespace
-	lineStruct bool  // the current line is a table row, list item, heading, fence...
 	ticks      int   // fence characters seen at the start of the line
-	tickChar   byte  // '`' or '~'
-	fence      bool  // inside a fenced code block
-	json       int8  // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
 	lastStruct int64 // end position of the last byte in structured text
 
 	loose looseCycles
 
-	fired     bool
+	// cfg is read by every byte for its MaxPhrase, which lies in the
+	// fourth line.
+	cfg StreamConfig
+
 	shape     bool // fired on folded digits, not identical copies
 	cycle     bool // fired on a loose cycle
 	offset    int64
