@@ -113,8 +113,9 @@ type Degeneration struct {
 	// left the cache by its next delta, and each line it touches is a miss
 	// (issue 18). TestDegenerationHotLines holds them to four lines.
 
-	fired bool
-	class unitClass
+	fired  bool
+	class  unitClass
+	warmed byte // what Warm read, never used
 
 	// Markdown structure of the accumulated text.
 	lead       bool // still in the line's leading whitespace
@@ -232,6 +233,36 @@ func (d *Degeneration) Write(p []byte) bool {
 		p = p[len(batch):]
 	}
 	return false
+}
+
+// Warm loads what the next Write reads first: the detector's own fields,
+// the ring where the text ends and the loose-cycle precheck. With
+// thousands of open streams a detector has left the cache by its next
+// delta, and Write meets its lines one after another, each miss waiting
+// for the pointer the one before brings. A caller with other work to do
+// before the Write (the proxy parses the chunk that carries the delta)
+// calls Warm first: the misses are then in flight together, and under
+// that work (issue 18). Warm changes nothing Write decides.
+func (d *Degeneration) Warm() {
+	x := byte(d.pos) + byte(d.loose.words) + byte(d.cfg.MaxPhrase)
+	x += d.buf[(d.pos-1)&d.mask]
+	// Each byte of the delta looks up a slot of the k-gram table that
+	// only its hash knows: the whole table, 32 lines (64 with 16-bit
+	// positions), costs fewer misses in flight at once than a dozen
+	// met one by one.
+	if d.table8 != nil {
+		for i := 0; i < len(d.table8); i += 64 {
+			x += d.table8[i]
+		}
+	} else {
+		for i := 0; i < len(d.table16); i += 32 {
+			x += byte(d.table16[i])
+		}
+	}
+	if d.loose.t == nil {
+		d.loose.pre.warm()
+	}
+	d.warmed = x // a use, so that the compiler keeps the loads
 }
 
 // degBatch is the most bytes whose k-gram lookups are done together.

@@ -269,7 +269,7 @@ func (p *loosePrecheck) push(i int64, w, span uint32, window int) bool {
 	return hit && i+1 >= int64(window) && p.hits*5 >= window*3
 }
 
-// warm loads one word of each cache line of seen. With thousands of open
+// warm loads one word of each cache line of seen, and hit. With thousands of open
 // streams a stream's precheck has left the cache by its next delta, whose
 // words then miss on it one after another, each lookup waiting on the
 // one before; these loads do not depend on each other, so the processor
@@ -280,7 +280,7 @@ func (p *loosePrecheck) warm() {
 	for i := 0; i < len(p.seen); i += 64 / 8 {
 		x |= p.seen[i]
 	}
-	p.warmed = x // a use, so that the compiler keeps the loads
+	p.warmed = x | p.hit[0] // a use, so that the compiler keeps the loads
 }
 
 // see records key h and reports whether a key with the same seen bits was

@@ -78,6 +78,14 @@ func (w *cutWatch) add(u answerUpdate) bool {
 	return false
 }
 
+// warm asks for choice 0's text detector ahead of the chunk's parse
+// (inspect.Degeneration.Warm): an event of a text answer writes to it.
+func (w *cutWatch) warm() {
+	if d := w.content[0]; d != nil {
+		d.Warm()
+	}
+}
+
 // arrive notes the time and choice 0's text offsets after an event.
 func (w *cutWatch) arrive() {
 	now := monoNow()

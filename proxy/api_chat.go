@@ -40,6 +40,7 @@ var chatStreams = sync.Pool{New: func() any {
 
 func (a *chatStream) add(data []byte, to updateSink) error {
 	a.to = to
+	a.acc.Warm()
 	return a.acc.Add(data, a.delta)
 }
 
