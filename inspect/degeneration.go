@@ -245,7 +245,11 @@ func (d *Degeneration) Write(p []byte) bool {
 // that work (issue 18). Warm changes nothing Write decides.
 func (d *Degeneration) Warm() {
 	x := byte(d.pos) + byte(d.loose.words) + byte(d.cfg.MaxPhrase)
-	x += d.buf[(d.pos-1)&d.mask]
+	// The ring's last bytes: where the delta's k-grams begin, and what a
+	// lock compares them with, up to MaxPhrase+degK bytes back.
+	for back := int64(1); back <= degWarmBack; back += 64 {
+		x += d.buf[(d.pos-back)&d.mask]
+	}
 	// Each byte of the delta looks up a slot of the k-gram table that
 	// only its hash knows: the whole table, 32 lines (64 with 16-bit
 	// positions), costs fewer misses in flight at once than a dozen
@@ -264,6 +268,10 @@ func (d *Degeneration) Warm() {
 	}
 	d.warmed = x // a use, so that the compiler keeps the loads
 }
+
+// degWarmBack is how far back in the ring Warm loads: what a lock with the
+// default MaxPhrase reads.
+const degWarmBack = 256
 
 // degBatch is the most bytes whose k-gram lookups are done together.
 const degBatch = 64
