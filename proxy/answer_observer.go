@@ -146,6 +146,7 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	// whether the event is one the answer reads first (readFirst, a pure
 	// function of the data), which the cut then replaces: most events
 	// never pay for that scan (issue 18).
+	o.answer.warm()
 	o.watch.warm()
 	err := o.answer.add(ev.Data, o)
 	if o.watch.cut == nil || !o.mayCut {

@@ -40,9 +40,10 @@ var chatStreams = sync.Pool{New: func() any {
 
 func (a *chatStream) add(data []byte, to updateSink) error {
 	a.to = to
-	a.acc.Warm()
 	return a.acc.Add(data, a.delta)
 }
+
+func (a *chatStream) warm() { a.acc.Warm() }
 
 // delta tells the sink what one chunk added to one choice.
 func (a *chatStream) delta(d sse.Delta) {

@@ -147,7 +147,7 @@ func (a *ChatAccumulator) Warm() {
 		cs := &a.choices[0]
 		x += byte(cs.index)
 		if c := cs.content[:cap(cs.content)]; len(c) > 0 {
-			x += c[len(cs.content)%len(c)]
+			x += c[0] // with DropText, where the next text goes
 		}
 	}
 	a.warmed = x // a use, so that the compiler keeps the loads
