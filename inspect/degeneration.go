@@ -108,7 +108,22 @@ func (c StreamConfig) normalized() StreamConfig {
 // Reset makes it reusable for another stream, e.g. from a sync.Pool; it
 // keeps what was allocated.
 type Degeneration struct {
-	cfg  StreamConfig
+	// The fields every byte reads come first, the loose-cycle rule's
+	// included: with thousands of open streams a stream's detector has
+	// left the cache by its next delta, and each line it touches is a miss
+	// (issue 18). TestDegenerationHotLines holds them to four lines.
+
+	fired  bool
+	class  unitClass
+	warmed byte // what Warm read, never used
+
+	// Markdown structure of the accumulated text.
+	lead       bool // still in the line's leading whitespace
+	lineStruct bool // the current line is a table row, list item, heading, fence...
+	fence      bool // inside a fenced code block
+	tickChar   byte // '`' or '~'
+	json       int8 // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
+
 	buf  []byte // ring of the last len(buf) raw bytes
 	mask int64
 	// The k-gram table: hash slot -> end position where a k-gram of that
@@ -128,21 +143,17 @@ type Degeneration struct {
 	shapeRun int64 // consecutive positions equal to the byte period earlier, digits folded
 	checkAt  int64 // shapeRun below which no threshold can be met: check is skipped
 	exactRun int64 // the same, byte for byte
-	class    unitClass
 
-	// Markdown structure of the accumulated text.
-	lead       bool  // still in the line's leading whitespace
 	indent     int   // columns of leading whitespace
-	lineStruct bool  // the current line is a table row, list item, heading, fence...
 	ticks      int   // fence characters seen at the start of the line
-	tickChar   byte  // '`' or '~'
-	fence      bool  // inside a fenced code block
-	json       int8  // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
 	lastStruct int64 // end position of the last byte in structured text
 
 	loose looseCycles
 
-	fired     bool
+	// cfg is read by every byte for its MaxPhrase, which lies in the
+	// fourth line.
+	cfg StreamConfig
+
 	shape     bool // fired on folded digits, not identical copies
 	cycle     bool // fired on a loose cycle
 	offset    int64
@@ -223,6 +234,44 @@ func (d *Degeneration) Write(p []byte) bool {
 	}
 	return false
 }
+
+// Warm loads what the next Write reads first: the detector's own fields,
+// the ring where the text ends and the loose-cycle precheck. With
+// thousands of open streams a detector has left the cache by its next
+// delta, and Write meets its lines one after another, each miss waiting
+// for the pointer the one before brings. A caller with other work to do
+// before the Write (the proxy parses the chunk that carries the delta)
+// calls Warm first: the misses are then in flight together, and under
+// that work (issue 18). Warm changes nothing Write decides.
+func (d *Degeneration) Warm() {
+	x := byte(d.pos) + byte(d.loose.words) + byte(d.cfg.MaxPhrase)
+	// The ring's last bytes: where the delta's k-grams begin, and what a
+	// lock compares them with, up to MaxPhrase+degK bytes back.
+	for back := int64(1); back <= degWarmBack; back += 64 {
+		x += d.buf[(d.pos-back)&d.mask]
+	}
+	// Each byte of the delta looks up a slot of the k-gram table that
+	// only its hash knows: the whole table, 32 lines (64 with 16-bit
+	// positions), costs fewer misses in flight at once than a dozen
+	// met one by one.
+	if d.table8 != nil {
+		for i := 0; i < len(d.table8); i += 64 {
+			x += d.table8[i]
+		}
+	} else {
+		for i := 0; i < len(d.table16); i += 32 {
+			x += byte(d.table16[i])
+		}
+	}
+	if d.loose.t == nil {
+		d.loose.pre.warm()
+	}
+	d.warmed = x // a use, so that the compiler keeps the loads
+}
+
+// degWarmBack is how far back in the ring Warm loads: what a lock with the
+// default MaxPhrase reads.
+const degWarmBack = 256
 
 // degBatch is the most bytes whose k-gram lookups are done together.
 const degBatch = 64

@@ -87,26 +87,26 @@ const (
 
 // looseCycles is the state of the loose-cycle rule for one stream.
 type looseCycles struct {
-	window int // words judged together (StreamConfig.LooseWindow)
-
+	// The fields each byte or word reads come first (see Degeneration).
 	word    uint32 // FNV-1a of the current word so far
+	span    uint32 // rolling hash of the last looseSpan words
+	spanOut uint32 // looseSpanMix^looseSpan, removes the word leaving the span
+	alnum   bool   // the current word holds a letter, digit or non-ASCII byte
+	// suspect: pre's count reached the threshold at the last word; the
+	// table must be made before the next word is judged.
+	suspect bool
 	wordLen int
-	alnum   bool // the current word holds a letter, digit or non-ASCII byte
-
-	words     int64             // words counted so far
-	last      [looseSpan]uint32 // hashes of the last looseSpan words
-	span      uint32            // rolling hash of those words
-	spanOut   uint32            // looseSpanMix^looseSpan, removes the word leaving the span
-	novel     int               // novel words among the last window words
-	recurring int               // recurring words among the last window words
+	words   int64             // words counted so far
+	last    [looseSpan]uint32 // hashes of the last looseSpan words
 
 	// t is the table, nil until the text could be a loose cycle; pre
 	// stands in for it until then.
 	t   *looseTable
 	pre *loosePrecheck
-	// suspect: pre's count reached the threshold at the last word; the
-	// table must be made before the next word is judged.
-	suspect bool
+
+	window    int // words judged together (StreamConfig.LooseWindow)
+	novel     int // novel words among the last window words
+	recurring int // recurring words among the last window words
 
 	count int // occurrences of the span that fired, itself included
 }
@@ -269,7 +269,7 @@ func (p *loosePrecheck) push(i int64, w, span uint32, window int) bool {
 	return hit && i+1 >= int64(window) && p.hits*5 >= window*3
 }
 
-// warm loads one word of each cache line of seen. With thousands of open
+// warm loads one word of each cache line of seen, and hit. With thousands of open
 // streams a stream's precheck has left the cache by its next delta, whose
 // words then miss on it one after another, each lookup waiting on the
 // one before; these loads do not depend on each other, so the processor
@@ -280,7 +280,7 @@ func (p *loosePrecheck) warm() {
 	for i := 0; i < len(p.seen); i += 64 / 8 {
 		x |= p.seen[i]
 	}
-	p.warmed = x // a use, so that the compiler keeps the loads
+	p.warmed = x | p.hit[0] // a use, so that the compiler keeps the loads
 }
 
 // see records key h and reports whether a key with the same seen bits was

@@ -15,32 +15,32 @@ const maxWatchedChoices = 4
 // forwarded, and keeps the cut, whichever part of the observer found it,
 // with when the first degenerate byte arrived.
 type cutWatch struct {
-	cfg     *inspect.StreamConfig
-	content [maxWatchedChoices]*inspect.Degeneration
-	reason  [maxWatchedChoices]*inspect.Degeneration
+	// cut is what ended the answer, nil while it goes on.
+	cut *inspect.Detection
 	// bytes is the text generated so far, all watched choices.
 	bytes int64
 	// text and reasoning are choice 0's content and reasoning bytes so far.
 	text, reasoning int64
+	// since is when the answer's first event arrived (monotonic
+	// nanoseconds, see monoNow); arrivals count their time from it.
+	since     int64
+	nArrivals int // arrivals recorded, the latest at (nArrivals-1) % len(arrivals)
+	content   [maxWatchedChoices]*inspect.Degeneration
 
-	// cut is what ended the answer, nil while it goes on.
-	cut *inspect.Detection
+	// The fields above are read for every event of a text answer, and
+	// arrivals (last, as it is large) one entry an event: with thousands
+	// of open streams each event finds its observer out of the cache, so
+	// the few lines it needs are kept together, after the observer's own
+	// (issue 18; TestObserverHotLines).
+
+	cfg    *inspect.StreamConfig
+	reason [maxWatchedChoices]*inspect.Degeneration
 	// offset is where in the text the degeneration began.
 	offset int64
 	at     time.Time
 	// slot is 1 when the cut came from choice 0's content, 2 from its
 	// reasoning, 0 from elsewhere.
 	slot int
-
-	// since is when the answer's first event arrived (monotonic
-	// nanoseconds, see monoNow); arrivals count their time from it.
-	since     int64
-	nArrivals int // arrivals recorded, the latest at (nArrivals-1) % len(arrivals)
-
-	// The fields above are read for every event, arrivals (last, as it is
-	// large) one entry an event: with thousands of open streams each
-	// event finds its observer out of the cache, so the few lines it
-	// needs are kept together (issue 18).
 
 	// arrivals remembers when recent events came and how far choice 0's
 	// content and reasoning had got, to time a cut from the arrival of the
@@ -76,6 +76,14 @@ func (w *cutWatch) add(u answerUpdate) bool {
 		return true
 	}
 	return false
+}
+
+// warm asks for choice 0's text detector ahead of the chunk's parse
+// (inspect.Degeneration.Warm): an event of a text answer writes to it.
+func (w *cutWatch) warm() {
+	if d := w.content[0]; d != nil {
+		d.Warm()
+	}
 }
 
 // arrive notes the time and choice 0's text offsets after an event.

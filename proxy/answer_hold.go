@@ -53,9 +53,6 @@ func terminalCalls(ladder []policy.Action, d *policy.Decision) []terminalCall {
 	return out
 }
 
-// holding reports whether calls are held: a terminal call is in play.
-func (h *callHolder) holding() bool { return len(h.terminal) > 0 }
-
 // note keeps what an event added to choice 0 that holding needs.
 func (h *callHolder) note(u answerUpdate) {
 	h.tools = h.tools || u.toolCall

@@ -31,7 +31,7 @@ func TestCallHolder(t *testing.T) {
 			t.Run(string(api.name)+"/"+tt.name, func(t *testing.T) {
 				o := newAnswerObserver(p, &plan{api: api, stream: true}, nil)
 				defer o.release()
-				o.holder.terminal = terminal(tt.command)
+				o.holdCalls(terminal(tt.command))
 				got, stopped := observeStream(t, o, stream.healthy)
 				if !tt.wantReplace {
 					if stopped || got != stream.healthy {
@@ -51,7 +51,7 @@ func TestCallHolder(t *testing.T) {
 
 				o.holder.reset()
 				h := &o.holder
-				if h.holding() || len(h.held) != 0 || h.replaced || h.checked != 0 || h.open != 0 || h.at != (heldCall{}) {
+				if len(h.terminal) != 0 || len(h.held) != 0 || h.replaced || h.checked != 0 || h.open != 0 || h.at != (heldCall{}) {
 					t.Errorf("after reset: %+v; want a holder holding nothing", *h)
 				}
 			})

@@ -26,16 +26,30 @@ import (
 // The API's answer writes the end of a cut stream in its own shape
 // (api_chat.go, api_responses.go, api_anthropic.go). Observers are pooled.
 type answerObserver struct {
-	pipeline *pipeline
-	plan     *plan
-	done     func(*ChatEvent)
-	answer   answer
-
-	status int
+	// What every event reads comes first, the cut watch's hot fields
+	// included: with thousands of open streams an event finds its
+	// observer out of the cache, and each further line it touches is a
+	// miss (issue 18). TestObserverHotLines holds it to two lines.
+	answer answer
 	// endPending: the cut's end waits for an event (deferredEnd).
 	endPending bool
 	encoded    bool // the answer is compressed: forward it uninspected
-	abandoned  bool // a call panicked: not returned to the pool
+	// What the request asks of its answer, fixed when the observer is
+	// made and kept here, so that an event reads neither the plan nor the
+	// parts it does not use: mayCut (see cuts), holding (holdCalls),
+	// trimming (stream.tail = "trim") and recording (record.active).
+	mayCut, holding, trimming, recording bool
+
+	// watch's hot fields come next; its arrivals, one entry of which an
+	// event writes, end it.
+	watch cutWatch
+
+	// What follows is read when the request or the event asks for it.
+	pipeline  *pipeline
+	plan      *plan
+	done      func(*ChatEvent)
+	status    int
+	abandoned bool // a call panicked: not returned to the pool
 
 	dedup   callDedup
 	holder  callHolder
@@ -43,10 +57,6 @@ type answerObserver struct {
 	record  answerRecord
 
 	bodyUsage observe.Usage // the usage of a non-streamed answer
-
-	// watch is last: its hot fields come first and its large arrivals
-	// last, so what an event reads lies together (issue 18).
-	watch cutWatch
 }
 
 var observerPool = sync.Pool{New: func() any { return new(answerObserver) }}
@@ -57,16 +67,25 @@ func newAnswerObserver(p *pipeline, pl *plan, done func(*ChatEvent)) *answerObse
 	o.answer = pl.api.newAnswer()
 	o.watch.cfg = &p.cfg.Detect.Stream
 	o.record.start(p, pl, o.answer)
+	o.recording = o.record.active()
 	if p.cfg.Stream.HoldToolCalls && pl.stream && !pl.passive {
-		o.holder.terminal = terminalCalls(p.policy.Config().Ladder, &pl.decision)
+		o.holdCalls(terminalCalls(p.policy.Config().Ladder, &pl.decision))
 	}
-	o.trimmer.on = p.cfg.Stream.Tail == TailTrim && o.cuts()
+	o.mayCut = p.cfg.Stream.Cut && !pl.passive
+	o.trimming = p.cfg.Stream.Tail == TailTrim && o.mayCut
 	return o
 }
 
 // cuts reports whether this answer may be cut: stream.cut is on and the
 // request's policy mode is enforce (shadow and off change nothing).
-func (o *answerObserver) cuts() bool { return o.pipeline.cfg.Stream.Cut && !o.plan.passive }
+func (o *answerObserver) cuts() bool { return o.mayCut }
+
+// holdCalls makes the holder hold tool calls while one of terminal is in
+// play (stream.hold_tool_calls); none holds nothing.
+func (o *answerObserver) holdCalls(terminal []terminalCall) {
+	o.holder.terminal = terminal
+	o.holding = len(terminal) > 0
+}
 
 func (o *answerObserver) abandon() { o.abandoned = true }
 
@@ -84,6 +103,7 @@ func (o *answerObserver) release() {
 	o.record.reset()
 	o.pipeline, o.plan, o.done, o.answer = nil, nil, nil, nil
 	o.status, o.endPending, o.encoded = 0, false, false
+	o.mayCut, o.holding, o.trimming, o.recording = false, false, false, false
 	o.bodyUsage = observe.Usage{}
 	observerPool.Put(o)
 }
@@ -108,17 +128,17 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	}
 	if o.watch.cut == nil {
 		switch {
-		case o.record.completes(ev):
+		case o.recording && o.record.completes(ev):
 			return o.recordAnswer(ev, out), false
-		case o.holder.holding():
+		case o.holding:
 			return o.plan.api.holdEvent(&o.holder, o, ev, out)
-		case o.trimmer.on:
+		case o.trimming:
 			return o.trimmer.event(o, ev, out)
 		}
 	} else if o.endPending {
 		return o.answer.(deferredEnd).appendDeferredEnd(ev, out, o.ending()), true
 	}
-	if o.watch.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.cuts() && !o.record.active() {
+	if o.watch.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.mayCut && !o.recording {
 		return append(out, ev.Raw...), false
 	}
 	// Nothing reaches the client before event returns, so reading the
@@ -126,8 +146,10 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	// whether the event is one the answer reads first (readFirst, a pure
 	// function of the data), which the cut then replaces: most events
 	// never pay for that scan (issue 18).
+	o.answer.warm()
+	o.watch.warm()
 	err := o.answer.add(ev.Data, o)
-	if o.watch.cut == nil || !o.cuts() {
+	if o.watch.cut == nil || !o.mayCut {
 		return append(out, ev.Raw...), false
 	}
 	if o.answer.readFirst(ev.Data) {
@@ -161,7 +183,9 @@ func (o *answerObserver) update(u answerUpdate) {
 		return
 	}
 	if u.choice == 0 {
-		o.holder.note(u)
+		if o.holding {
+			o.holder.note(u) // what it notes is read only while holding
+		}
 		o.dedup.note(u, o.answer, &o.watch)
 	}
 }

@@ -15,7 +15,6 @@ import (
 // stream ends goes out through the observer's end. It serves every API:
 // the text is what the request's answer reports.
 type trimmer struct {
-	on    bool
 	queue []trimmed
 	buf   []byte
 }
@@ -119,5 +118,5 @@ func (t *trimmer) appendTruncated(out []byte, e *trimmed, keep int, path string)
 
 // reset readies t for another answer, keeping its buffers.
 func (t *trimmer) reset() {
-	t.on, t.queue, t.buf = false, t.queue[:0], t.buf[:0]
+	t.queue, t.buf = t.queue[:0], t.buf[:0]
 }

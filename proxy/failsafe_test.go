@@ -145,7 +145,7 @@ func TestStreamObserverPanicFailsOpen(t *testing.T) {
 		{"observer event with tool calls held", chatAPI, false, true, func(o *answerObserver) responseObserver {
 			// A terminal call of another command: the stream's call is held
 			// until it completes.
-			o.holder.terminal = []terminalCall{{key: 1}}
+			o.holdCalls([]terminalCall{{key: 1}})
 			return &panicking{responseObserver: o, in: "event", marker: `"finish_reason":"tool_calls"`}
 		}},
 		{"observer header", chatAPI, false, false, func(o *answerObserver) responseObserver {

@@ -52,7 +52,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		// With tail = "trim" the event the repetition begins in is cut
 		// short, anywhere in its text.
 		o = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
-		o.trimmer.on = true
+		o.trimming = true
 		raw := "data: " + chunk + "\n\n"
 		out, _ := o.trimmer.event(o, &sse.Event{Raw: []byte(raw), Data: []byte(chunk)}, nil)
 		if len(out) > 0 || len(o.trimmer.queue) != 1 {

@@ -222,7 +222,11 @@ func AppendUnescaped(dst []byte, s string) []byte {
 // escape every few dozen bytes (tool output is full of \n): the first 64
 // bytes are searched eight at a time in a register, and only a longer
 // run without escapes goes to the vectorised IndexByte, whose call costs
-// more than a short search.
+// more than a short search. The last bytes of a shorter text are looked at
+// one by one: a stream's delta is a few words, and calling IndexByte for
+// them, or for none, was an eighth of the chat accumulator's time with
+// thousands of open streams (its code is out of the cache by the next
+// event, issue 18).
 func indexBackslash(s string) int {
 	const bs = lsb * '\\'
 	i := 0
@@ -232,6 +236,14 @@ func indexBackslash(s string) int {
 		if m := (x - lsb) &^ x & msb; m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
+	}
+	if len(s) <= 64 {
+		for ; i < len(s); i++ {
+			if s[i] == '\\' {
+				return i
+			}
+		}
+		return -1
 	}
 	if j := strings.IndexByte(s[i:], '\\'); j >= 0 {
 		return i + j
