@@ -39,6 +39,8 @@ type answerObserver struct {
 	// parts it does not use: mayCut (see cuts), holding (holdCalls),
 	// trimming (stream.tail = "trim") and recording (record.active).
 	mayCut, holding, trimming, recording bool
+	// warmed: warm ran since the last event read.
+	warmed bool
 
 	// watch's hot fields come next; its arrivals, one entry of which an
 	// event writes, end it.
@@ -89,6 +91,16 @@ func (o *answerObserver) holdCalls(terminal []terminalCall) {
 
 func (o *answerObserver) abandon() { o.abandoned = true }
 
+// warm loads what reading the next event reads: the answer's state and the
+// cut watch's detector. The relay calls it when the upstream's socket
+// became readable; event calls it before it parses a chunk the relay did
+// not warm for (an event the same read brought, a stream not pumped).
+func (o *answerObserver) warm() {
+	o.answer.warm()
+	o.watch.warm()
+	o.warmed = true
+}
+
 // release returns o, its parts and its answer to their pools, unless a
 // panic left them in a state no other answer should inherit.
 func (o *answerObserver) release() {
@@ -102,7 +114,7 @@ func (o *answerObserver) release() {
 	o.trimmer.reset()
 	o.record.reset()
 	o.pipeline, o.plan, o.done, o.answer = nil, nil, nil, nil
-	o.status, o.endPending, o.encoded = 0, false, false
+	o.status, o.endPending, o.encoded, o.warmed = 0, false, false, false
 	o.mayCut, o.holding, o.trimming, o.recording = false, false, false, false
 	o.bodyUsage = observe.Usage{}
 	observerPool.Put(o)
@@ -146,8 +158,10 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	// whether the event is one the answer reads first (readFirst, a pure
 	// function of the data), which the cut then replaces: most events
 	// never pay for that scan (issue 18).
-	o.answer.warm()
-	o.watch.warm()
+	if !o.warmed {
+		o.warm()
+	}
+	o.warmed = false
 	err := o.answer.add(ev.Data, o)
 	if o.watch.cut == nil || !o.mayCut {
 		return append(out, ev.Raw...), false

@@ -88,6 +88,28 @@ type streamRelay struct {
 	out   []byte // what the client gets for the current event; reused
 	raw   bool   // parsing or observing failed: pass the rest through
 	ended bool   // obs.end was called, or event stopped the stream
+	// warmed is what warm loaded: a use, so that the compiler keeps the
+	// loads.
+	warmed byte
+}
+
+// warm loads, when the upstream's socket became readable, what relaying
+// its next event reads: the reader's state and buffer, the body's reading
+// state down to its connection, and the observer's. With thousands of open
+// streams all of it has left the cache between two events, and the relay
+// met it one line after another, each miss waiting for the pointer the one
+// before brought; loaded at once, the misses are in flight together.
+// Loading changes nothing, and a panic in it (there is none) would only
+// skip it.
+func (r *streamRelay) warm(ub *upstreamBody) {
+	if r.raw {
+		return
+	}
+	defer func() { _ = recover() }()
+	r.warmed = r.rd.Warm() + ub.warm()
+	if r.obs != nil {
+		r.obs.warm()
+	}
 }
 
 // fail counts and logs the first panic of the stream and sets raw; obs is

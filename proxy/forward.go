@@ -34,6 +34,10 @@ type responseObserver interface {
 	end(out []byte) []byte
 	// body sees a complete non-streamed body and returns what the client gets.
 	body(status int, b []byte) []byte
+	// warm is called when the upstream's socket became readable, before the
+	// read: it loads what the observer's next event reads, so that those
+	// cache misses are in flight with the relay's own (issue 18).
+	warm()
 	// abandon is called when one of the observer's calls panicked: its
 	// state cannot be trusted, so it must not be reused. finish still follows.
 	abandon()
@@ -432,6 +436,7 @@ type relayStats struct {
 func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Time, st *relayStats) (stop error) {
 	at := relayWait
 	pumped, err := ub.pump(func() bool {
+		r.warm(ub)
 		stop, at = r.relay(w, ub, start, st, true)
 		return at != relayWait
 	})

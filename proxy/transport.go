@@ -390,6 +390,20 @@ func (b *upstreamBody) pump(step func() bool) (pumped bool, err error) {
 	return true, err
 }
 
+// warm loads what the body's next Read reads (streamRelay.warm): its
+// state, the chunked body's and its reader's, the bytes the reader holds
+// where it will read, and the connection's.
+func (b *upstreamBody) warm() byte {
+	x := byte(b.n) + byte(b.conn.read.Load())
+	if cb, ok := b.r.(*chunkedBody); ok {
+		x += byte(cb.left) + byte(cb.br.Buffered())
+		if held, _ := cb.br.Peek(min(cb.br.Buffered(), 1)); len(held) > 0 {
+			x += held[0]
+		}
+	}
+	return x
+}
+
 // Ready reports whether a Read returns bytes at once, without waiting on
 // the connection (sse.Readier): the rest of a chunked body's current chunk,
 // or its next chunk, is buffered already.

@@ -208,6 +208,18 @@ func (r *Reader) NextBuffered() (Event, bool) {
 	return r.scan()
 }
 
+// Warm loads what the next Next reads first, the reader's state and the
+// buffer where the next read lands, and returns a byte of it for the
+// caller to keep (a use, so that the loads stay). A proxy with thousands
+// of open streams calls it when a stream's socket became readable, so that
+// these cache misses are in flight together with its others.
+func (r *Reader) Warm() byte {
+	if len(r.buf) == 0 {
+		return byte(r.w)
+	}
+	return r.buf[min(r.w, len(r.buf)-1)] + byte(r.line)
+}
+
 // Ready reports whether ReadReady would read: the underlying reader is a
 // Readier that holds bytes, and no error ended the stream.
 func (r *Reader) Ready() bool {
