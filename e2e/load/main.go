@@ -93,6 +93,7 @@ func run() error {
 	flag.IntVar(&o.openOpts.body, "open-body", 0, "history in an open stream's request, in bytes, as an agent sends it (0: one message)")
 	flag.StringVar(&o.openOpts.nginx, "nginx", "", "nginx binary to compare with (default: nginx in PATH; skipped when missing)")
 	flag.StringVar(&o.openOpts.perf, "perf", "", "directory: record each proxy's CPU with perf (perf record -g) during each open-streams and growing-sessions run, one file a target and run")
+	flag.IntVar(&o.openOpts.rounds, "open-rounds", 1, "open-streams rounds: each target runs each workload once a round, the targets taking turns on fresh processes; CPU and events are summed, memory is the median round's, and each loopguard target's CPU/event over nginx's is printed by round")
 	flag.StringVar(&o.openOpts.only, "open-targets", "", "open-streams targets to run (default: all), comma-separated: nginx, loopguard-relayonly, loopguard-modeoff, loopguard")
 	flag.StringVar(&o.upstream, "upstream", "", "a running upstream to measure against (e.g. llama-server's base URL) instead of the scripted one")
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")

@@ -13,6 +13,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +46,7 @@ type openOptions struct {
 	body   int    // size of the request's history in bytes; 0: one message
 	perf   string // directory for a perf profile of each run; empty: none
 	only   string // comma-separated target keys (targetKey) to run; empty: all
+	rounds int    // runs of every target, taking turns; figures are summed
 }
 
 // runs reports whether the target named name is to be run.
@@ -115,39 +118,62 @@ func openStreams(bin string, o openOptions) error {
 	fmt.Printf("%-22s %7s %7s %16s %14s %9s %7s\n", "target", "streams", "peak", "memory/stream", "CPU/event", "on time", "errors")
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}}
 	// Each run gets fresh proxies: memory a runtime kept from an earlier,
-	// larger run would hide what the streams cost.
+	// larger run would hide what the streams cost. With rounds, the targets
+	// take turns once a round, so that what else the machine does falls on
+	// all of them alike; CPU and events are summed over the rounds, and the
+	// memory is the median round's.
 	run := func(n, c int, pace time.Duration, direct bool) error {
-		targets, stop, err := startTargets(bin, o.nginx, strings.TrimPrefix(upstream, "http://"), n)
-		if err != nil {
-			return err
+		load := "paced"
+		if pace == 0 {
+			load = "flat"
 		}
-		defer stop()
-		if direct {
-			targets = append([]openTarget{{name: "direct", url: upstream, path: "/v1/chat/completions"}}, targets...)
-		}
-		for _, t := range targets {
-			if !o.runs(t.name) {
-				continue
-			}
-			// Warm up: first-use allocations are not a stream's cost.
-			if _, err := runOpen(client, t, body, 16, 16, o.events, 0); err != nil {
-				return fmt.Errorf("%s warm-up: %w", t.name, err)
-			}
-			load := "paced"
-			if pace == 0 {
-				load = "flat"
-			}
-			stopPerf, err := startPerf(o.perf, t, fmt.Sprintf("%d-%s", n, load))
+		var names []string
+		results := map[string][]openResult{}
+		for round := range max(o.rounds, 1) {
+			targets, stop, err := startTargets(bin, o.nginx, strings.TrimPrefix(upstream, "http://"), n)
 			if err != nil {
 				return err
 			}
-			r, err := runOpen(client, t, body, n, c, o.events, pace)
-			stopPerf()
-			if err != nil {
-				return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
+			if direct {
+				targets = append([]openTarget{{name: "direct", url: upstream, path: "/v1/chat/completions"}}, targets...)
 			}
-			r.print(t, n)
-			time.Sleep(2 * time.Second) // let closed connections go before the next run
+			for _, t := range targets {
+				if !o.runs(t.name) {
+					continue
+				}
+				// Warm up: first-use allocations are not a stream's cost.
+				if _, err := runOpen(client, t, body, 16, 16, o.events, 0); err != nil {
+					stop()
+					return fmt.Errorf("%s warm-up: %w", t.name, err)
+				}
+				name := fmt.Sprintf("%d-%s", n, load)
+				if o.rounds > 1 {
+					name += fmt.Sprintf("-%d", round+1)
+				}
+				stopPerf, err := startPerf(o.perf, t, name)
+				if err != nil {
+					stop()
+					return err
+				}
+				r, err := runOpen(client, t, body, n, c, o.events, pace)
+				stopPerf()
+				if err != nil {
+					stop()
+					return fmt.Errorf("%s, %d streams: %w", t.name, n, err)
+				}
+				if round == 0 {
+					names = append(names, t.name)
+				}
+				results[t.name] = append(results[t.name], r)
+				time.Sleep(2 * time.Second) // let closed connections go before the next run
+			}
+			stop()
+		}
+		for _, name := range names {
+			combine(results[name]).print(name, n)
+		}
+		if o.rounds > 1 {
+			printRatios(names, results)
 		}
 		return nil
 	}
@@ -242,7 +268,7 @@ type openResult struct {
 	flat             bool
 }
 
-func (r openResult) print(t openTarget, n int) {
+func (r openResult) print(name string, n int) {
 	mem, cpu := "", ""
 	if r.measured {
 		mem = fmt.Sprintf("%.1f KiB", float64(r.peakRSS-r.idleRSS)/1024/float64(n))
@@ -254,9 +280,60 @@ func (r openResult) print(t openTarget, n int) {
 	if r.flat {
 		mem, onTime = "", ""
 	}
-	fmt.Printf("%-22s %7d %7d %16s %14s %9s %7d\n", t.name, n, r.peakOpen, mem, cpu, onTime, r.errors)
+	fmt.Printf("%-22s %7d %7d %16s %14s %9s %7d\n", name, n, r.peakOpen, mem, cpu, onTime, r.errors)
 	if r.firstErr != nil {
 		fmt.Printf("%-22s first error: %v\n", "", r.firstErr)
+	}
+}
+
+// combine is the rounds of one target as one run: CPU, events and errors
+// summed, the memory of the round with the median figure.
+func combine(rs []openResult) openResult {
+	byMem := slices.Clone(rs)
+	slices.SortFunc(byMem, func(a, b openResult) int { return cmp.Compare(a.peakRSS-a.idleRSS, b.peakRSS-b.idleRSS) })
+	c := byMem[len(byMem)/2]
+	c.cpu, c.events, c.onTime, c.errors = 0, 0, 0, 0
+	for _, r := range rs {
+		c.cpu += r.cpu
+		c.events += r.events
+		c.onTime += r.onTime
+		c.errors += r.errors
+		c.peakOpen = max(c.peakOpen, r.peakOpen)
+		if c.firstErr == nil {
+			c.firstErr = r.firstErr
+		}
+	}
+	return c
+}
+
+// printRatios prints, for each loopguard target, its CPU per event over
+// nginx's in each round, and their median: one run's ratio moves with what
+// else the machine does, the median of several much less.
+func printRatios(names []string, results map[string][]openResult) {
+	ng, ok := results[targetNginx]
+	if !ok {
+		return
+	}
+	perEvent := func(r openResult) float64 { return float64(r.cpu) / float64(max(r.events, 1)) }
+	for _, name := range names {
+		if name == targetNginx || name == "direct" {
+			continue
+		}
+		var ratios []float64
+		for i, r := range results[name] {
+			if perEvent(ng[i]) > 0 { // CPU time comes in 10 ms ticks
+				ratios = append(ratios, perEvent(r)/perEvent(ng[i]))
+			}
+		}
+		if len(ratios) == 0 {
+			continue
+		}
+		line := ""
+		for _, x := range ratios {
+			line += fmt.Sprintf(" %.2f", x)
+		}
+		slices.Sort(ratios)
+		fmt.Printf("%-22s CPU/event over nginx's, by round:%s; median %.2f\n", name, line, ratios[len(ratios)/2])
 	}
 }
 
