@@ -636,3 +636,37 @@ func (s *eventSource) Read(p []byte) (int, error) {
 	s.left--
 	return copy(p, ev.Raw), nil
 }
+
+// TestStreamOversizeEventPassesRest: an event longer than
+// stream.max_event_bytes, in a stream relayed within the upstream socket's
+// pump (chunked, over TCP, one event a read), ends parsing: the rest is
+// copied as it comes, with reads that wait, and the client gets every byte
+// the upstream sent, in order.
+func TestStreamOversizeEventPassesRest(t *testing.T) {
+	events := []string{`data: {"i":0}` + "\n\n", `data: {"i":1}` + "\n\n",
+		`data: {"i":2,"text":"` + strings.Repeat("x", 6000) + `"}` + "\n\n", `data: {"i":3}` + "\n\n", "data: [DONE]\n\n"}
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		if _, ok := u.readRequest(br); !ok {
+			return
+		}
+		_, _ = io.WriteString(c, rawStreamHead)
+		for _, ev := range events {
+			if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev); err != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_, _ = io.WriteString(c, "0\r\n\r\n")
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url(); c.Stream.MaxEventBytes = 4096 })
+	resp, err := newClient().Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if want := strings.Join(events, ""); err != nil || string(got) != want {
+		t.Errorf("client got %d bytes, %v; want the upstream's %d bytes as they were", len(got), err, len(want))
+	}
+}
