@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,13 +34,16 @@ type Conn struct {
 	rn    int
 	rerr  error
 	readf func(fd uintptr) bool
-	// Pump's: its step, the socket while step runs, and whether the last
-	// read there took all the socket held.
+	// Pump's: its step, the socket while step runs, whether the last read
+	// there took all the socket held, when step last returned false to
+	// wait, and whether that wait was short (ahead).
 	step    func() bool
 	pumpf   func(fd uintptr) bool
 	pumpFD  uintptr
 	pumping bool
 	drained bool
+	ahead   bool
+	waitAt  time.Duration
 
 	wmu     sync.Mutex // held by Write and writeBuffers, which own the rest
 	wbuf    []byte
@@ -152,6 +156,14 @@ func (c *Conn) read(fd uintptr) bool {
 // event; so once a read took all the socket held (it filled less than its
 // buffer), Read answers ErrWouldBlock without a system call, and the next
 // event costs one read.
+//
+// That holds while the peer's bytes come slower than step handles them,
+// as a model's tokens do. When they come faster (an upstream ahead of its
+// relay), more have most often come while step handled the last, and the
+// poller learns of them only when the runtime next polls: a wait then
+// costs a park, a poll and a wake where a read would have found them. So
+// after a wait shorter than aheadWait, Read reads on after a short read,
+// until a read finds nothing.
 func (c *Conn) Pump(step func() bool) error {
 	c.rmu.Lock()
 	c.step, c.pumping = step, true
@@ -168,12 +180,28 @@ func (c *Conn) Pump(step func() bool) error {
 // the first call), so Read reads again.
 func (c *Conn) pump(fd uintptr) bool {
 	c.pumpFD, c.drained = fd, false
-	return c.step()
+	c.ahead = c.waitAt != 0 && monotonic()-c.waitAt < aheadWait
+	if c.step() {
+		return true
+	}
+	c.waitAt = monotonic()
+	return false
 }
+
+// aheadWait is the longest wait for the socket that shows its peer ahead
+// of the step (Pump): far shorter than the pause between a model's tokens,
+// far longer than a wake-up.
+const aheadWait = 100 * time.Microsecond
+
+// monotonic reads the monotonic clock alone; a variable, so that a test
+// can set the pace.
+var monotonic = func() time.Duration { return time.Since(clockBase) }
+
+var clockBase = time.Now()
 
 // readInPump is Read within Pump's step.
 func (c *Conn) readInPump(p []byte) (int, error) {
-	if c.drained {
+	if c.drained && !c.ahead {
 		return 0, ErrWouldBlock
 	}
 	if len(p) > maxRW {
