@@ -597,7 +597,7 @@ func startNginx(bin, upstream string, streams int) (openTarget, error) {
 	conns := uint64(2*streams + 2048)
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
-		conns = min(conns, lim.Max)
+		conns = min(conns, uint64(lim.Max)) // int64 on FreeBSD
 	}
 	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, conns, dir, upstream, addr), 0o644); err != nil {
 		os.RemoveAll(dir)
