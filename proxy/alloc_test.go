@@ -57,7 +57,7 @@ func TestRelayEventAllocs(t *testing.T) {
 				src.left = perStream
 				rl.rd.Reset(src)
 				st = relayStats{}
-				if stop, _ := rl.relay(w, src, time.Now(), &st, false); stop != nil || st.readErr != nil {
+				if _, stop := rl.relay(w, src, time.Now(), &st, false); stop != nil || st.readErr != nil {
 					t.Fatalf("relay = %v, %v; want the stream relayed to its end", stop, st.readErr)
 				}
 				relayed += st.events

@@ -437,7 +437,7 @@ func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Ti
 	at := relayWait
 	pumped, err := ub.pump(func() bool {
 		r.warm(ub)
-		stop, at = r.relay(w, ub, start, st, true)
+		at, stop = r.relay(w, ub, start, st, true)
 		return at != relayWait
 	})
 	switch {
@@ -448,7 +448,7 @@ func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Ti
 	case at == relayEnded:
 		return stop
 	}
-	stop, _ = r.relay(w, ub, start, st, false)
+	_, stop = r.relay(w, ub, start, st, false)
 	return stop
 }
 
@@ -476,7 +476,7 @@ const (
 // event call. Events that one read brought together (an upstream ahead of
 // its client, and what it sent ahead of that read, which the next reads
 // return at once) go out in one write and one flush, as they came.
-func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats, pumped bool) (stop error, at relayed) {
+func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats, pumped bool) (at relayed, stop error) {
 	var batch *[]byte // events read together and not yet written; pooled
 	ready := false    // r.ev is an event NextBuffered returned
 	for {
@@ -485,7 +485,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			// Nothing is held in batch here, so relay may return and be
 			// called again.
 			if r.ev, err = r.next(); err == sse.ErrWouldBlock {
-				return nil, relayWait
+				return relayWait, nil
 			}
 		}
 		ready = false
@@ -532,17 +532,17 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				batchBufs.Put(held)
 			}
 			if ferr := w.Flush(); ferr != nil {
-				return errClientGone, relayEnded
+				return relayEnded, errClientGone
 			}
 			if st.ttfb == 0 {
 				st.ttfb = time.Since(start)
 			}
 			if cut {
-				return errCut, relayEnded
+				return relayEnded, errCut
 			}
 		}
 		if (err == sse.ErrEventTooLarge || r.raw) && pumped {
-			return nil, relayUnpump
+			return relayUnpump, nil
 		}
 		if err == sse.ErrEventTooLarge || r.raw {
 			// One event beyond stream.max_event_bytes (proxy-notes P8),
@@ -565,13 +565,13 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			if err != nil && !errors.Is(err, io.EOF) {
 				st.readErr = err
 			}
-			return nil, relayEnded
+			return relayEnded, nil
 		}
 		if err != nil {
 			if err != io.EOF {
 				st.readErr = err
 			}
-			return nil, relayEnded
+			return relayEnded, nil
 		}
 	}
 }

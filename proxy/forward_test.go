@@ -509,7 +509,7 @@ func TestRelayWritesPerRead(t *testing.T) {
 			w := bufio.NewWriterSize(&sink, streamBodyBuf)
 			rl := streamRelay{obs: tt.obs, rd: sse.NewReader(rd, 0)}
 			var st relayStats
-			if stop, _ := rl.relay(w, rd, time.Now(), &st, false); stop != nil || st.readErr != nil {
+			if _, stop := rl.relay(w, rd, time.Now(), &st, false); stop != nil || st.readErr != nil {
 				t.Fatalf("relay = %v, %v; want the stream relayed to its end", stop, st.readErr)
 			}
 			if !bytes.Equal(sink.b, stream) {
@@ -529,7 +529,7 @@ func TestRelayWritesPerRead(t *testing.T) {
 		rd := &sizedReader{b: []byte(in)}
 		rl := streamRelay{rd: sse.NewReader(rd, 0)}
 		var st relayStats
-		if stop, _ := rl.relay(w, rd, time.Now(), &st, false); stop != nil || st.readErr != nil {
+		if _, stop := rl.relay(w, rd, time.Now(), &st, false); stop != nil || st.readErr != nil {
 			t.Fatalf("relay = %v, %v; want the stream relayed to its end", stop, st.readErr)
 		}
 		// Once the reader's buffer grew for the first large event, it holds
@@ -546,7 +546,7 @@ func TestRelayWritesPerRead(t *testing.T) {
 		rd := &sizedReader{b: stream, sizes: sizes}
 		rl := streamRelay{obs: cut, rd: sse.NewReader(rd, 0)}
 		var st relayStats
-		if stop, _ := rl.relay(w, rd, time.Now(), &st, false); stop != errCut {
+		if _, stop := rl.relay(w, rd, time.Now(), &st, false); stop != errCut {
 			t.Fatalf("relay = %v; want errCut", stop)
 		}
 		// Events 4-6 came in one read; the 5th cut: 4 and 5 go out, together.
