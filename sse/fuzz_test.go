@@ -69,6 +69,40 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
+// FuzzReaderWouldBlock: through a reader that has nothing (ErrWouldBlock)
+// before each of its reads, whatever the input and the read sizes, the
+// Reader returns the events, and ends with the error, that it does through
+// one that waits.
+func FuzzReaderWouldBlock(f *testing.F) {
+	addFixtureSeeds(f)
+	f.Add([]byte("data: a\r\n\r\ndata: b\r"), uint8(1))
+	f.Add([]byte(bom+"\r\r\n:\n"), uint8(2))
+	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
+		const max = 256
+		sizes := []int{int(split%17) + 1, int(split/17) + 1}
+		want, wantErr := readAll(t, &chunkReader{b: in, sizes: sizes}, max)
+		r := NewReader(&blockingReader{r: &chunkReader{b: in, sizes: sizes}}, max)
+		var got []ev
+		var err error
+		for blocked := 0; ; {
+			var e Event
+			if e, err = r.Next(); err == ErrWouldBlock {
+				if blocked++; blocked > 2*len(in)+2 {
+					t.Fatalf("ErrWouldBlock %d times for %d bytes", blocked, len(in))
+				}
+				continue
+			}
+			if err != nil {
+				break
+			}
+			got = append(got, summarize(e))
+		}
+		if !slices.Equal(got, want) || err != wantErr {
+			t.Fatalf("through ErrWouldBlock: %d events, %v; without: %d events, %v", len(got), err, len(want), wantErr)
+		}
+	})
+}
+
 // FuzzAccumulator feeds every event of the input to a ChatAccumulator: it
 // must not panic, and what it reports must be consistent.
 func FuzzAccumulator(f *testing.F) {
