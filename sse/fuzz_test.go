@@ -26,16 +26,25 @@ func addFixtureSeeds(f *testing.F) {
 	}
 }
 
+// addReaderSeeds adds the fixtures and the line endings that end a read
+// halfway, each with a split for readSizes.
+func addReaderSeeds(f *testing.F) {
+	addFixtureSeeds(f)
+	f.Add([]byte("data: a\r\n\r\ndata: b\r"), uint8(1))
+	f.Add([]byte(bom+"\r\r\n:\n"), uint8(2))
+}
+
+// readSizes is the cycle of read sizes that split picks for a chunkReader.
+func readSizes(split uint8) []int { return []int{int(split%17) + 1, int(split/17) + 1} }
+
 // FuzzReader checks that the Reader never panics, that the Raw of its
 // events add up to the input byte for byte whatever the read sizes, and that
 // its buffer never grows past max.
 func FuzzReader(f *testing.F) {
-	addFixtureSeeds(f)
-	f.Add([]byte("data: a\r\n\r\ndata: b\r"), uint8(1))
-	f.Add([]byte(bom+"\r\r\n:\n"), uint8(2))
+	addReaderSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
 		const max = 256
-		sizes := []int{int(split%17) + 1, int(split/17) + 1}
+		sizes := readSizes(split)
 		r := NewReader(&chunkReader{b: in, sizes: sizes}, max)
 		var raw []byte
 		for {
@@ -74,12 +83,10 @@ func FuzzReader(f *testing.F) {
 // Reader returns the events, and ends with the error, that it does through
 // one that waits.
 func FuzzReaderWouldBlock(f *testing.F) {
-	addFixtureSeeds(f)
-	f.Add([]byte("data: a\r\n\r\ndata: b\r"), uint8(1))
-	f.Add([]byte(bom+"\r\r\n:\n"), uint8(2))
+	addReaderSeeds(f)
 	f.Fuzz(func(t *testing.T, in []byte, split uint8) {
 		const max = 256
-		sizes := []int{int(split%17) + 1, int(split/17) + 1}
+		sizes := readSizes(split)
 		want, wantErr := readAll(t, &chunkReader{b: in, sizes: sizes}, max)
 		r := NewReader(&blockingReader{r: &chunkReader{b: in, sizes: sizes}}, max)
 		var got []ev
