@@ -223,9 +223,6 @@ func (c *chunkedBody) ready() bool {
 func (c *chunkedBody) sizeLine() (int, error) {
 	line, err := c.line()
 	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return 0, errChunk
-		}
 		return 0, chunkReadError(err)
 	}
 	size, ok := chunkSize(line)
@@ -314,7 +311,7 @@ func (c *chunkedBody) crlf() error {
 func (c *chunkedBody) trailer() error {
 	for {
 		line, err := c.line()
-		if errors.Is(err, bufio.ErrBufferFull) {
+		if err == bufio.ErrBufferFull {
 			c.br.Discard(len(line))
 			c.long = true
 			continue
@@ -332,12 +329,16 @@ func (c *chunkedBody) trailer() error {
 }
 
 // chunkReadError is what reading the framing failed with: a line longer
-// than the reader's buffer is broken framing, an end is unexpected.
+// than the reader's buffer (line's bufio.ErrBufferFull) is broken framing,
+// an end is unexpected. The errors come bare from bufio and line, and a
+// pumped read that would block passes here every event: plain comparisons,
+// not errors.Is, whose type assertions fill a runtime cache (an
+// allocation) the first time each error type passes.
 func chunkReadError(err error) error {
-	switch {
-	case errors.Is(err, bufio.ErrBufferFull):
+	switch err {
+	case bufio.ErrBufferFull:
 		return errChunk
-	case err == io.EOF:
+	case io.EOF:
 		return io.ErrUnexpectedEOF
 	}
 	return err
