@@ -35,7 +35,7 @@ func countCalls(t *testing.T) (calls, eagain *atomic.Int64) {
 		count(errno)
 		return n, errno
 	}
-	sysWritev = func(fd uintptr, iov []syscall.Iovec) (int, syscall.Errno) {
+	sysWritev = func(fd uintptr, iov []unix.Iovec) (int, syscall.Errno) {
 		n, errno := writev(fd, iov)
 		count(errno)
 		return n, errno
