@@ -13,6 +13,10 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// observerHotBytes is the start of an answerObserver that every event
+// reads (TestObserverHotLines).
+const observerHotBytes = 120
+
 // answerObserver watches the answer to one guarded request as it passes:
 // its API's answer reads each event, and small parts, each owning its
 // state, act on what it read:

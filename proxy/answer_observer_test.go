@@ -66,8 +66,8 @@ func TestObserverHotLines(t *testing.T) {
 		"watch.content":   {w + unsafe.Offsetof(o.watch.content), unsafe.Sizeof(o.watch.content)},
 	}
 	for name, f := range hot {
-		if f[0]+f[1] > 120 {
-			t.Errorf("answerObserver.%s at bytes %d-%d: not in bytes 0-119", name, f[0], f[0]+f[1]-1)
+		if f[0]+f[1] > observerHotBytes {
+			t.Errorf("answerObserver.%s at bytes %d-%d: not in the first %d", name, f[0], f[0]+f[1]-1, observerHotBytes)
 		}
 	}
 	for range 100 {

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -344,7 +346,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
 	}
 	s.obs.StreamOpened()
-	s.setStreamWriter(ctx, st.relay)
+	st.body = s.setStreamWriter(ctx, st.relay)
 }
 
 // openStream is one stream that relayStream relays. It lives on the heap,
@@ -366,6 +368,7 @@ type openStream struct {
 	cause atomic.Pointer[error]
 	rl    streamRelay
 	stats relayStats
+	body  *streamBody // nil for HTTP/1.0, which writes no chunks
 }
 
 // abort ends the stream early; ub's Close is safe against the read it
@@ -379,6 +382,7 @@ func (st *openStream) abort(err error) {
 // relay is the stream's body writer.
 func (st *openStream) relay(w *bufio.Writer) {
 	watch := st.s.peers.watch(st.conn, func() { st.abort(errClientGone) })
+	st.listLines(w)
 	if stop := st.rl.relayBody(w, st.ub, st.start, &st.stats); stop != nil {
 		st.abort(stop)
 	}
@@ -420,6 +424,43 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 	st.ub.Close(final)
 	st.s.respond(st.rl.obs, st.method, st.path, final, observe.ResponseInfo{Status: st.status, Streamed: true,
 		UpstreamLatency: st.headerLatency, TTFB: st.stats.ttfb, Duration: time.Since(st.start), Events: st.stats.events, Bytes: written})
+}
+
+// listLines lists in st.rl.hot the lines of st's objects that relaying an
+// event reads (hotLines): all of them are made by the time the stream's
+// writer runs, and live as long as the stream.
+func (st *openStream) listLines(w *bufio.Writer) {
+	h := &st.rl.hot
+	h.add(unsafe.Pointer(&st.rl), unsafe.Sizeof(st.rl))
+	h.add(unsafe.Pointer(&st.stats), unsafe.Sizeof(st.stats))
+	h.add(unsafe.Pointer(w), unsafe.Sizeof(*w))
+	if st.body != nil {
+		h.add(unsafe.Pointer(st.body), unsafe.Sizeof(*st.body))
+	}
+	if cc, ok := st.conn.(*clientConn); ok {
+		if rc, ok := cc.Conn.(*rawsock.Conn); ok {
+			h.add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
+		}
+	}
+	ub := st.ub
+	h.add(unsafe.Pointer(ub), unsafe.Sizeof(*ub))
+	h.add(unsafe.Pointer(ub.conn), unsafe.Sizeof(*ub.conn))
+	if rc, ok := ub.conn.Conn.(*rawsock.Conn); ok {
+		h.add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
+	}
+	if cb, ok := ub.r.(*chunkedBody); ok {
+		h.add(unsafe.Pointer(cb), unsafe.Sizeof(*cb))
+		if cb.own != nil {
+			h.add(unsafe.Pointer(cb.own), unsafe.Sizeof(*cb.own))
+		}
+	}
+	h.add(unsafe.Pointer(st.rl.rd), unsafe.Sizeof(*st.rl.rd))
+	if o, ok := st.rl.obs.(*answerObserver); ok {
+		h.add(unsafe.Pointer(o), observerHotBytes)
+		if a, ok := o.answer.(*chatStream); ok {
+			h.add(unsafe.Pointer(a), unsafe.Sizeof(*a))
+		}
+	}
 }
 
 // relayStats is what relay counts of a stream.

@@ -17,10 +17,9 @@ import (
 //
 // fasthttp no longer counts a connection it handed over; s.handedOver does,
 // so that Shutdown waits for these streams as for the others.
-func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
+func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) *streamBody {
 	if ctx.Request.Header.IsHTTP11() {
-		setBodyWriter(ctx, write)
-		return
+		return setBodyWriter(ctx, write)
 	}
 	// -2: no Content-Length and no Transfer-Encoding; it also sets
 	// "Connection: close".
@@ -39,4 +38,5 @@ func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.W
 		write(w)
 		_ = w.Flush()
 	})
+	return nil
 }

@@ -20,12 +20,14 @@ import (
 // stream. A body that implements fasthttp.BodyWriterTo is instead written by
 // the connection's goroutine, each Write framed as one chunk and flushed at
 // once. write's Flush after every event is what sends it, as before.
-func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
+func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) *streamBody {
 	conn := ctx.Conn()
 	if cc, ok := conn.(*clientConn); ok {
 		conn = cc.Conn // writev reaches the socket (rawsock) only unwrapped
 	}
-	ctx.Response.SetBodyStream(&streamBody{write: write, cw: chunkWriter{conn: connBuffers{conn}}}, -1)
+	b := &streamBody{write: write, cw: chunkWriter{conn: connBuffers{conn}}}
+	ctx.Response.SetBodyStream(b, -1)
+	return b
 }
 
 // streamBodyBuf is the writer's own buffer. An event larger than it goes to
