@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/loopguard/loopguard/internal/hotlines"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -91,13 +92,15 @@ type streamRelay struct {
 	// warmed is what warm loaded: a use, so that the compiler keeps the
 	// loads.
 	warmed byte
-	hot    hotLines // what warm loads first
+	// hot lists what relaying an event reads first; the pump loads it
+	// when the upstream's socket became readable (rawsock.Conn.Pump).
+	hot hotlines.List
 }
 
 // warm loads, when the upstream's socket became readable, what relaying
-// its next event reads: first the lines of the stream's objects (hotLines),
-// then, found through those, the reader's buffer, the body's reader's and
-// the observer's tables. With thousands of open streams all of it has left
+// its next event reads that r.hot cannot list, found through what it
+// lists: the reader's buffer where the next read lands, the body's
+// reader's, and the observer's tables. With thousands of open streams all of it has left
 // the cache between two events (issue 18). Loading changes nothing, and a
 // panic in it (there is none) would only skip it.
 func (r *streamRelay) warm(ub *upstreamBody) {
@@ -105,7 +108,6 @@ func (r *streamRelay) warm(ub *upstreamBody) {
 		return
 	}
 	defer func() { _ = recover() }()
-	r.hot.load()
 	r.warmed = r.rd.Warm() + ub.warm()
 	if r.obs != nil {
 		r.obs.warm()

@@ -427,38 +427,38 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 }
 
 // listLines lists in st.rl.hot the lines of st's objects that relaying an
-// event reads (hotLines): all of them are made by the time the stream's
-// writer runs, and live as long as the stream.
+// event reads (package hotlines): all of them are made by the time the
+// stream's writer runs, and live as long as the stream.
 func (st *openStream) listLines(w *bufio.Writer) {
 	h := &st.rl.hot
-	h.add(unsafe.Pointer(&st.rl), unsafe.Sizeof(st.rl))
-	h.add(unsafe.Pointer(&st.stats), unsafe.Sizeof(st.stats))
-	h.add(unsafe.Pointer(w), unsafe.Sizeof(*w))
+	h.Add(unsafe.Pointer(&st.rl), unsafe.Sizeof(st.rl))
+	h.Add(unsafe.Pointer(&st.stats), unsafe.Sizeof(st.stats))
+	h.Add(unsafe.Pointer(w), unsafe.Sizeof(*w))
 	if st.body != nil {
-		h.add(unsafe.Pointer(st.body), unsafe.Sizeof(*st.body))
+		h.Add(unsafe.Pointer(st.body), unsafe.Sizeof(*st.body))
 	}
 	if cc, ok := st.conn.(*clientConn); ok {
 		if rc, ok := cc.Conn.(*rawsock.Conn); ok {
-			h.add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
+			h.Add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
 		}
 	}
 	ub := st.ub
-	h.add(unsafe.Pointer(ub), unsafe.Sizeof(*ub))
-	h.add(unsafe.Pointer(ub.conn), unsafe.Sizeof(*ub.conn))
+	h.Add(unsafe.Pointer(ub), unsafe.Sizeof(*ub))
+	h.Add(unsafe.Pointer(ub.conn), unsafe.Sizeof(*ub.conn))
 	if rc, ok := ub.conn.Conn.(*rawsock.Conn); ok {
-		h.add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
+		h.Add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
 	}
 	if cb, ok := ub.r.(*chunkedBody); ok {
-		h.add(unsafe.Pointer(cb), unsafe.Sizeof(*cb))
+		h.Add(unsafe.Pointer(cb), unsafe.Sizeof(*cb))
 		if cb.own != nil {
-			h.add(unsafe.Pointer(cb.own), unsafe.Sizeof(*cb.own))
+			h.Add(unsafe.Pointer(cb.own), unsafe.Sizeof(*cb.own))
 		}
 	}
-	h.add(unsafe.Pointer(st.rl.rd), unsafe.Sizeof(*st.rl.rd))
+	h.Add(unsafe.Pointer(st.rl.rd), unsafe.Sizeof(*st.rl.rd))
 	if o, ok := st.rl.obs.(*answerObserver); ok {
-		h.add(unsafe.Pointer(o), observerHotBytes)
+		h.Add(unsafe.Pointer(o), observerHotBytes)
 		if a, ok := o.answer.(*chatStream); ok {
-			h.add(unsafe.Pointer(a), unsafe.Sizeof(*a))
+			h.Add(unsafe.Pointer(a), unsafe.Sizeof(*a))
 		}
 	}
 }
@@ -480,7 +480,7 @@ func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Ti
 		r.warm(ub)
 		at, stop = r.relay(w, ub, start, st, true)
 		return at != relayWait
-	})
+	}, &r.hot)
 	switch {
 	case !pumped:
 	case at == relayWait: // what ended the pump's wait: idle, closed

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/hotlines"
 	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -342,7 +343,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 
 // pumper is a connection that can be pumped: rawsock.Conn on Linux.
 type pumper interface {
-	Pump(step func() bool) error
+	Pump(step func() bool, lines *hotlines.List) error
 }
 
 // pump runs step as rawsock.Conn.Pump does, while Read returns
@@ -350,8 +351,8 @@ type pumper interface {
 // TCP connection; false, without calling step, for any other. The body's
 // idle timeout counts from when step last returned false; pump ends with
 // errIdle once it passed, or with what else ended the wait (the connection
-// closed).
-func (b *upstreamBody) pump(step func() bool) (pumped bool, err error) {
+// closed). lines lists what step reads first (rawsock.Conn.Pump).
+func (b *upstreamBody) pump(step func() bool, lines *hotlines.List) (pumped bool, err error) {
 	cb, chunked := b.r.(*chunkedBody)
 	p, ok := b.conn.Conn.(pumper)
 	if !chunked || cb.own == nil || !ok || b.raw != net.Conn(b.conn) || b.closed.Load() {
@@ -373,7 +374,7 @@ func (b *upstreamBody) pump(step func() bool) (pumped bool, err error) {
 		return false
 	}
 	for {
-		err = p.Pump(wait)
+		err = p.Pump(wait, lines)
 		if err == nil || b.idle == 0 || !isTimeout(err) {
 			break
 		}

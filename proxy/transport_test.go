@@ -533,7 +533,7 @@ func TestUpstreamBodyIdleTimeout(t *testing.T) {
 				}
 				if !pumped {
 					read()
-				} else if ok, perr := body.pump(read); !ok {
+				} else if ok, perr := body.pump(read, nil); !ok {
 					t.Fatal("a chunked body on a TCP connection was not pumped")
 				} else if perr != nil {
 					err = perr

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/loopguard/loopguard/internal/hotlines"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,6 +39,8 @@ type Conn struct {
 	// there took all the socket held, when step last returned false to
 	// wait, and whether that wait was short (ahead).
 	step    func() bool
+	lines   *hotlines.List
+	loaded  byte // what lines held: a use, so that the loads stay
 	pumpf   func(fd uintptr) bool
 	pumpFD  uintptr
 	pumping bool
@@ -176,11 +179,16 @@ func (c *Conn) read(fd uintptr) bool {
 // costs a park, a poll and a wake where a read would have found them. So
 // after a wait shorter than aheadWait, Read reads on after a short read,
 // until a read finds nothing.
-func (c *Conn) Pump(step func() bool) error {
+//
+// lines, when not nil, lists what step reads first; Pump loads it each
+// time the socket became readable, before it calls step: that is the
+// first the relay learns of an event, a pointer or two earlier than step
+// could (package hotlines).
+func (c *Conn) Pump(step func() bool, lines *hotlines.List) error {
 	c.rmu.Lock()
-	c.step, c.pumping = step, true
+	c.step, c.lines, c.pumping = step, lines, true
 	err := c.raw.Read(c.pumpf)
-	c.step, c.pumping = nil, false
+	c.step, c.lines, c.pumping = nil, nil, false
 	c.rmu.Unlock()
 	if err != nil {
 		return c.opError("read", err)
@@ -191,6 +199,9 @@ func (c *Conn) Pump(step func() bool) error {
 // pump is raw's callback for Pump: the socket became readable (or this is
 // the first call), so Read reads again.
 func (c *Conn) pump(fd uintptr) bool {
+	if c.lines != nil {
+		c.loaded = c.lines.Load()
+	}
 	c.pumpFD, c.drained = fd, false
 	c.ahead = c.waitAt != 0 && monotonic()-c.waitAt < aheadWait
 	if c.step() {

@@ -10,47 +10,6 @@ import (
 	"github.com/loopguard/loopguard/sse"
 )
 
-func TestHotLinesAdd(t *testing.T) {
-	tests := []struct {
-		name  string
-		sizes []uintptr
-		want  int
-	}{
-		{"a byte is a line", []uintptr{1}, 1},
-		{"a line", []uintptr{64}, 1},
-		{"a byte over", []uintptr{65}, 2},
-		{"a large object, its first lines", []uintptr{4096}, hotObjectLines},
-		{"no more than the list holds", []uintptr{4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096}, hotLinesMax},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var h hotLines
-			mem := make([]byte, 4096)
-			for _, size := range tt.sizes {
-				h.add(unsafe.Pointer(&mem[0]), size)
-			}
-			if h.n != tt.want {
-				t.Fatalf("%d lines listed; want %d", h.n, tt.want)
-			}
-			for i, p := range h.at[:h.n] {
-				if off := uintptr(p) - uintptr(unsafe.Pointer(&mem[0])); off%cacheLine != 0 || off >= 4096 {
-					t.Errorf("line %d at offset %d", i, off)
-				}
-			}
-			mem[0] = 7
-			h.load()
-			if h.sum == 0 {
-				t.Error("load read none of the lines")
-			}
-		})
-	}
-	var h hotLines
-	h.add(nil, 64)
-	if h.n != 0 {
-		t.Errorf("nil listed %d lines", h.n)
-	}
-}
-
 // TestListLines: the list of an open stream names every object relaying
 // an event goes through, from the upstream's socket to the client's.
 func TestListLines(t *testing.T) {
@@ -84,9 +43,9 @@ func TestListLines(t *testing.T) {
 	w := bufio.NewWriterSize(nil, streamBodyBuf)
 	st.listLines(w)
 
-	t.Logf("%d lines listed", st.rl.hot.n)
+	t.Logf("%d lines listed", st.rl.hot.Len())
 	listed := map[unsafe.Pointer]bool{}
-	for _, p := range st.rl.hot.at[:st.rl.hot.n] {
+	for _, p := range st.rl.hot.Lines() {
 		listed[p] = true
 	}
 	for name, p := range map[string]unsafe.Pointer{
