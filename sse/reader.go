@@ -214,10 +214,24 @@ func (r *Reader) NextBuffered() (Event, bool) {
 // of open streams calls it when a stream's socket became readable, so that
 // these cache misses are in flight together with its others.
 func (r *Reader) Warm() byte {
-	if len(r.buf) == 0 {
+	at := r.landing()
+	if at >= len(r.buf) {
 		return byte(r.w)
 	}
-	return r.buf[min(r.w, len(r.buf)-1)] + byte(r.line)
+	// An event of a model's stream, a delta in JSON, is a few hundred
+	// bytes: the line where it lands and the next.
+	return r.buf[at] + r.buf[min(at+64, len(r.buf)-1)] + byte(r.line)
+}
+
+// landing is where in buf the next read lands: fill slides the unfinished
+// event to the front first when it is all that is left (free) or when the
+// tail is too short for a useful read. Most often the last event was read
+// whole, and the next lands at the front.
+func (r *Reader) landing() int {
+	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
+		return r.w - r.r
+	}
+	return r.w
 }
 
 // Ready reports whether ReadReady would read: the underlying reader is a
@@ -451,9 +465,8 @@ func (r *Reader) fill() (wouldBlock bool) {
 	if r.buf == nil {
 		r.buf = make([]byte, min(initialBufSize, r.max))
 	}
-	// Slide the unfinished event to the front when it is all that is left
-	// (free) or when the tail is too short for a useful read.
-	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
+	// Slide the unfinished event to the front first (landing).
+	if r.landing() != r.w {
 		r.shift(r.r)
 		r.w = copy(r.buf, r.buf[r.r:r.w])
 		r.r = 0
