@@ -94,7 +94,8 @@ type streamRelay struct {
 	warmed byte
 	// hot lists what relaying an event reads first; the pump loads it
 	// when the upstream's socket became readable (rawsock.Conn.Pump).
-	hot hotlines.List
+	hot  hotlines.List
+	step relayStep // relayBody's, while it pumps
 }
 
 // warm loads, when the upstream's socket became readable, what relaying

@@ -432,6 +432,7 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 func (st *openStream) listLines(w *bufio.Writer) {
 	h := &st.rl.hot
 	h.Add(unsafe.Pointer(&st.rl), unsafe.Sizeof(st.rl))
+	h.Add(unsafe.Pointer(&st.rl.step), unsafe.Sizeof(st.rl.step))
 	h.Add(unsafe.Pointer(&st.stats), unsafe.Sizeof(st.stats))
 	h.Add(unsafe.Pointer(w), unsafe.Sizeof(*w))
 	if st.body != nil {
@@ -475,12 +476,10 @@ type relayStats struct {
 // (upstreamBody.pump) is relayed within the pump, where the read after an
 // event that finds nothing yet costs no system call.
 func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Time, st *relayStats) (stop error) {
-	at := relayWait
-	pumped, err := ub.pump(func() bool {
-		r.warm(ub)
-		at, stop = r.relay(w, ub, start, st, true)
-		return at != relayWait
-	}, &r.hot)
+	r.step = relayStep{r: r, w: w, ub: ub, start: start, st: st, at: relayWait}
+	pumped, err := ub.pump(&r.step, &r.hot)
+	at, stop := r.step.at, r.step.stop
+	r.step = relayStep{}
 	switch {
 	case !pumped:
 	case at == relayWait: // what ended the pump's wait: idle, closed
@@ -491,6 +490,24 @@ func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Ti
 	}
 	_, stop = r.relay(w, ub, start, st, false)
 	return stop
+}
+
+// relayStep is relayBody's pumped step, a part of the stream's relay, which
+// its hot lines list (rawsock.Stepper): relay until a read would wait.
+type relayStep struct {
+	r     *streamRelay
+	w     *bufio.Writer
+	ub    *upstreamBody
+	start time.Time
+	st    *relayStats
+	at    relayed
+	stop  error
+}
+
+func (s *relayStep) Step() bool {
+	s.r.warm(s.ub)
+	s.at, s.stop = s.r.relay(s.w, s.ub, s.start, s.st, true)
+	return s.at != relayWait
 }
 
 // relayed is where relay left a stream.

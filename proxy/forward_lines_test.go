@@ -49,7 +49,7 @@ func TestListLines(t *testing.T) {
 		listed[p] = true
 	}
 	for name, p := range map[string]unsafe.Pointer{
-		"relay": unsafe.Pointer(&st.rl), "stats": unsafe.Pointer(&st.stats),
+		"relay": unsafe.Pointer(&st.rl), "relay step": unsafe.Pointer(&st.rl.step), "stats": unsafe.Pointer(&st.stats),
 		"writer": unsafe.Pointer(w), "body": unsafe.Pointer(st.body), "client socket": unsafe.Pointer(client),
 		"upstream body": unsafe.Pointer(ub), "upstream conn": unsafe.Pointer(tc), "upstream socket": unsafe.Pointer(upstream),
 		"chunked body": unsafe.Pointer(cb), "chunked reader": unsafe.Pointer(cb.own), "event reader": unsafe.Pointer(st.rl.rd),

@@ -299,10 +299,11 @@ type upstreamBody struct {
 	eof bool
 	// pumped: Read is called within pump's step, on the goroutine that
 	// pumps; it never waits.
-	pumped bool
-	n      int64
-	closed atomic.Bool
-	once   sync.Once
+	pumped   bool
+	idleStep idleStep // pump's
+	n        int64
+	closed   atomic.Bool
+	once     sync.Once
 }
 
 // Read reads the body, starting the idle timeout anew (trackedConn) and
@@ -343,7 +344,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 
 // pumper is a connection that can be pumped: rawsock.Conn on Linux.
 type pumper interface {
-	Pump(step func() bool, lines *hotlines.List) error
+	Pump(step rawsock.Stepper, lines *hotlines.List) error
 }
 
 // pump runs step as rawsock.Conn.Pump does, while Read returns
@@ -352,29 +353,16 @@ type pumper interface {
 // idle timeout counts from when step last returned false; pump ends with
 // errIdle once it passed, or with what else ended the wait (the connection
 // closed). lines lists what step reads first (rawsock.Conn.Pump).
-func (b *upstreamBody) pump(step func() bool, lines *hotlines.List) (pumped bool, err error) {
+func (b *upstreamBody) pump(step rawsock.Stepper, lines *hotlines.List) (pumped bool, err error) {
 	cb, chunked := b.r.(*chunkedBody)
 	p, ok := b.conn.Conn.(pumper)
 	if !chunked || cb.own == nil || !ok || b.raw != net.Conn(b.conn) || b.closed.Load() {
 		return false, nil
 	}
 	b.pumped = true
-	read := b.conn.read.Load()
-	wait := func() bool {
-		if step() {
-			return true
-		}
-		// The wait starts now if bytes came since the last; a call that
-		// found nothing (the first after a deadline was moved) goes on
-		// waiting from when it was.
-		if b.idle > 0 && b.conn.read.Load() != read {
-			read = b.conn.read.Load()
-			b.conn.waitFrom = time.Now()
-		}
-		return false
-	}
+	b.idleStep = idleStep{b: b, step: step, read: b.conn.read.Load()}
 	for {
-		err = p.Pump(wait, lines)
+		err = p.Pump(&b.idleStep, lines)
 		if err == nil || b.idle == 0 || !isTimeout(err) {
 			break
 		}
@@ -387,8 +375,31 @@ func (b *upstreamBody) pump(step func() bool, lines *hotlines.List) (pumped bool
 		// since (trackedConn.Read).
 		_ = b.conn.Conn.SetReadDeadline(due)
 	}
-	b.pumped = false
+	b.pumped, b.idleStep = false, idleStep{}
 	return true, err
+}
+
+// idleStep is the step upstreamBody.pump pumps: the relay's, then the idle
+// timeout's bookkeeping. It is a part of the body, which the pump's hot
+// lines list (rawsock.Stepper).
+type idleStep struct {
+	b    *upstreamBody
+	step rawsock.Stepper
+	read int64 // the connection's bytes read when step last waited
+}
+
+func (s *idleStep) Step() bool {
+	if s.step.Step() {
+		return true
+	}
+	// The wait starts now if bytes came since the last; a call that found
+	// nothing (the first after a deadline was moved) goes on waiting from
+	// when it was.
+	if b := s.b; b.idle > 0 && b.conn.read.Load() != s.read {
+		s.read = b.conn.read.Load()
+		b.conn.waitFrom = time.Now()
+	}
+	return false
 }
 
 // warm loads what the body's next Read reads (streamRelay.warm): its

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
 )
@@ -533,7 +534,7 @@ func TestUpstreamBodyIdleTimeout(t *testing.T) {
 				}
 				if !pumped {
 					read()
-				} else if ok, perr := body.pump(read, nil); !ok {
+				} else if ok, perr := body.pump(rawsock.StepFunc(read), nil); !ok {
 					t.Fatal("a chunked body on a TCP connection was not pumped")
 				} else if perr != nil {
 					err = perr

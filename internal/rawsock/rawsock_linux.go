@@ -38,7 +38,7 @@ type Conn struct {
 	// Pump's: its step, the socket while step runs, whether the last read
 	// there took all the socket held, when step last returned false to
 	// wait, and whether that wait was short (ahead).
-	step    func() bool
+	step    Stepper
 	lines   *hotlines.List
 	loaded  byte // what lines held: a use, so that the loads stay
 	pumpf   func(fd uintptr) bool
@@ -184,7 +184,7 @@ func (c *Conn) read(fd uintptr) bool {
 // time the socket became readable, before it calls step: that is the
 // first the relay learns of an event, a pointer or two earlier than step
 // could (package hotlines).
-func (c *Conn) Pump(step func() bool, lines *hotlines.List) error {
+func (c *Conn) Pump(step Stepper, lines *hotlines.List) error {
 	c.rmu.Lock()
 	c.step, c.lines, c.pumping = step, lines, true
 	err := c.raw.Read(c.pumpf)
@@ -204,7 +204,7 @@ func (c *Conn) pump(fd uintptr) bool {
 	}
 	c.pumpFD, c.drained = fd, false
 	c.ahead = c.waitAt != 0 && monotonic()-c.waitAt < aheadWait
-	if c.step() {
+	if c.step.Step() {
 		return true
 	}
 	c.waitAt = monotonic()

@@ -222,7 +222,7 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 			}()
 			buf := make([]byte, 64)
 			read := 0
-			err := c.Pump(func() bool {
+			err := c.Pump(StepFunc(func() bool {
 				for {
 					n, err := c.Read(buf)
 					if err == ErrWouldBlock {
@@ -238,7 +238,7 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 					}
 					got <- read
 				}
-			}, nil)
+			}), nil)
 			if err != nil {
 				t.Fatalf("Pump = %v", err)
 			}
@@ -259,7 +259,7 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 		lines.Add(unsafe.Pointer(&mem[0]), uintptr(len(mem)))
 		buf := make([]byte, 64)
 		steps := 0
-		err := c.Pump(func() bool {
+		err := c.Pump(StepFunc(func() bool {
 			steps++
 			if want := byte(steps - 1); c.loaded != want {
 				t.Errorf("step %d found %d loaded; want %d", steps, c.loaded, want)
@@ -278,7 +278,7 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 				}
 				return false
 			}
-		}, &lines)
+		}), &lines)
 		if err != nil || steps < 3 {
 			t.Errorf("Pump = %v after %d steps", err, steps)
 		}
@@ -291,10 +291,10 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 			c.Close()
 		}()
 		buf := make([]byte, 64)
-		err := c.Pump(func() bool {
+		err := c.Pump(StepFunc(func() bool {
 			_, err := c.Read(buf)
 			return err != ErrWouldBlock
-		}, nil)
+		}), nil)
 		if !errors.Is(err, net.ErrClosed) {
 			t.Errorf("Pump on a socket closed under it = %v; want net.ErrClosed", err)
 		}
