@@ -96,6 +96,9 @@ type streamRelay struct {
 	// when the upstream's socket became readable (rawsock.Conn.Pump).
 	hot  hotlines.List
 	step relayStep // relayBody's, while it pumps
+	// listedDetector: hot lists the text detector, which the observer
+	// makes with the answer's first text.
+	listedDetector bool
 }
 
 // warm loads, when the upstream's socket became readable, what relaying
@@ -109,6 +112,9 @@ func (r *streamRelay) warm(ub *upstreamBody) {
 		return
 	}
 	defer func() { _ = recover() }()
+	if !r.listedDetector {
+		r.listDetector()
+	}
 	r.warmed = r.rd.Warm() + ub.warm()
 	if r.obs != nil {
 		r.obs.warm()

@@ -11,8 +11,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/loopguard/loopguard/internal/hotlines"
 	"github.com/loopguard/loopguard/internal/rawjson"
-	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -426,6 +426,11 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 		UpstreamLatency: st.headerLatency, TTFB: st.stats.ttfb, Duration: time.Since(st.start), Events: st.stats.events, Bytes: written})
 }
 
+// lineAdder is a socket that lists its own hot lines: rawsock.Conn.
+type lineAdder interface {
+	AddLines(l *hotlines.List)
+}
+
 // listLines lists in st.rl.hot the lines of st's objects that relaying an
 // event reads (package hotlines): all of them are made by the time the
 // stream's writer runs, and live as long as the stream.
@@ -439,15 +444,15 @@ func (st *openStream) listLines(w *bufio.Writer) {
 		h.Add(unsafe.Pointer(st.body), unsafe.Sizeof(*st.body))
 	}
 	if cc, ok := st.conn.(*clientConn); ok {
-		if rc, ok := cc.Conn.(*rawsock.Conn); ok {
-			h.Add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
+		if l, ok := cc.Conn.(lineAdder); ok {
+			l.AddLines(h)
 		}
 	}
 	ub := st.ub
 	h.Add(unsafe.Pointer(ub), unsafe.Sizeof(*ub))
 	h.Add(unsafe.Pointer(ub.conn), unsafe.Sizeof(*ub.conn))
-	if rc, ok := ub.conn.Conn.(*rawsock.Conn); ok {
-		h.Add(unsafe.Pointer(rc), unsafe.Sizeof(*rc))
+	if l, ok := ub.conn.Conn.(lineAdder); ok {
+		l.AddLines(h)
 	}
 	if cb, ok := ub.r.(*chunkedBody); ok {
 		h.Add(unsafe.Pointer(cb), unsafe.Sizeof(*cb))
@@ -461,6 +466,20 @@ func (st *openStream) listLines(w *bufio.Writer) {
 		if a, ok := o.answer.(*chatStream); ok {
 			h.Add(unsafe.Pointer(a), unsafe.Sizeof(*a))
 		}
+	}
+}
+
+// listDetector adds the lines of the observer's text detector to r.hot
+// once it exists.
+func (r *streamRelay) listDetector() {
+	o, ok := r.obs.(*answerObserver)
+	if !ok {
+		r.listedDetector = true // nothing to list, ever
+		return
+	}
+	if d := o.watch.content[0]; d != nil {
+		r.hot.Add(unsafe.Pointer(d), unsafe.Sizeof(*d))
+		r.listedDetector = true
 	}
 }
 

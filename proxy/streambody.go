@@ -25,7 +25,13 @@ func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) *strea
 	if cc, ok := conn.(*clientConn); ok {
 		conn = cc.Conn // writev reaches the socket (rawsock) only unwrapped
 	}
-	b := &streamBody{write: write, cw: chunkWriter{conn: connBuffers{conn}}}
+	// The socket itself writes buffers (rawsock.Conn): one object fewer
+	// for every chunk to reach, and one the stream's hot lines list.
+	bw, ok := conn.(buffersWriter)
+	if !ok {
+		bw = connBuffers{conn}
+	}
+	b := &streamBody{write: write, cw: chunkWriter{conn: bw}}
 	ctx.Response.SetBodyStream(b, -1)
 	return b
 }

@@ -74,6 +74,10 @@ func Wrap(c net.Conn) net.Conn {
 	return rc
 }
 
+// AddLines lists the connection's own state in l, for a stream whose
+// events read it (package hotlines).
+func (c *Conn) AddLines(l *hotlines.List) { l.Add(unsafe.Pointer(c), unsafe.Sizeof(*c)) }
+
 // SyscallConn returns the socket's raw connection: the wrapper must not hide
 // it from those who watch the socket (the proxy's peer watcher).
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
@@ -270,12 +274,14 @@ func (c *Conn) Write(p []byte) (int, error) {
 // socket in a Conn, and would write each buffer with a call of its own.
 func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
 	if rc, ok := c.(*Conn); ok {
-		return rc.writeBuffers(v)
+		return rc.WriteBuffers(v)
 	}
 	return v.WriteTo(c)
 }
 
-func (c *Conn) writeBuffers(v *net.Buffers) (int64, error) {
+// WriteBuffers writes all of v and consumes it, with one writev a few
+// buffers.
+func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
 	c.wmu.Lock()
 	c.wbufs, c.wn = v, 0
 	err := c.raw.Write(c.writevf)

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/sse"
+	"github.com/valyala/fasthttp"
 )
 
 // TestListLines: the list of an open stream names every object relaying
@@ -58,5 +60,39 @@ func TestListLines(t *testing.T) {
 		if !listed[p] {
 			t.Errorf("%s not listed", name)
 		}
+	}
+
+	// The text detector comes with the answer's first text.
+	n := st.rl.hot.Len()
+	st.rl.listDetector()
+	if st.rl.hot.Len() != n || st.rl.listedDetector {
+		t.Fatalf("a detector not made yet listed")
+	}
+	d := inspect.NewDegeneration(inspect.StreamConfig{})
+	obs.watch.content[0] = d
+	defer func() { obs.watch.content[0] = nil }()
+	st.rl.listDetector()
+	if lines := st.rl.hot.Lines(); !st.rl.listedDetector || len(lines) == n || lines[n] != unsafe.Pointer(d) {
+		t.Errorf("the detector not listed once made")
+	}
+}
+
+// TestChunkWriterSocket: a stream's chunks go to the client's socket
+// itself, which the stream's hot lines list, not through a wrapper of
+// their own; a connection that is not a socket gets one.
+func TestChunkWriterSocket(t *testing.T) {
+	_, accepted := tcpPair(t)
+	sock := rawsock.Wrap(accepted)
+	var ctx fasthttp.RequestCtx
+	ctx.Init2(&clientConn{Conn: sock}, nil, false)
+	if b := setBodyWriter(&ctx, nil); b.cw.conn != sock.(buffersWriter) {
+		t.Errorf("chunks go to %T; want the socket", b.cw.conn)
+	}
+	pipe, other := net.Pipe()
+	defer pipe.Close()
+	defer other.Close()
+	ctx.Init2(pipe, nil, false)
+	if b := setBodyWriter(&ctx, nil); b.cw.conn != (connBuffers{pipe}) {
+		t.Errorf("chunks to a pipe go to %T; want connBuffers", b.cw.conn)
 	}
 }
