@@ -64,6 +64,7 @@ func TestListLines(t *testing.T) {
 
 	// The text detector comes with the answer's first text.
 	n := st.rl.hot.Len()
+	obs.watch.content[0] = nil // a pooled observer may have had one
 	st.rl.listDetector()
 	if st.rl.hot.Len() != n || st.rl.listedDetector {
 		t.Fatalf("a detector not made yet listed")
