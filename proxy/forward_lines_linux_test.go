@@ -15,21 +15,7 @@ import (
 // TestListLines: the list of an open stream names every object relaying
 // an event goes through, from the upstream's socket to the client's.
 func TestListLines(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dialed, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dialed.Close()
-	accepted, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer accepted.Close()
+	dialed, accepted := tcpPair(t)
 	client := rawsock.Wrap(accepted).(*rawsock.Conn)
 	upstream := rawsock.Wrap(dialed).(*rawsock.Conn)
 
