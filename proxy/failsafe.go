@@ -104,9 +104,9 @@ type streamRelay struct {
 // warm loads, when the upstream's socket became readable, what relaying
 // its next event reads that r.hot cannot list, found through what it
 // lists: the reader's buffer where the next read lands, the body's
-// reader's, and the observer's tables. With thousands of open streams all of it has left
-// the cache between two events (issue 18). Loading changes nothing, and a
-// panic in it (there is none) would only skip it.
+// reader's, and the observer's tables. With thousands of open streams all
+// of it has left the cache between two events (issue 18). Loading changes
+// nothing, and a panic in it (there is none) would only skip it.
 func (r *streamRelay) warm(ub *upstreamBody) {
 	if r.raw {
 		return

@@ -23,7 +23,7 @@ import (
 func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) *streamBody {
 	conn := ctx.Conn()
 	if cc, ok := conn.(*clientConn); ok {
-		conn = cc.Conn // writev reaches the socket (rawsock) only unwrapped
+		conn = cc.Conn // one gathering write reaches the socket (rawsock) only unwrapped
 	}
 	// The socket itself writes buffers (rawsock.Conn): one object fewer
 	// for every chunk to reach, and one the stream's hot lines list.
@@ -65,10 +65,11 @@ func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
 // chunkWriter writes each Write as one chunk. The first goes through
 // fasthttp's writer (chunks), which sends the response header with it; from
 // then on fasthttp's write buffer is empty (it flushes every chunk), and a
-// chunk goes to the connection in one writev of its size line, its data
-// and its CRLF, without fasthttp's writer, its buffer and its flush between,
-// and without a copy. A chunk larger than a burst (batchMax) still goes
-// through fasthttp's writer, which sends it in two or three writes.
+// chunk goes to the connection in one gathering write (sendmsg) of its size
+// line, its data and its CRLF, without fasthttp's writer, its buffer and its
+// flush between, and without a copy. A chunk larger than a burst (batchMax)
+// still goes through fasthttp's writer, which sends it in two or three
+// writes.
 type chunkWriter struct {
 	chunks io.Writer     // fasthttp's: a chunk a Write, flushed
 	conn   buffersWriter // the client's connection, under fasthttp's write buffer

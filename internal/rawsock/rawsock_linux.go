@@ -17,7 +17,7 @@ import (
 // call cannot be preempted, so a stop-the-world waits for it.
 const maxRW = 64 << 10
 
-// maxIov is how many buffers one writev takes; WriteBuffers sends more in
+// maxIov is how many buffers one sendmsg takes; WriteBuffers sends more in
 // several.
 const maxIov = 4
 
@@ -270,7 +270,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 }
 
 // WriteBuffers writes all of v to c and consumes it, as v.WriteTo(c) does,
-// with one writev a few buffers also when c is a *Conn: net.Buffers sees no
+// with one sendmsg a few buffers also when c is a *Conn: net.Buffers sees no
 // socket in a Conn, and would write each buffer with a call of its own.
 func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
 	if rc, ok := c.(*Conn); ok {
@@ -279,7 +279,7 @@ func WriteBuffers(c net.Conn, v *net.Buffers) (int64, error) {
 	return v.WriteTo(c)
 }
 
-// WriteBuffers writes all of v and consumes it, with one writev a few
+// WriteBuffers writes all of v and consumes it, with one sendmsg a few
 // buffers.
 func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
 	c.wmu.Lock()
@@ -317,7 +317,7 @@ func (c *Conn) write(fd uintptr) bool {
 	return true
 }
 
-// writev is raw's callback for writeBuffers, as write is for Write.
+// writev is raw's callback for WriteBuffers, as write is for Write.
 func (c *Conn) writev(fd uintptr) bool {
 	v := c.wbufs
 	for {
