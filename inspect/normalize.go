@@ -12,11 +12,14 @@ import (
 // runs of the same command that differ only in when, where and as which
 // process they ran compare equal: ANSI colour codes, timestamps and dates,
 // UUIDs, hex ids (8+ hex digits), memory addresses, durations, PIDs, temp
-// paths and trailing whitespace. Other numbers are kept: "3 failed" and
-// "2 failed" are different results.
+// paths, the values of labels that name runtime detail (`Chunk ID: 3fa9c1`,
+// `"durationMs": 101`, `request_id=r-77`: see labelledValue) and trailing
+// whitespace. Other numbers are kept: "3 failed" and "2 failed" are
+// different results.
 func appendNormalized(dst []byte, s string) []byte {
 	// Bytes are copied in runs: only a word that may be volatile, a '/'
-	// that may start a temp path, ESC, CR and LF stop a run. A word is
+	// that may start a temp path, a ':' or '=' that may follow a label,
+	// ESC, CR and LF stop a run. A word is
 	// volatile only if it starts a word and begins with a digit, is all hex
 	// digits (8+) or spells "pid"; every other word, most of any text, is
 	// skipped whole.
@@ -118,9 +121,120 @@ func appendNormalized(dst []byte, s string) []byte {
 				}
 			}
 			i++
+		default: // ':' or '='
+			if vs, ve := labelledValue(s, i); ve > 0 {
+				dst = append(dst, s[run:vs]...)
+				dst = append(dst, "<v>"...)
+				i = ve
+				run = i
+				continue
+			}
+			i++
 		}
 	}
 	return trimTrailingBlank(append(dst, s[run:]...))
+}
+
+// labelledValue finds the value after the ':' or '=' at s[i] when the
+// label before it names runtime detail: an id, a time, a duration or a
+// working directory, as in Codex's `Chunk ID: 3fa9c1`, a JSON result's
+// `"durationMs": 101` or `"requestId": "r-77"`, or `elapsed=3`. Such a
+// value changes on every run of the same command with the same outcome,
+// whatever its shape (six hex digits, a short number), so the label and
+// not the value says it is volatile. It returns the value's bounds
+// (without quotes), or ve == 0 when there is none to replace: another
+// label, an object or array value, a value that runs on past a line.
+func labelledValue(s string, i int) (vs, ve int) {
+	k := i
+	if k > 0 && (s[k-1] == '"' || s[k-1] == '\'') {
+		k--
+	}
+	end := k
+	for k > 0 && end-k <= maxLabel && (isWordByte(s[k-1]) || s[k-1] == '-') {
+		k--
+	}
+	if k == end || end-k > maxLabel || !volatileLabel(s[k:end]) {
+		return 0, 0
+	}
+	j := i + 1
+	if s[i] == ':' && j < len(s) && s[j] == ':' {
+		return 0, 0 // a scope (std::x), not a label
+	}
+	for n := 0; j < len(s) && n < 8 && (s[j] == ' ' || s[j] == '\t'); n++ {
+		j++
+	}
+	if j == len(s) {
+		return 0, 0
+	}
+	if q := s[j]; q == '"' || q == '\'' {
+		for e := j + 1; e < len(s) && e-j <= maxLabelledValue; e++ {
+			switch s[e] {
+			case q:
+				if e == j+1 {
+					return 0, 0
+				}
+				return j + 1, e
+			case '\n':
+				return 0, 0
+			}
+		}
+		return 0, 0
+	}
+	e := j
+	for e < len(s) && e-j <= maxLabelledValue && !valueEnds[s[e]] {
+		e++
+	}
+	if e == j || e-j > maxLabelledValue {
+		return 0, 0
+	}
+	return j, e
+}
+
+// maxLabel and maxLabelledValue bound what labelledValue reads: labels
+// are a word or two, the values ids and numbers.
+const (
+	maxLabel         = 40
+	maxLabelledValue = 128
+)
+
+// valueEnds marks the bytes that end an unquoted labelled value.
+var valueEnds = [256]bool{' ': true, '\t': true, '\n': true, '\r': true, ',': true, ';': true, '}': true, ']': true,
+	')': true, '"': true, '\'': true, '{': true, '[': true, '<': true, '>': true, '|': true}
+
+// volatileLabel reports whether a label names runtime detail, by its last
+// part (after '_' or '-', or the last capital of camelCase: requestId,
+// elapsed_ms, x-request-id, Chunk ID): an id, a time or a duration, a
+// working directory. A unit or "at" names one only after another part
+// (durationMs, created_at), never alone ("ms: 3" is a count of them).
+func volatileLabel(label string) bool {
+	if len(label) < 2 {
+		return false
+	}
+	seg := len(label) - 1
+	for seg > 0 {
+		c, p := label[seg], label[seg-1]
+		if p == '_' || p == '-' || 'A' <= c && c <= 'Z' && 'a' <= p && p <= 'z' {
+			break
+		}
+		seg--
+	}
+	last := label[seg:]
+	var buf [16]byte
+	if len(last) > len(buf) || !isASCII(last) {
+		return false
+	}
+	b := buf[:len(last)]
+	for n := range len(last) {
+		b[n] = lowerASCII(last[n])
+	}
+	switch string(b) {
+	case "id", "uuid", "guid", "pid", "ppid", "tid", "time", "timestamp", "ts", "date", "datetime",
+		"elapsed", "duration", "took", "latency", "uptime", "cwd", "workdir", "tmpdir", "seq":
+		return true
+	case "ms", "us", "ns", "sec", "secs", "seconds", "at":
+		return seg > 0
+	}
+	return false
 }
 
 // numberGoesOn flags the bytes after a run of digits that may make it a
@@ -156,7 +270,7 @@ const (
 	bkWord  = 1 << iota // 0-9, a-z, A-Z, '_'
 	bkDigit             // 0-9
 	bkHex               // 0-9, a-f, A-F
-	bkStop              // ESC, CR, LF, '/': appendNormalized looks at each
+	bkStop              // ESC, CR, LF, '/', ':', '=': appendNormalized looks at each
 	bkStart             // may start a volatile word: 0-9, a-f, A-F, p, P
 )
 
@@ -175,7 +289,7 @@ var charBits = func() (t [256]uint8) {
 		if b == 'p' || b == 'P' {
 			t[c] |= bkStart
 		}
-		if b == 0x1b || b == '\r' || b == '\n' || b == '/' {
+		if b == 0x1b || b == '\r' || b == '\n' || b == '/' || b == ':' || b == '=' {
 			t[c] |= bkStop
 		}
 	}

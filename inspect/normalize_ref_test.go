@@ -37,6 +37,13 @@ func appendNormalizedRef(dst []byte, s string) []byte {
 			lineStart = len(dst)
 			i++
 			continue
+		case c == ':' || c == '=':
+			if vs, ve := labelledValue(s, i); ve > 0 {
+				dst = append(dst, s[i:vs]...)
+				dst = append(dst, "<v>"...)
+				i = ve
+				continue
+			}
 		case c == '/' && (i == 0 || !isWordByte(s[i-1])):
 			if n := tempPathLenRef(s[i:]); n > 0 {
 				dst = append(dst, "<tmp>"...)
@@ -83,6 +90,8 @@ var normalizeCases = []string{
 	"listening on 127.0.0.1:43121 and localhost:8080, [::1]:9000, port 5432, port=61000, a.py:42",
 	"commit 3f9a2b1 deadbee 1234567 abcdef0", "Attempt 3 of 5, retry #2, In [12]: Out[12]: try 4 entry 5",
 	"wrote /home/u/tmpk3j4h5z/x.py and /w/tmpfile.txt and tmp123456789",
+	"Chunk ID: a1b2c3\nWall time: 0.0000 seconds\nOutput:\nok", `{"durationMs":101,"requestId":"r-7","id":{"a":1},"x_id":""}`,
+	"std::id x-request-id=r-77, elapsed:\t3 ID:'q' id=\"open", "created_at: 12 time: [1] uptime:",
 }
 
 func TestAppendNormalizedMatchesReference(t *testing.T) {

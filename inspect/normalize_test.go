@@ -28,6 +28,14 @@ func TestNormalize(t *testing.T) {
 		{"Out[7]: 42", "Out[12]: 42"},
 		{"Attempt 3: connection refused", "Attempt 4: connection refused"},
 		{"saved /home/u/tmpk3j4h5z1/model.pt", "saved /home/u/tmp9qx_2b7a/model.pt"},
+		// Values a label names as runtime detail, whatever their shape.
+		{"Chunk ID: a1b2c3\nWall time: 0.0000 seconds\nProcess exited with code 1", "Chunk ID: 0f9e8d\nWall time: 0.0012 seconds\nProcess exited with code 1"},
+		{`{"status":"error","exitCode":1,"durationMs":101,"cwd":"/work/run-7"}`, `{"status":"error","exitCode":1,"durationMs":97,"cwd":"/work/run-8"}`},
+		{`{"requestId": "req_8fK2x", "took_ms": 12, "ok": false}`, `{"requestId": "req_q01Zt", "took_ms": 40, "ok": false}`},
+		{"x-request-id=r-77 status=503", "x-request-id=r-102 status=503"},
+		{"Time:        1.234 s\nTests: 3 failed", "Time:        0.98 s\nTests: 3 failed"},
+		{"process_id: 4411 exited", "process_id: 4520 exited"},
+		{`created_at: "2024-05-01 10:00"`, `created_at: "2024-05-02 11:30"`},
 	}
 	for _, tt := range tests {
 		na, nb := string(appendNormalized(nil, tt.a)), string(appendNormalized(nil, tt.b))
@@ -37,7 +45,10 @@ func TestNormalize(t *testing.T) {
 	}
 	for _, d := range [][2]string{{"3 failed", "2 failed"}, {"line 10", "line 12"}, {"a.txt", "b.txt"},
 		{"a.py:42: E501", "a.py:43: E501"}, {"10/10 tests", "9/10 tests"}, {"epoch 3 loss 0.41", "epoch 4 loss 0.38"},
-		{"items[3]", "items[4]"}, {"entry 5", "entry 6"}, {"142.31 kB", "142.35 kB"}} {
+		{"items[3]", "items[4]"}, {"entry 5", "entry 6"}, {"142.31 kB", "142.35 kB"},
+		// Labels that name no runtime detail keep their values.
+		{`{"exitCode":1}`, `{"exitCode":2}`}, {"ms: 3", "ms: 4"}, {"failed=3", "failed=2"}, {"std::id::x 1", "std::id::x 2"},
+		{`{"id": {"a": 1}}`, `{"id": {"a": 2}}`}, {"grid: 3x3", "grid: 4x4"}} {
 		if string(appendNormalized(nil, d[0])) == string(appendNormalized(nil, d[1])) {
 			t.Errorf("normalise(%q) == normalise(%q); want different", d[0], d[1])
 		}

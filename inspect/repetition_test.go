@@ -30,6 +30,23 @@ func pages(n int, call string) []string {
 	return out
 }
 
+// codexResult is a script line of Codex's exec_command answered as Codex
+// 0.169 answers it: a chunk id and a wall time new on every run before
+// the exit status and the output.
+func codexResult(call string, run, exit int, output string) string {
+	return fmt.Sprintf("%s=>Chunk ID: %06x\nWall time: 0.%04d seconds\nProcess exited with code %d\nOriginal token count: %d\nOutput:\n%s\n",
+		call, 0xa1b2c3+run*7919, run*37%10000, exit, len(output)/4, output)
+}
+
+// codexRuns is n runs of call with the same exit status and output.
+func codexRuns(n int, call string, exit int, output string) []string {
+	var out []string
+	for i := range n {
+		out = append(out, codexResult(call, i, exit, output))
+	}
+	return out
+}
+
 func TestToolRepetition(t *testing.T) {
 	notFound := "read_file:{\"absolute_path\":\"/repo/config.yaml\"}=>Error: File not found: /repo/config.yaml"
 	runFamily(t, ToolRepetition, []familyCase{
@@ -65,9 +82,25 @@ func TestToolRepetition(t *testing.T) {
 		{name: "write with no change x3 (gemini-cli #3919)", give: rep(3, `write_file:{"path":"a.py","content":"x = 1\n"}=>No changes detected.`), want: stopped},
 		{name: "same call x5 in the window, others between", give: interleave(5, "bash:cat status=>"+jobStatus), want: stopped},
 		{name: "a long fixture: the same listing x4 after real work", fixture: "repetition/listing-after-work.json", want: stopped},
+		{name: "Codex exec_command, a new chunk id and wall time each run", give: codexRuns(3, `exec_command:{"cmd":"cat missing_file.txt"}`, 1,
+			"cat: missing_file.txt: No such file or directory"), want: stopped},
+		{name: "exec JSON differing in duration, cwd and request id (openclaw-style)", give: []string{
+			`exec:{"command":"npm test"}=>{"status":"completed","exitCode":1,"durationMs":1812,"cwd":"/tmp/oc-run-7","aggregated":"FAIL src/app.test.ts\n  1 failed"}`,
+			`exec:{"command":"npm test"}=>{"status":"completed","exitCode":1,"durationMs":1745,"cwd":"/tmp/oc-run-8","aggregated":"FAIL src/app.test.ts\n  1 failed"}`,
+			`exec:{"command":"npm test"}=>{"status":"completed","exitCode":1,"durationMs":1990,"cwd":"/tmp/oc-run-9","aggregated":"FAIL src/app.test.ts\n  1 failed"}`,
+		}, want: stopped},
+		{name: "the same status JSON with a new request id and elapsed counter", give: []string{
+			`http_get:{"url":"http://localhost:8080/health"}=>{"requestId":"a8Kq","elapsed":3,"status":"degraded","db":"down"}`,
+			`http_get:{"url":"http://localhost:8080/health"}=>{"requestId":"Zx01","elapsed":5,"status":"degraded","db":"down"}`,
+			`http_get:{"url":"http://localhost:8080/health"}=>{"requestId":"p9Wm","elapsed":8,"status":"degraded","db":"down"}`,
+		}, want: stopped},
 
 		// Healthy near-misses.
 		{name: "repetition x2 only", give: rep(2, "bash:git status=>clean"), want: silent},
+		{name: "Codex exec_command x3, the output changing", give: []string{
+			codexResult(`exec_command:{"cmd":"pytest -q"}`, 0, 1, "3 failed, 9 passed"),
+			codexResult(`exec_command:{"cmd":"pytest -q"}`, 1, 1, "2 failed, 10 passed"),
+			codexResult(`exec_command:{"cmd":"pytest -q"}`, 2, 0, "12 passed")}, want: silent},
 		{name: "polling with changing result", give: []string{"bash:st=>10%", "bash:st=>20%", "bash:st=>30%", "bash:st=>40%"}, want: silent},
 		{name: "paging a command's output, same call x12 (Roo Code #9502)", give: pages(12, `read_output:{"pid":4242}`), want: silent},
 		{name: "empty command reading a long command's output (OpenHands #10350)", give: pages(6, `execute_bash:{"command":""}`), want: silent},
