@@ -47,6 +47,7 @@ func (in *inspection) errorCycle() (Detection, bool) {
 	sig := evs[r].err
 	var idx []int
 	var targets []uint64 // of the calls at idx
+	streak := -1         // the errors at idx after the latest new attempt that succeeded
 	for a := r; a >= in.win; a-- {
 		x := &evs[a]
 		if x.isErr && x.err == sig {
@@ -54,21 +55,33 @@ func (in *inspection) errorCycle() (Detection, bool) {
 			targets = append(targets, x.c.known().target)
 			continue
 		}
-		if x.has && !x.isErr && in.failedBefore(x, idx, targets) {
-			// The call that failed succeeded in between: the failure
-			// that came back is a new attempt's, not the old loop.
-			break
+		if x.has && !x.isErr {
+			if in.failedBefore(x, idx, targets) {
+				// The call that failed succeeded in between: the failure
+				// that came back is a new attempt's, not the old loop.
+				break
+			}
+			if streak < 0 && in.newAttempt(a) {
+				// Something new succeeded in between: the errors before
+				// it count for what was tried (attemptsDiffer), not for
+				// the streak (goose restarts its error streak on a
+				// success).
+				streak = len(idx)
+			}
 		}
 	}
+	if streak < 0 {
+		streak = len(idx)
+	}
 	thr := in.lim.errorCount
-	if len(idx) < thr {
+	if streak < thr {
 		return Detection{}, false
 	}
 	slices.Reverse(idx)
 	if in.changingObservation(idx) {
 		return Detection{}, false
 	}
-	d := Detection{Score: grow(strongBase, strongStep, len(idx), thr, 1), Evidence: in.evidence(idx)}
+	d := Detection{Score: grow(strongBase, strongStep, streak, thr, 1), Evidence: in.evidence(idx[len(idx)-streak:])}
 	d.Evidence.Threshold, d.Evidence.NoProgress = thr, true
 	if in.attemptsDiffer(idx) || in.syntaxErrorMoves(idx) {
 		// Each failure came after a different change: debugging that has
@@ -79,6 +92,24 @@ func (in *inspection) errorCycle() (Detection, bool) {
 	d.Evidence.Element = shorten(evs[r].c.ErrorText(), 80)
 	withOutcome(&d.Evidence, evs[r].c)
 	return d, true
+}
+
+// newAttempt reports whether the call at a did something the window had
+// not done yet: it changes things (it does not only look), and no earlier
+// call of its tool in the window did the same or a trivially varied thing
+// (a number, whitespace).
+func (in *inspection) newAttempt(a int) bool {
+	x := &in.evs[a]
+	if x.c.onlyLooks() {
+		return false
+	}
+	for b := in.win; b < a; b++ {
+		y := &in.evs[b]
+		if y.c.Name == x.c.Name && (y.fp == x.fp || in.similar(y.c.Args, x.c.Args, in.lim.DriftSimilarity)) {
+			return false
+		}
+	}
+	return true
 }
 
 // failedBefore reports whether x is a call that produced one of the

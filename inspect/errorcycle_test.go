@@ -30,6 +30,12 @@ func TestErrorCycle(t *testing.T) {
 			"bash:python c.py=>ValueError: x"}, want: stopped},
 
 		// Healthy near-misses.
+		{name: "two errors, a new step that succeeded, one error (goose restarts its streak)", give: []string{
+			"bash:python a.py=>ValueError: bad\nexit code 1", "bash:python a.py=>ValueError: bad\nexit code 1",
+			"bash:git stash=>Saved working directory", "bash:python a.py=>ValueError: bad\nexit code 1"}, want: healthy},
+		{name: "the same error from other scripts, an install between", give: []string{
+			"bash:python a.py=>ValueError: bad", "bash:python b.py=>ValueError: bad",
+			"bash:pip install x=>Successfully installed x", "bash:python c.py=>ValueError: bad"}, want: healthy},
 		{name: "different errors", give: []string{"bash:python a.py=>ValueError: x", "bash:python a.py --v=>KeyError: y", "bash:python a.py -q=>TypeError: z"}, want: healthy},
 		{name: "same error after its script succeeded", give: []string{"bash:python a.py=>ValueError: x", "bash:python a.py=>ok", "bash:python a.py --v=>ValueError: x", "bash:python a.py -q=>ValueError: x"}, want: healthy},
 		{name: "notebook syntax error moving as the cell changes", give: []string{
