@@ -10,6 +10,11 @@ import (
 // (A,B,A,B or A,B,C,A,B,C). It reports at CycleRepeats occurrences with a
 // low score (only a help to other rules) and fires on its own one
 // occurrence later, strongly when every position's result is unchanged.
+// A cycle of three calls or more needs longerCycleRounds more, unless a
+// call fails alike at the same point of every round: a round of three
+// different calls is most often work (read, edit, test), and the field's
+// detectors wait for five rounds of it (gemini-cli) where they stop an
+// A,B ping-pong after three (OpenHands).
 func (in *inspection) toolCycle() (Detection, bool) {
 	evs := in.evs
 	L := len(evs)
@@ -22,7 +27,8 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			m++
 		}
 		occ := (m + k) / k
-		if occ < in.lim.CycleRepeats {
+		thr := in.lim.CycleRepeats
+		if occ < thr {
 			continue
 		}
 		// The cycle's members must not all be one call (that is
@@ -50,7 +56,13 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			}
 			fails = fails || a.isErr || a.neg
 		}
-		thr := in.lim.CycleRepeats
+		noProgress := known > 0 && sameAll
+		if k > 2 && !(noProgress && fails) {
+			thr += longerCycleRounds
+			if occ < thr {
+				continue
+			}
+		}
 		for j := L - k; j < L; j++ {
 			if isWait(evs[j].c) {
 				// A cycle that sleeps between checks is an agent waiting
@@ -64,7 +76,6 @@ func (in *inspection) toolCycle() (Detection, bool) {
 			}
 		}
 		var score float64
-		noProgress := known > 0 && sameAll
 		switch {
 		case noProgress && occ > thr:
 			score = grow(0.93, strongStep, occ, thr+1, 1)
@@ -100,6 +111,10 @@ func (in *inspection) toolCycle() (Detection, bool) {
 	}
 	return Detection{}, false
 }
+
+// longerCycleRounds is how many more rounds than CycleRepeats a cycle of
+// three calls or more needs.
+const longerCycleRounds = 2
 
 // cycleMatch reports whether two calls hold the same place in a cycle:
 // the same call, or an edit of the same file rejected with the same error

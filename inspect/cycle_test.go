@@ -15,8 +15,9 @@ No replacement was performed, old_str ` + "`" + old + "`" + ` did not appear ver
 		// The loop it exists for, in lengths OpenHands (2 only) and
 		// gemini-cli (5 rounds: 10 calls for 2, 25 for 5) are slow to see.
 		{name: "cycle A,B x3", give: rep(3, "bash:cat a=>A", "bash:cat b=>B"), want: stopped},
-		{name: "cycle A,B,C x3", give: rep(3, "bash:cat a=>A", "bash:cat b=>B", "bash:cat c=>C"), want: stopped},
-		{name: "cycle of 5 x3", give: rep(3, "bash:cat a=>A", "bash:cat b=>B", "bash:cat c=>C", "bash:cat d=>D", "bash:cat e=>E"), want: stopped},
+		{name: "cycle A,B,C x5", give: rep(5, "bash:cat a=>A", "bash:cat b=>B", "bash:cat c=>C"), want: stopped},
+		{name: "cycle of 5 x5", give: rep(5, "bash:cat a=>A", "bash:cat b=>B", "bash:cat c=>C", "bash:cat d=>D", "bash:cat e=>E"), want: stopped},
+		{name: "cycle A,B,C x3, C failing alike", give: rep(3, "bash:cat a.py=>A", "bash:vi a.py=>ok", "bash:python a.py=>ValueError: bad"), want: stopped},
 		{name: "cycle A,B x2, B failing alike", give: rep(2, "bash:cat a.py=>A", "bash:python a.py=>ValueError: bad"), want: stopped},
 		{name: "view, then an edit whose old_str matches nothing, x2 (gemini-cli #3919)",
 			give: []string{view, notMatched("x = 1"), view, notMatched("x=1")}, want: stopped},
@@ -24,6 +25,11 @@ No replacement was performed, old_str ` + "`" + old + "`" + ` did not appear ver
 
 		// Healthy near-misses.
 		{name: "cycle A,B x2 only", give: rep(2, "bash:cat a=>A", "bash:cat b=>B"), want: reported},
+		// gemini-cli waits for five rounds of a cycle of three or more.
+		{name: "cycle A,B,C x3", give: rep(3, "bash:cat a=>A", "bash:cat b=>B", "bash:cat c=>C"), want: silent},
+		{name: "cycle A,B,C x4", give: rep(4, "bash:cat a=>A", "bash:cat b=>B", "bash:cat c=>C"), want: healthy},
+		{name: "cycle A,B,C x3, no results yet", give: rep(3, "bash:cat a=>", "bash:cat b=>", "bash:cat c=>"), want: silent},
+		{name: "cycle of 5 x4", give: rep(4, "bash:cat a=>A", "bash:cat b=>B", "bash:cat c=>C", "bash:cat d=>D", "bash:cat e=>E"), want: healthy},
 		{name: "cycle A,B x2, B failing differently", give: []string{"bash:cat a.py=>A", "bash:python a.py=>ValueError: bad", "bash:cat a.py=>A", "bash:python a.py=>KeyError: k"}, want: healthy},
 		{name: "OpenHands' not-stuck history: ls, view, pwd, view, pwd, view", give: []string{
 			"bash:ls=>a.py b.py", "str_replace_editor:{\"command\":\"view\",\"path\":\"/w/a.py\"}=>x = 1",
