@@ -591,6 +591,9 @@ func (p *parser) user(i int, content string) {
 			p.attachUserResult(i, p.text(content))
 		}
 	case userAutomated:
+		if churnNotice(p.textView(content)) {
+			p.t.churn.add(len(p.t.Steps))
+		}
 	default:
 		p.t.Start = len(p.t.Steps)
 	}
@@ -671,6 +674,7 @@ var automatedMarkers = []string{
 	"[error] you did not", "please always provide exactly one", "exactly one action", "one bash code block",
 	"your response was not formatted", "please continue working", "if you have completed your assignment",
 	"you must use a tool", "please use a tool", "continue on with the task",
+	"trimming prompt", "context window limit", "prompt is too long", "maximum context length",
 }
 
 // toolOutputPrefixes mark tool output that an agent sends in user role.
@@ -678,6 +682,28 @@ var toolOutputPrefixes = []string{
 	"<returncode>", "<output>", "observation:", "observation", "<tool_result", "<function_results",
 	"tool output:", "command output:", "output:", "exit code:", "<tool_response", "[tool result",
 	"execution output", "stdout:", "result:",
+}
+
+// churnMarkers flag a harness's notice that it cut the conversation to
+// fit the model's context, or the context-length error that made it.
+var churnMarkers = []string{
+	"condensed", "condensation", "trimming prompt", "trimmed the conversation", "context window", "context length",
+	"context_length", "maximum context", "prompt is too long", "conversation was compacted", "context was compacted",
+	"has been summarized", "summary of the conversation", "conversation so far", "too many tokens",
+}
+
+// churnNotice reports a user-role message that says the context was cut
+// (OpenHands' condensation observations, "Trimming prompt to meet context
+// window limitations", a context-length error sent back).
+func churnNotice(txt string) bool {
+	head := txt[:min(len(txt), 600)]
+	lower := strings.ToLower(head)
+	for _, m := range churnMarkers {
+		if strings.Contains(lower, m) {
+			return true
+		}
+	}
+	return false
 }
 
 func classifyUser(txt string) userKind {

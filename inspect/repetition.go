@@ -109,6 +109,18 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 			d.Evidence.Threshold = thr
 			return d, true
 		}
+		if pollThr := in.pollThreshold(L.c); n >= pollThr && in.revisions(i, last) {
+			// Polling that does nothing else: the output changes, so
+			// it is no evidence of no progress, but an agent that only
+			// asks again and again is waiting without a plan. A warning
+			// only (openclaw warns on arguments alone at ten).
+			for j := i; j <= last; j++ {
+				idx = append(idx, j)
+			}
+			d := Detection{Score: grow(warnBase, warnStep, n, pollThr, warnCap), Evidence: in.evidence(idx)}
+			d.Evidence.Threshold = pollThr
+			return d, true
+		}
 	}
 	// Windowed: the same call with the same non-trivial outcome, not
 	// necessarily back to back.
@@ -160,6 +172,77 @@ func (in *inspection) toolRepetition() (Detection, bool) {
 	// the agent saw last.
 	withOutcome(&d.Evidence, evs[idx[len(idx)-1]].c)
 	return d, true
+}
+
+// pollRepeats is how many identical calls in a row, their outputs
+// changing, make a polling warning; waitFactor times more for a call that
+// waits.
+const pollRepeats = 10
+
+// pollThreshold returns the polling threshold of a call.
+func (in *inspection) pollThreshold(c *Call) int {
+	if isWait(c) {
+		return pollRepeats * waitFactor
+	}
+	return pollRepeats
+}
+
+// revisions reports whether the latest answers of evs[i..last] are
+// revisions of one another, as a status, a clock or a growing listing
+// are: most runs of three words of each answer were in the answer before
+// it. Pages of a long output (Roo Code's read_output) are new text every
+// time, which is reading, not waiting. Only the last three answers are
+// compared: their evidence text is what the session cache keeps of them
+// (evidenceZone).
+func (in *inspection) revisions(i, last int) bool {
+	var prev map[uint64]bool
+	kept, pairs := 0.0, 0
+	for j := max(i, last-2); j <= last; j++ {
+		x := &in.evs[j]
+		if !x.has {
+			prev = nil
+			continue
+		}
+		cur := shingles(x.c.outcome())
+		if prev != nil && len(cur) > 0 {
+			pairs++
+			kept += overlap(prev, cur)
+		}
+		prev = cur
+	}
+	return pairs > 0 && kept/float64(pairs) >= 0.5
+}
+
+// shingles returns the hashes of a text's runs of three words (of its
+// words, when it has fewer than three).
+func shingles(text string) map[uint64]bool {
+	words := strings.Fields(text)
+	if len(words) == 0 {
+		return nil
+	}
+	set := make(map[uint64]bool, len(words))
+	if len(words) < 3 {
+		set[hashString(strings.Join(words, " "))] = true
+		return set
+	}
+	for k := 2; k < len(words); k++ {
+		set[hashString(words[k-2]+" "+words[k-1]+" "+words[k])] = true
+	}
+	return set
+}
+
+// overlap is the share of cur's members that prev has.
+func overlap(prev, cur map[uint64]bool) float64 {
+	if len(cur) == 0 {
+		return 0
+	}
+	n := 0
+	for h := range cur {
+		if prev[h] {
+			n++
+		}
+	}
+	return float64(n) / float64(len(cur))
 }
 
 // waitFactor multiplies the repetition thresholds of calls that wait

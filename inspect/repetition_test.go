@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,28 @@ func pages(n int, call string) []string {
 	var out []string
 	for i := 0; i < n; i++ {
 		out = append(out, fmt.Sprintf("%s=>line %d: copied shard %d of %d\nline %d: copying shard %d", call, 2*i, i, n, 2*i+1, i+1))
+	}
+	return out
+}
+
+// growing returns n calls of call answered with a listing one file
+// longer each time.
+func growing(n int, call string) []string {
+	var out []string
+	files := []string{"README.md", "config.yaml", "main.go"}
+	for i := range n {
+		files = append(files, fmt.Sprintf("part-%03d.parquet", i))
+		out = append(out, call+"=>"+strings.Join(files, "\n"))
+	}
+	return out
+}
+
+// statusPolls returns n calls of call answered with the same job status
+// but for its counters.
+func statusPolls(n int, call string) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s=>NAME READY STATUS RESTARTS\napi-7f9c 0/1 CrashLoopBackOff %d\ndb-0 1/1 Running 0\nqueue-0 1/1 Running 0\nevents seen: %d", call, i+3, 40+i*7))
 	}
 	return out
 }
@@ -96,6 +119,13 @@ func TestToolRepetition(t *testing.T) {
 		}, want: stopped},
 
 		// Healthy near-misses.
+		// Polling that does nothing else: a warning at ten, never more.
+		{name: "ls of a growing directory x10", give: growing(10, "bash:ls out/"), want: warned},
+		{name: "ls of a growing directory x30", give: growing(30, "bash:ls out/"), want: warned},
+		{name: "ls of a growing directory x9", give: growing(9, "bash:ls out/"), want: silent},
+		{name: "a status poll whose counters move x12", give: statusPolls(12, `job_status:{"job":"build-7"}`), want: warned},
+		{name: "a status poll that sleeps first x12", give: statusPolls(12, "bash:sleep 30; kubectl get pods"), want: silent},
+		{name: "a status poll that sleeps first x30", give: statusPolls(30, "bash:sleep 30; kubectl get pods"), want: warned},
 		{name: "repetition x2 only", give: rep(2, "bash:git status=>clean"), want: silent},
 		{name: "Codex exec_command x3, the output changing", give: []string{
 			codexResult(`exec_command:{"cmd":"pytest -q"}`, 0, 1, "3 failed, 9 passed"),

@@ -96,6 +96,7 @@ type cacheEntry struct {
 	last      [2]int // the last message's offsets in the array
 	steps     []Step // with room for the next turns' (roomFor)
 	start     int
+	churn     churnMarks
 	calls     int // calls in steps, for the size
 	// The parser's state between messages.
 	lastAssistant, open bool
@@ -465,7 +466,7 @@ func (p *parser) restore(prev *cacheEntry) bool {
 		sp.prior.save(last, steps[last]) // its text may be added to
 	}
 	p.t.Steps = steps
-	p.t.Start = prev.start
+	p.t.Start, p.t.churn = prev.start, prev.churn
 	p.lastAssistant, p.open = prev.lastAssistant, prev.open
 	return true
 }
@@ -628,6 +629,7 @@ func (sp *sessionParse) finish(p *parser) {
 		last:          sp.last,
 		steps:         steps,
 		start:         t.Start,
+		churn:         t.churn,
 		calls:         calls,
 		lastAssistant: p.lastAssistant,
 		open:          p.open,

@@ -21,6 +21,11 @@ type Trajectory struct {
 	// only), so that a rewrite of that same body need not search for them.
 	Layout Layout
 
+	// churn marks where the history shows the client cutting its own
+	// context: a condensation or trimming notice, a context-length error
+	// sent back in user role (see churnNotice).
+	churn churnMarks
+
 	// meta is the metadata-argument list the fingerprints were made with.
 	meta []string
 	// lease is the session cache's entry whose steps Steps are, until
@@ -196,4 +201,26 @@ func (c *Call) ResultFingerprint() uint64 {
 	h := hashNormalized(resultText(c.Result))
 	atomic.StoreUint64(&c.resultFP, h) // a 0 hash is merely recomputed
 	return h
+}
+
+// churnMarks are the latest context-churn notices of a history: at holds
+// the number of steps before each of the last len(at), oldest first; n
+// counts them all.
+type churnMarks struct {
+	at [4]int32
+	n  int32
+}
+
+// add records a notice after the first steps steps.
+func (m *churnMarks) add(steps int) {
+	copy(m.at[:], m.at[1:])
+	m.at[len(m.at)-1] = int32(steps)
+	m.n++
+}
+
+// last returns the positions of the last min(n, len(at)) notices, oldest
+// first.
+func (m *churnMarks) last() []int32 {
+	k := min(int(m.n), len(m.at))
+	return m.at[len(m.at)-k:]
 }
