@@ -42,7 +42,11 @@ func realAgents() []realAgent {
 		environ: func(home string) []string {
 			return []string{"CODEX_HOME=" + home, "OPENAI_API_KEY=" + openAIKey, "CODEX_API_KEY=" + openAIKey}
 		},
-		looping: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses }),
+		// Codex runs the command itself and answers with its own result
+		// format (a new chunk id and wall time every run).
+		looping: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+			return fakellm.ResponsesAnswer{Calls: []fakellm.ToolCall{{Name: "exec_command", Arguments: `{"cmd":"cat missing_file.txt"}`}}}
+		}),
 		healthy: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
 			return fakellm.ResponsesAnswer{Text: "The build passes."}
 		}),
@@ -74,6 +78,10 @@ func realAgents() []realAgent {
 		wantPath: "/v1/chat/completions",
 	}}
 }
+
+// maxLoopCalls bounds the model calls a real agent's loop may take before
+// LOOP_DETECTED ends it.
+const maxLoopCalls = 10
 
 // TestRunRealAgents runs real agent CLIs under `loopguard run`, healthy and
 // looping: one session, the agent's own exit code, and the summary.
@@ -134,6 +142,9 @@ func TestRunRealAgents(t *testing.T) {
 				}
 				if sum.Calls != want || sum.ExitCode != 0 || sum.LoopDetected != looping {
 					t.Fatalf("summary %s; want %d model calls in one session, exit code 0, LOOP_DETECTED %v", b, want, looping)
+				}
+				if looping && sum.Calls > maxLoopCalls {
+					t.Fatalf("summary %s; want LOOP_DETECTED within %d model calls", b, maxLoopCalls)
 				}
 			})
 		}
