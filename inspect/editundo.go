@@ -197,14 +197,22 @@ func (in *inspection) editUndo() (Detection, bool) {
 		d.Evidence.Count, d.Evidence.Threshold = best, thr
 		d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
 	}
-	if idx, noProgress := in.stateReturns(); len(idx) >= in.lim.StateReturns {
+	idx, noProgress, replayed := in.stateReturns()
+	returns := in.lim.StateReturns
+	if replayed && noProgress {
+		// Each round after the first re-applied an earlier round's change
+		// and failed alike: real failing runs restore three times, healthy
+		// ones up to four, trying something new each time.
+		returns = min(returns, replayedReturns)
+	}
+	if len(idx) >= returns {
 		// Returning to one state again and again is a loop whatever the
 		// attempts were; attempts that all failed alike make it certain.
 		r := Detection{Score: 0.8, Evidence: in.evidence(idx)}
 		if noProgress {
-			r.Score = grow(0.93, strongStep, len(idx), in.lim.StateReturns, 1)
+			r.Score = grow(0.93, strongStep, len(idx), returns, 1)
 		}
-		r.Evidence.Threshold, r.Evidence.NoProgress = in.lim.StateReturns, noProgress
+		r.Evidence.Threshold, r.Evidence.NoProgress = returns, noProgress
 		r.Evidence.Element += " restored"
 		withOutcome(&r.Evidence, evs[idx[len(idx)-1]].c)
 		if r.Score > d.Score {
@@ -213,6 +221,10 @@ func (in *inspection) editUndo() (Detection, bool) {
 	}
 	return d, d.Score > 0
 }
+
+// replayedReturns is how many returns to one state make a loop when every
+// round re-applied an earlier change and failed alike.
+const replayedReturns = 3
 
 // patchFile starts a file's section in an apply_patch patch (Codex).
 const patchFile = "*** Update File: "

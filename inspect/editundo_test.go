@@ -59,6 +59,25 @@ func TestEditUndo(t *testing.T) {
 		{name: "a debug print added, then removed", give: []string{
 			`edit_file:{"path":"a.py","old_string":"def f(a):","new_string":"def f(a):\n    print(a)"}=>ok`, "bash:python a.py=>{'id': 3}",
 			`edit_file:{"path":"a.py","old_string":"def f(a):\n    print(a)","new_string":"def f(a):"}=>ok`}, want: reported},
+		{name: "restored 3 times, the same edit re-applied each round, failing alike", give: []string{
+			"bash:grep -n load store.py=>12: def load(self):", "bash:sed -i s/load(/load_all(/ app.py=>",
+			"bash:pytest -q=>FAILED test_app.py::test_load - AttributeError: 'Store' has no attribute 'load_all'", "bash:git checkout app.py=>Updated 1 path from the index",
+			"bash:sed -n 1,40p store.py=>class Store:\n    def load(self):\n        return self.rows", "bash:sed -i s/load(/load_all(/ app.py=>",
+			"bash:pytest -q=>FAILED test_app.py::test_load - AttributeError: 'Store' has no attribute 'load_all'", "bash:git restore app.py=>",
+			"bash:git log --oneline -3 store.py=>a1b2c3d store: rename loader", "bash:sed -i s/load(/load_all(/ app.py=>",
+			"bash:pytest -q=>FAILED test_app.py::test_load - AttributeError: 'Store' has no attribute 'load_all'", "bash:git checkout -- app.py=>"}, want: stopped},
+		{name: "the work tree reset 3 times, the same edit re-applied, failing alike", give: []string{
+			`edit_file:{"path":"src/db.py","old_string":"conn = open_db()","new_string":"conn = open_db(retries=3)"}=>ok`, "bash:make test=>FAIL: TestDB (timeout)\nexit code 2", "bash:git reset --hard=>HEAD is now at 1a2b3c4 init",
+			"bash:cat src/db.py=>def open_db(): ...", `edit_file:{"path":"src/db.py","old_string":"conn = open_db()","new_string":"conn = open_db(retries=3)"}=>ok`, "bash:make test=>FAIL: TestDB (timeout)\nexit code 2", "bash:git reset --hard=>HEAD is now at 1a2b3c4 init",
+			"bash:grep -rn open_db src=>src/db.py:3", `edit_file:{"path":"src/db.py","old_string":"conn = open_db()","new_string":"conn = open_db(retries=3)"}=>ok`, "bash:make test=>FAIL: TestDB (timeout)\nexit code 2", "bash:git reset --hard=>HEAD is now at 1a2b3c4 init"}, want: stopped},
+		{name: "restored 3 times, a new edit each round, failing alike", give: []string{
+			"bash:sed -i s/load(/load_all(/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>",
+			"bash:sed -i s/rows/rows or []/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>",
+			"bash:sed -i s/get(k)/get(k, None)/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>"}, want: absent},
+		{name: "restored 3 times, the same edit re-applied, the run changing", give: []string{
+			"bash:sed -i s/N = 1/N = 2/ cfg.py=>", "bash:python bench.py=>12.1 req per worker", "bash:git checkout cfg.py=>",
+			"bash:sed -i s/N = 1/N = 2/ cfg.py=>", "bash:python bench.py=>14.9 req per worker", "bash:git checkout cfg.py=>",
+			"bash:sed -i s/N = 1/N = 2/ cfg.py=>", "bash:python bench.py=>13.3 req per worker", "bash:git checkout cfg.py=>"}, want: absent},
 		{name: "restored 4 times after varied attempts", give: []string{"bash:sed -i s/a/b/ x.py=>", "bash:python x.py=>ok", "bash:git checkout x.py=>",
 			"bash:sed -i s/a/c/ x.py=>", "bash:python x.py=>ok 2", "bash:git checkout x.py=>", "bash:sed -i s/b/d/ x.py=>", "bash:python x.py=>ok 3",
 			"bash:git checkout x.py=>", "bash:sed -i s/e/f/ x.py=>", "bash:python x.py=>ok 4", "bash:git checkout x.py=>"}, want: healthy},

@@ -340,24 +340,31 @@ func readOnlyWords(w []string) bool {
 // oscillation edit_undo's swapped edits cannot see when the attempts are
 // edit scripts and the way back is `git checkout FILE` or a backup copy.
 // It returns the restores of the most returned-to state (each after an
-// attempt since the last restore of its file) and whether every attempt
-// ended in a failure or in one same result.
-func (in *inspection) stateReturns() (idx []int, noProgress bool) {
+// attempt since the last restore of its file), whether every attempt
+// ended in a failure or in one same result, and whether every round after
+// the first re-applied a change an earlier round made (the same call
+// again after the restore): the agent replays what it already knows
+// fails, where a healthy run that restores tries something else.
+func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 	evs := in.evs
 	type state struct {
 		restore
-		n       int   // returns counted
-		idx     []int // the restores counted
-		attempt bool  // an attempt since the last restore of the path
-		ends    []int // the last call with a result before each return
+		n       int      // returns counted
+		idx     []int    // the restores counted
+		attempt bool     // an attempt since the last restore of the path
+		ends    []int    // the last call with a result before each return
+		round   []uint64 // the attempts' fingerprints since the last restore of the path
+		seen    []uint64 // those of the rounds before it
+		replays int      // rounds that re-applied an earlier round's change
 	}
 	var states []state
 	var rs []restore
 	// Most histories restore nothing: find out before classifying calls.
 	if !slices.ContainsFunc(evs, func(x ev) bool { return x.c.facts()&primaryRestores != 0 }) {
-		return nil, false
+		return nil, false, false
 	}
 	attempt, lastEnd := false, -1
+	var since []int // the attempts since the latest restore of anything
 	for a := range evs {
 		x := &evs[a]
 		rs = rs[:0]
@@ -367,8 +374,12 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 		}
 		tried := func() {
 			attempt = true
+			since = append(since, a)
 			for i := range states {
 				states[i].attempt = true
+				if changes(x.c, states[i].path) {
+					states[i].round = append(states[i].round, x.fp)
+				}
 			}
 			if x.has {
 				lastEnd = a
@@ -392,6 +403,11 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 			}
 			if k < 0 {
 				states = append(states, state{restore: r, attempt: attempt})
+				for _, b := range since {
+					if changes(evs[b].c, r.path) {
+						states[len(states)-1].round = append(states[len(states)-1].round, evs[b].fp)
+					}
+				}
 				k = len(states) - 1
 			}
 			s := &states[k]
@@ -399,15 +415,21 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 				s.n++
 				s.idx = append(s.idx, a)
 				s.ends = append(s.ends, lastEnd)
+				if slices.ContainsFunc(s.round, func(fp uint64) bool { return slices.Contains(s.seen, fp) }) {
+					s.replays++
+				}
+				s.seen = append(s.seen, s.round...)
 			}
 			// The file (every file, for ".") is back: later restores of it
 			// count only after a new attempt.
 			for i := range states {
 				if p := states[i].path; p == r.path || r.path == "." || p == "." {
 					states[i].attempt = false
+					states[i].round = states[i].round[:0]
 				}
 			}
 		}
+		since = since[:0]
 		if after {
 			tried() // cp f.bak f && sed -i ... f: a new attempt from the restored state
 		}
@@ -419,15 +441,16 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 		}
 	}
 	if best < 0 {
-		return nil, false
+		return nil, false, false
 	}
 	s := &states[best]
+	replayed = s.n > 1 && s.replays == s.n-1
 	noProgress = true
 	var ref *ev
 	allErr := true
 	for _, e := range s.ends {
 		if e < 0 {
-			return s.idx, false
+			return s.idx, false, replayed
 		}
 		x := &evs[e]
 		allErr = allErr && x.isErr
@@ -437,7 +460,22 @@ func (in *inspection) stateReturns() (idx []int, noProgress bool) {
 			noProgress = false
 		}
 	}
-	return s.idx, noProgress || allErr
+	return s.idx, noProgress || allErr, replayed
+}
+
+// changes reports whether attempt c names the file p changes (any file,
+// for the work tree "."): the change a round makes, not the run that
+// checks it.
+func changes(c *Call, p string) bool {
+	if p == "." {
+		if c.facts()&(argsPatch|argsReplace|argsWrite) != 0 || editCall(c) {
+			return true
+		}
+		cmd := c.Primary
+		return strings.Contains(cmd, "sed -i") || strings.Contains(cmd, "perl -i") || strings.Contains(cmd, "> ") ||
+			strings.Contains(cmd, "tee ") || strings.HasPrefix(cmd, "patch ") || strings.Contains(cmd, "git apply")
+	}
+	return strings.Contains(c.Args, path.Base(p))
 }
 
 // targetHash hashes the files a primary argument names: the path itself,
