@@ -389,14 +389,21 @@ func volatileToken(s string, i int) (string, int) {
 	}
 	// 7 digits are a short git hash (git log --oneline) when a letter is
 	// among them.
-	if n >= 7 && digits > 0 && (n == len(t) || !isWordByte(t[n])) {
-		if digits == n && n < 10 {
-			return "", 0 // a plain number (line count, size): keep it
-		}
+	if n >= 7 && digits > 0 && digits < n && (n == len(t) || !isWordByte(t[n])) {
 		return "<hex>", n
 	}
-	// Epoch timestamps in seconds or milliseconds.
+	if n >= 7 && digits == n && n < 10 {
+		return "", 0 // a plain number (line count, size): keep it
+	}
+	// Epoch timestamps in seconds or milliseconds, with their fraction
+	// (Python's time.time(): 1732712400.123456).
 	if digits == n && n >= 10 && (n == len(t) || !isWordByte(t[n])) {
+		if n+1 < len(t) && t[n] == '.' && isDigit(t[n+1]) {
+			n++
+			for n < len(t) && isDigit(t[n]) {
+				n++
+			}
+		}
 		return "<ts>", n
 	}
 	// pid 1234, pid=1234, PID: 1234

@@ -36,6 +36,7 @@ func TestNormalize(t *testing.T) {
 		{"Time:        1.234 s\nTests: 3 failed", "Time:        0.98 s\nTests: 3 failed"},
 		{"process_id: 4411 exited", "process_id: 4520 exited"},
 		{`created_at: "2024-05-01 10:00"`, `created_at: "2024-05-02 11:30"`},
+		{"started 1732712400.123456 ok", "started 1732712461.9 ok"},
 	}
 	for _, tt := range tests {
 		na, nb := string(appendNormalized(nil, tt.a)), string(appendNormalized(nil, tt.b))
