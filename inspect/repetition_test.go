@@ -112,6 +112,20 @@ func TestToolRepetition(t *testing.T) {
 			`exec:{"command":"npm test"}=>{"status":"completed","exitCode":1,"durationMs":1745,"cwd":"/tmp/oc-run-8","aggregated":"FAIL src/app.test.ts\n  1 failed"}`,
 			`exec:{"command":"npm test"}=>{"status":"completed","exitCode":1,"durationMs":1990,"cwd":"/tmp/oc-run-9","aggregated":"FAIL src/app.test.ts\n  1 failed"}`,
 		}, want: stopped},
+		{name: "OpenHands: the same output, a new temp working directory each time", give: []string{
+			"execute_bash:{\"command\":\"python reproduce.py\"}=>Traceback (most recent call last):\nKeyError: 'id'\n[The command completed with exit code 1.]\n[Current working directory: /tmp/tmpa1b2c3d4/repo]\n[Command finished with exit code 1]",
+			"execute_bash:{\"command\":\"python reproduce.py\"}=>Traceback (most recent call last):\nKeyError: 'id'\n[The command completed with exit code 1.]\n[Current working directory: /tmp/tmpz9y8x7w6/repo]\n[Command finished with exit code 1]",
+			"execute_bash:{\"command\":\"python reproduce.py\"}=>Traceback (most recent call last):\nKeyError: 'id'\n[The command completed with exit code 1.]\n[Current working directory: /tmp/tmpq5r4s3t2/repo]\n[Command finished with exit code 1]",
+		}, want: stopped},
+		{name: "Claude Code: a background shell's new id and the test run's time", give: []string{
+			`Bash:{"command":"npm test","description":"Run tests"}=>Command running in background with ID: bash_1` + "\n> jest\nTests: 2 failed, 5 total\nTime:        3.104 s",
+			`Bash:{"command":"npm test","description":"Run tests"}=>Command running in background with ID: bash_2` + "\n> jest\nTests: 2 failed, 5 total\nTime:        2.871 s",
+			`Bash:{"command":"npm test","description":"Run tests"}=>Command running in background with ID: bash_3` + "\n> jest\nTests: 2 failed, 5 total\nTime:        3.392 s",
+		}, want: stopped},
+		{name: "SWE-agent: the same listing, a new epoch timestamp each time", give: rep(1,
+			"bash:python -c 'import time,os; print(time.time()); print(os.listdir())'=>1732712400.118842\n['setup.py', 'src']",
+			"bash:python -c 'import time,os; print(time.time()); print(os.listdir())'=>1732712405.530211\n['setup.py', 'src']",
+			"bash:python -c 'import time,os; print(time.time()); print(os.listdir())'=>1732712411.002917\n['setup.py', 'src']"), want: stopped},
 		{name: "the same status JSON with a new request id and elapsed counter", give: []string{
 			`http_get:{"url":"http://localhost:8080/health"}=>{"requestId":"a8Kq","elapsed":3,"status":"degraded","db":"down"}`,
 			`http_get:{"url":"http://localhost:8080/health"}=>{"requestId":"Zx01","elapsed":5,"status":"degraded","db":"down"}`,
@@ -127,6 +141,11 @@ func TestToolRepetition(t *testing.T) {
 		{name: "a status poll that sleeps first x12", give: statusPolls(12, "bash:sleep 30; kubectl get pods"), want: silent},
 		{name: "a status poll that sleeps first x30", give: statusPolls(30, "bash:sleep 30; kubectl get pods"), want: warned},
 		{name: "repetition x2 only", give: rep(2, "bash:git status=>clean"), want: silent},
+		{name: "OpenHands: the same script, its output changing", give: []string{
+			"execute_bash:{\"command\":\"python reproduce.py\"}=>KeyError: 'id'\n[Current working directory: /tmp/tmpa1b2c3d4/repo]",
+			"execute_bash:{\"command\":\"python reproduce.py\"}=>KeyError: 'name'\n[Current working directory: /tmp/tmpz9y8x7w6/repo]",
+			"execute_bash:{\"command\":\"python reproduce.py\"}=>OK: 3 rows\n[Current working directory: /tmp/tmpq5r4s3t2/repo]",
+		}, want: silent},
 		{name: "Codex exec_command x3, the output changing", give: []string{
 			codexResult(`exec_command:{"cmd":"pytest -q"}`, 0, 1, "3 failed, 9 passed"),
 			codexResult(`exec_command:{"cmd":"pytest -q"}`, 1, 1, "2 failed, 10 passed"),
