@@ -27,10 +27,10 @@ type upstream struct {
 	v1     bool
 	// noV1: the upstream's API has no /v1 (the ChatGPT Codex backend,
 	// chatGPTCodexPath); a client's /v1/responses goes to <prefix>/responses.
-	noV1 bool
-	addr   string
-	conns  connRegistry
-	idle   time.Duration
+	noV1  bool
+	addr  string
+	conns connRegistry
+	idle  time.Duration
 }
 
 func newUpstream(cfg UpstreamConfig) (*upstream, error) {
