@@ -68,7 +68,9 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
 				// No Responses WebSocket here: 426 sends Codex to HTTP at once
 				// (any other refusal costs it seven retries).
-				{Match: func(r *fakellm.Request) bool { return r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/responses") },
+				{Match: func(r *fakellm.Request) bool {
+					return r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/responses")
+				},
 					Response: fakellm.Response{Raw: []byte{}, Status: http.StatusUpgradeRequired}},
 				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return answer }),
 			}})
