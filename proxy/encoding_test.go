@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -327,5 +330,65 @@ func TestUndecodableRequestPassesThrough(t *testing.T) {
 	mresp.Body.Close()
 	if want := `loopguard_fail_open_total{stage="undecodable_body"} 3`; !bytes.Contains(m, []byte(want)) {
 		t.Errorf("/metrics lacks %q", want)
+	}
+}
+
+// TestCodedAnswers: an upstream that codes its answer although loopguard
+// asked for identity. A healthy answer reaches the client byte for byte with
+// its headers, streamed or not; a degenerate non-streamed one is inspected
+// decoded and cut, and the client gets the cut answer coded the same way.
+func TestCodedAnswers(t *testing.T) {
+	raw, err := os.ReadFile("../inspect/testdata/stream/loop_penalty_deploy_steps_1_1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, loop, _ := bytes.Cut(raw, []byte("\n\n"))
+	text, _ := json.Marshal(string(loop))
+	degenerate := `{"id":"c1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
+		string(text) + `},"finish_reason":"length"}]}`
+	healthyStream := guardedCases[0].stream
+	for _, enc := range append(testCodings, "gzip, br") {
+		for _, tt := range []struct {
+			name   string
+			answer string
+			stream bool
+			cut    bool
+		}{{"healthy", chatAnswer, false, false}, {"healthy stream", healthyStream, true, false}, {"degenerate", degenerate, false, true}} {
+			t.Run(enc+"/"+tt.name, func(t *testing.T) {
+				coded := encodeAs(t, enc, []byte(tt.answer))
+				up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+					if r.Header.Get("Accept-Encoding") != "identity" {
+						t.Errorf("upstream asked for Accept-Encoding %q; want identity", r.Header.Get("Accept-Encoding"))
+					}
+					ct := "application/json"
+					if tt.stream {
+						ct = "text/event-stream"
+					}
+					w.Header().Set("Content-Type", ct)
+					w.Header().Set("Content-Encoding", enc)
+					w.Header().Set("X-Upstream", "kept")
+					w.Write(coded)
+				})
+				_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+				resp, got := postCoded(t, base+"/v1/chat/completions", "coded-answer-"+enc, "", []byte(loopingHistory(1, tt.stream)), tt.stream)
+				if resp.Header.Get("Content-Encoding") != enc || resp.Header.Get("X-Upstream") != "kept" {
+					t.Errorf("client headers %v; want the upstream's", resp.Header)
+				}
+				if !tt.cut {
+					if !bytes.Equal(got, coded) {
+						t.Errorf("client got %d bytes; want the upstream's %d bytes unchanged", len(got), len(coded))
+					}
+					return
+				}
+				answer := decodeAs(t, enc, got)
+				content := gjson.GetBytes(answer, "choices.0.message.content").String()
+				if len(content) == 0 || len(content) >= len(loop) || !strings.HasPrefix(string(loop), content) {
+					t.Errorf("content is %d bytes; want a proper prefix of the %d-byte degenerate text", len(content), len(loop))
+				}
+				if fr := gjson.GetBytes(answer, "choices.0.finish_reason").String(); fr != "stop" {
+					t.Errorf("finish_reason %q; want stop (the cut answer)", fr)
+				}
+			})
+		}
 	}
 }
