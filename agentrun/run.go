@@ -92,8 +92,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	sessionURL := g.base + "/s/" + id
 	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)
 	if len(g.upstreams) > 0 {
-		fmt.Fprintf(o.Notices, "loopguard: upstream %s (chat, Responses), %s (Anthropic)\n",
-			redact(g.upstreams[OpenAI]), redact(g.upstreams[Anthropic]))
+		fmt.Fprintf(o.Notices, "loopguard: upstream %s (chat, Responses: %s), %s (Anthropic)\n",
+			redact(g.upstreams[OpenAI]), g.choices[OpenAI].Reason, redact(g.upstreams[Anthropic]))
 	}
 	if h := Hint(o.Command[0], sessionURL); h != "" {
 		fmt.Fprintf(o.Notices, "loopguard: %s\n", h)
@@ -106,6 +106,9 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	log.Info().Int("exit_code", code).Msg("command ended")
 	sum := Summary{Session: id, ExitCode: code, Loops: []Loop{}, Log: logPath}
+	if c, ok := g.choices[OpenAI]; ok {
+		sum.Upstream, sum.UpstreamReason = redact(c.URL), c.Reason
+	}
 	d, seen, err := g.record(ctx)
 	if err != nil {
 		log.Warn().Err(err).Msg("reading the session's record failed")
@@ -136,12 +139,17 @@ type guard struct {
 	srv        *proxy.Server
 	served     chan error
 	upstreams  map[Wire]string
+	choices    map[Wire]Choice // upstreams, with why each was chosen
 }
 
 // start serves an in-process loopguard on a free loopback port.
 func (g *guard) start(o Options, log zerolog.Logger) error {
 	cfg := o.Config
-	g.upstreams = ResolveUpstreams(o.Upstream, Upstreams(lookupEnv(o.Env)), cfg.Upstream)
+	g.choices = ChooseUpstreams(o, cfg.Upstream)
+	g.upstreams = map[Wire]string{}
+	for w, c := range g.choices {
+		g.upstreams[w] = c.URL
+	}
 	cfg.Upstream.URL = g.upstreams[OpenAI]
 	cfg.Upstream.AnthropicURL = ""
 	if g.upstreams[Anthropic] != g.upstreams[OpenAI] {

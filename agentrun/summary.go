@@ -35,6 +35,11 @@ type Summary struct {
 	// that of the answers to requests whose history showed a loop.
 	Tokens     observe.Usage `json:"tokens"`
 	LoopTokens observe.Usage `json:"loop_tokens"`
+	// Upstream is where the run's chat and Responses traffic went, and
+	// UpstreamReason why that one was chosen; empty with -proxy, whose
+	// loopguard has its own.
+	Upstream       string `json:"upstream,omitempty"`
+	UpstreamReason string `json:"upstream_reason,omitempty"`
 	// Timeline is the command that shows the session's timeline.
 	Timeline string `json:"timeline,omitempty"`
 	// Log is the file loopguard's log went to.
@@ -147,6 +152,9 @@ func (s *Summary) Print(w io.Writer) {
 	}
 	fmt.Fprintf(&b, "loopguard: tokens reported by the upstream: %d in, %d out; in loop turns: %d in, %d out\n",
 		s.Tokens.Input, s.Tokens.Output, s.LoopTokens.Input, s.LoopTokens.Output)
+	if s.Upstream != "" {
+		fmt.Fprintf(&b, "loopguard: upstream %s: %s\n", s.Upstream, s.UpstreamReason)
+	}
 	if s.Timeline != "" {
 		fmt.Fprintf(&b, "loopguard: timeline: %s\n", s.Timeline)
 	}

@@ -32,8 +32,13 @@ type Request struct {
 	// Header is the request header as received (net/http canonicalises
 	// names; hop-by-hop fields are included).
 	Header http.Header
-	// Body is the exact request body.
-	Body     []byte
+	// Body is the request body, decoded when it came with a
+	// Content-Encoding the fake reads (zstd, gzip, deflate).
+	Body []byte
+	// Coded is the body exactly as it arrived when it came with a
+	// Content-Encoding, nil otherwise; Body is then its decoded form (or
+	// Coded itself, for a coding the fake cannot read).
+	Coded    []byte
 	Received time.Time
 
 	// Stream, IncludeUsage and Model are read from a JSON body
@@ -262,6 +267,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Body:     body,
 		Received: time.Now(),
 	}
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		req.Coded = body
+		if d, err := decodeBody(ce, body); err == nil {
+			req.Body = d
+		}
+	}
+	body = req.Body
 	if gjson.ValidBytes(body) {
 		res := gjson.GetManyBytes(body, "stream", "stream_options.include_usage", "model")
 		req.Stream, req.IncludeUsage, req.Model = res[0].Bool(), res[1].Bool(), res[2].String()

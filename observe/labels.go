@@ -105,7 +105,7 @@ func levelIndex(level int) int {
 }
 
 // Fail-open stages, as the proxy names them.
-var stages = [...]string{"malformed_json", "unreadable_history", "detector", "policy", "store", "inject", "terminate", "panic", "stream", "other"}
+var stages = [...]string{"malformed_json", "unreadable_history", "detector", "policy", "store", "inject", "terminate", "panic", "stream", "undecodable_body", "other"}
 
 const nStage = len(stages)
 

@@ -240,8 +240,8 @@ func (o *answerObserver) end(out []byte) []byte {
 
 // body inspects a non-streamed answer: a degenerate text is cut at the
 // offset where the repetition began, in the API's shape (wireAPI.cutBody).
-func (o *answerObserver) body(status int, b []byte) []byte {
-	if status != fasthttp.StatusOK || o.encoded || !rawjson.Valid(b) {
+func (o *answerObserver) body(status int, b []byte, decoded bool) []byte {
+	if status != fasthttp.StatusOK || o.encoded && !decoded || !rawjson.Valid(b) {
 		return nil
 	}
 	o.bodyUsage = answerUsage(b)

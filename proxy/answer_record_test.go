@@ -48,7 +48,7 @@ func TestAnswerRecord(t *testing.T) {
 					t.Error("the record was not saved when the stream completed")
 				}
 			} else {
-				o.body(200, []byte(body))
+				o.body(200, []byte(body), false)
 				r.finish()
 			}
 			if tt.wantID == "" {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -298,9 +299,10 @@ func TestChatHoldToolCallsReplacesTerminalCall(t *testing.T) {
 	}
 }
 
-func TestChatCompressedAnswerPassesUninspected(t *testing.T) {
-	// A degenerate answer, gzipped: loopguard cannot read it and must not
-	// touch it.
+func TestChatCompressedAnswerIsInspected(t *testing.T) {
+	// A degenerate answer, gzipped although loopguard asked for identity:
+	// loopguard reads it decoded and cuts it, and the client gets the cut
+	// answer gzipped as the upstream's was.
 	var gz strings.Builder
 	zw := gzip.NewWriter(&gz)
 	io.WriteString(zw, `{"choices":[{"index":0,"message":{"role":"assistant","content":"`+strings.Repeat("I will check it again. ", 200)+`"},"finish_reason":"stop"}]}`)
@@ -319,8 +321,19 @@ func TestChatCompressedAnswerPassesUninspected(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if string(b) != gz.String() || resp.Header.Get("Content-Encoding") != "gzip" {
-		t.Errorf("compressed answer changed: %d bytes, encoding %q", len(b), resp.Header.Get("Content-Encoding"))
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("answer encoding %q; want the upstream's gzip", resp.Header.Get("Content-Encoding"))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the answer does not decode: %v", err)
+	}
+	plain, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("the answer does not decode: %v", err)
+	}
+	if n := len(gjson.GetBytes(plain, "choices.0.message.content").String()); n == 0 || n >= 200*len("I will check it again. ") {
+		t.Errorf("content is %d bytes; want the degenerate text cut", n)
 	}
 	if ae := (<-got).header.Get("Accept-Encoding"); ae != "identity" {
 		t.Errorf("Accept-Encoding upstream = %q; want identity for an inspected request", ae)

@@ -56,14 +56,14 @@ func (s *Server) observeHeader(obs responseObserver, status int, h *fasthttp.Res
 
 // observeBody runs obs.body; nil, which keeps the upstream's body, when it
 // panicked.
-func (s *Server) observeBody(obs responseObserver, status int, b []byte) (out []byte) {
+func (s *Server) observeBody(obs responseObserver, status int, b []byte, decoded bool) (out []byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.recovered(obs, "body", r)
 			out = nil
 		}
 	}()
-	return obs.body(status, b)
+	return obs.body(status, b, decoded)
 }
 
 // observeFinish runs obs.finish; a panic leaves info as far as it got.

@@ -34,8 +34,11 @@ type responseObserver interface {
 	// through unparsed), before anything loopguard adds: it appends what the
 	// observer still holds back.
 	end(out []byte) []byte
-	// body sees a complete non-streamed body and returns what the client gets.
-	body(status int, b []byte) []byte
+	// body sees a complete non-streamed body and returns what the client
+	// gets, nil to keep the upstream's. decoded: b is the answer with the
+	// content coding the upstream applied undone, and what body returns is
+	// coded again by the caller.
+	body(status int, b []byte, decoded bool) []byte
 	// warm is called when the upstream's socket became readable, before the
 	// read: it loads what the observer's next event reads, so that those
 	// cache misses are in flight with the relay's own (issue 18).
@@ -187,12 +190,40 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 		status, code := upstreamErrorStatus(err)
 		writeError(ctx, status, "loopguard: reading the upstream response failed: "+errorReason(err), "upstream_error", code)
 	} else if observed {
-		if b := s.observeBody(obs, status, ctx.Response.Body()); b != nil {
-			ctx.Response.SetBodyRaw(b)
-		}
+		s.observeStoredBody(ctx, obs, status)
 	}
 	s.respond(obs, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{Status: ctx.Response.StatusCode(),
 		UpstreamLatency: headerLatency, Duration: time.Since(start), Bytes: written})
+}
+
+// observeStoredBody shows obs the whole non-streamed answer in ctx and
+// puts what obs makes of it in its place. An answer the upstream coded
+// although loopguard asked for identity (gateways that compress whatever
+// Accept-Encoding says) is shown decoded; the client still gets the
+// upstream's bytes and headers, unless obs changes the answer, which is
+// then coded the same way. One that does not decode passes as sent.
+func (s *Server) observeStoredBody(ctx *fasthttp.RequestCtx, obs responseObserver, status int) {
+	body := ctx.Response.Body()
+	ce := ctx.Response.Header.ContentEncoding()
+	cs, err := parseCodings(ce)
+	if err == nil && cs.empty() {
+		if b := s.observeBody(obs, status, body, false); b != nil {
+			ctx.Response.SetBodyRaw(b)
+		}
+		return
+	}
+	var decoded []byte
+	if err == nil {
+		decoded, err = cs.decode(nil, body, inspectLimit)
+	}
+	if err != nil {
+		s.log.Warn().Bytes("content_encoding", ce).AnErr("error", err).
+			Msg("answer cannot be decoded for inspection; passed through unchanged")
+		return
+	}
+	if b := s.observeBody(obs, status, decoded, true); b != nil {
+		ctx.Response.SetBody(cs.encode(nil, b))
+	}
 }
 
 // passThrough relays a non-streamed body without holding it: head (bytes

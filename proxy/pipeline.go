@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -121,7 +122,30 @@ type plan struct {
 // answer.
 func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 	body := ctx.Request.Body()
+	var coded *codedBody
+	if ce := ctx.Request.Header.ContentEncoding(); len(ce) > 0 {
+		var ok bool
+		if coded, ok = p.decodeRequest(ctx, s, ce, body); !ok {
+			return
+		}
+		if coded != nil {
+			body = coded.decoded
+			defer coded.release()
+		}
+	}
 	pl := p.decide(ctx, api, body)
+	if coded != nil && pl.answer == nil {
+		// The upstream gets the body as the client coded it: the client's
+		// own bytes when nothing changed, else the rewrite coded the same
+		// way (its buffer is done with once coded).
+		rewritten := pl.body
+		pl.body = coded.wire(rewritten)
+		if pl.buf != nil {
+			*pl.buf = rewritten[:0]
+			bodyBufs.Put(pl.buf)
+			pl.buf = nil
+		}
+	}
 	pl.start = time.Now()
 	if pl.answer != nil {
 		writeAnswer(ctx, pl.answer)
@@ -145,6 +169,41 @@ func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 	// without it), so the rewritten body's buffer can serve another.
 	pl.releaseBody()
 }
+
+// decodeRequest decodes a request body sent with Content-Encoding ce for
+// inspection. ok false: the request is answered (the decoded body is over
+// the body limit, 413 as for a plain body that is). A body that does not
+// decode is forwarded as sent, uninspected, and counted as a fail-open:
+// ok false too. coded nil with ok: the coding is identity.
+func (p *pipeline) decodeRequest(ctx *fasthttp.RequestCtx, s *Server, ce, raw []byte) (coded *codedBody, ok bool) {
+	cs, err := parseCodings(ce)
+	if err == nil && cs.empty() {
+		return nil, true
+	}
+	if err == nil {
+		coded, err = decodeBody(cs, raw, p.cfg.Server.MaxBodyBytes)
+	}
+	switch {
+	case errors.Is(err, errDecodedTooLarge):
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "decoded request body exceeds server.max_body_bytes",
+			"invalid_request_error", "request_too_large")
+		s.respond(nil, ctx.Method(), ctx.Path(), nil, observe.ResponseInfo{Status: fasthttp.StatusRequestEntityTooLarge})
+		return nil, false
+	case err != nil:
+		// The upstream answers what it cannot read; loopguard only cannot
+		// see this turn. The coding's name is logged, never the body.
+		p.obs.FailOpen(stageUndecodable)
+		p.log.Warn().Str("stage", stageUndecodable).Bytes("content_encoding", ce).AnErr("error", err).
+			Msg("fail open: request body cannot be decoded; passed through unchanged")
+		s.forward(ctx, raw, nil)
+		return nil, false
+	}
+	return coded, true
+}
+
+// stageUndecodable is the fail-open stage of a request body whose
+// Content-Encoding does not decode.
+const stageUndecodable = "undecodable_body"
 
 // releaseBody returns a rewritten body's buffer to the pool; pl.body must
 // not be used afterwards. The plan of a stream lives as long as the stream:

@@ -253,7 +253,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
-		if looksStreamed(ctx.Request.Body()) {
+		// A coded body cannot be read for "stream" before it is decoded;
+		// it may be a stream (Codex's always are).
+		if looksStreamed(ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
 			s.guardOnSpareStack(ctx, guardedAPI(path))
 		} else {
 			s.pipeline.guard(ctx, s, guardedAPI(path))

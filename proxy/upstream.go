@@ -25,9 +25,12 @@ type upstream struct {
 	// when the base URL ended with "/v1".
 	prefix string
 	v1     bool
-	addr   string
-	conns  connRegistry
-	idle   time.Duration
+	// noV1: the upstream's API has no /v1 (the ChatGPT Codex backend,
+	// chatGPTCodexPath); a client's /v1/responses goes to <prefix>/responses.
+	noV1  bool
+	addr  string
+	conns connRegistry
+	idle  time.Duration
 }
 
 func newUpstream(cfg UpstreamConfig) (*upstream, error) {
@@ -40,6 +43,7 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 	if strings.HasSuffix(up.prefix, "/v1") {
 		up.prefix, up.v1 = strings.TrimSuffix(up.prefix, "/v1"), true
 	}
+	up.noV1 = strings.HasSuffix(up.prefix, chatGPTCodexPath)
 	isTLS := u.Scheme == "https"
 	up.addr = u.Host
 	if u.Port() == "" {
@@ -82,11 +86,26 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 // doubling /v1: base ".../v1" + "/v1/chat/completions" -> ".../v1/chat/completions".
 func (up *upstream) path(dst []byte, reqPath []byte) []byte {
 	dst = append(dst, up.prefix...)
+	if up.noV1 {
+		if hasPrefixBytes(reqPath, "/v1/") {
+			reqPath = reqPath[len("/v1"):]
+		} else if string(reqPath) == "/v1" {
+			reqPath = reqPath[:0]
+		}
+	}
 	if up.v1 && !(hasPrefixBytes(reqPath, "/v1/") || string(reqPath) == "/v1") {
 		dst = append(dst, "/v1"...)
 	}
 	return append(dst, reqPath...)
 }
+
+// chatGPTCodexPath ends the base URL of the ChatGPT Codex backend
+// (https://chatgpt.com/backend-api/codex), where Codex signed in with
+// ChatGPT sends its turns: POST .../responses, no /v1. Codex must be given
+// a base URL ending in /v1 (given one ending in /backend-api/codex it first
+// asks for a workspace check that a proxy cannot answer), so loopguard
+// keeps handing it /v1 and drops the /v1 upstream.
+const chatGPTCodexPath = "/backend-api/codex"
 
 func hasPrefixBytes(b []byte, p string) bool {
 	return len(b) >= len(p) && string(b[:len(p)]) == p

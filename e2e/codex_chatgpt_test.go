@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopguard/loopguard/fakellm"
+)
+
+// chatgptAuthFile writes a Codex auth.json signed in with ChatGPT into home:
+// unsigned JWTs carrying the claims Codex reads (it does not verify them),
+// a future exp and a recent last_refresh so that no refresh is attempted.
+func chatgptAuthFile(t *testing.T, home, account string) {
+	t.Helper()
+	seg := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	now := time.Now()
+	jwt := seg(map[string]string{"alg": "none", "typ": "JWT"}) + "." + seg(map[string]any{
+		"email": "e2e@example.com",
+		"exp":   now.Add(24 * time.Hour).Unix(),
+		"iat":   now.Unix(),
+		"https://api.openai.com/auth": map[string]string{
+			"chatgpt_plan_type": "plus", "chatgpt_account_id": account, "chatgpt_user_id": "user-e2e"},
+	}) + "." + seg("unsigned") // Codex wants a signature segment, not an empty one
+	auth := map[string]any{
+		"auth_mode":      "chatgpt",
+		"OPENAI_API_KEY": nil,
+		"tokens":         map[string]string{"id_token": jwt, "access_token": jwt, "refresh_token": "rt-e2e", "account_id": account},
+		"last_refresh":   now.UTC().Format(time.RFC3339),
+	}
+	b, _ := json.Marshal(auth)
+	if err := os.WriteFile(filepath.Join(home, "auth.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunCodexSignedInWithChatGPT runs the real Codex CLI signed in with
+// ChatGPT under `loopguard run`, against the fake serving the ChatGPT Codex
+// backend's path: Codex sends its turns zstd-coded to .../responses with its
+// account header, loopguard reads them, a looping session ends with
+// LOOP_DETECTED and a healthy one is untouched.
+func TestRunCodexSignedInWithChatGPT(t *testing.T) {
+	bin := os.Getenv("LOOPGUARD_E2E_CODEX")
+	if bin == "" {
+		t.Skip("set LOOPGUARD_E2E_CODEX to the Codex CLI's binary (npm @openai/codex)")
+	}
+	loopguard, _ := buildRunBinaries(t)
+	const account = "acct_e2e"
+	const backend = "/backend-api/codex"
+	for _, looping := range []bool{false, true} {
+		t.Run(map[bool]string{false: "healthy", true: "looping"}[looping], func(t *testing.T) {
+			answer := fakellm.ResponsesAnswer{Text: "The build passes."}
+			if looping {
+				answer = loopAnswerResponses
+			}
+			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+				// No Responses WebSocket here: 426 sends Codex to HTTP at once
+				// (any other refusal costs it seven retries).
+				{Match: func(r *fakellm.Request) bool {
+					return r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/responses")
+				},
+					Response: fakellm.Response{Raw: []byte{}, Status: http.StatusUpgradeRequired}},
+				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return answer }),
+			}})
+			home := t.TempDir()
+			chatgptAuthFile(t, home, account)
+			jsonPath := filepath.Join(home, "summary.json")
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			args := []string{"run", "-json", jsonPath, "-upstream", fake.URL() + backend, "--", bin,
+				"exec", "--skip-git-repo-check", "--ephemeral", "-m", "fake-model", "-C", home,
+				// Its plugin and account calls stay on the fake too.
+				"-c", `chatgpt_base_url="` + fake.URL() + `/backend-api/"`,
+				"Make the build pass."}
+			cmd := exec.CommandContext(ctx, loopguard, args...)
+			cmd.WaitDelay = 10 * time.Second
+			var env []string
+			for _, kv := range os.Environ() {
+				name, _, _ := strings.Cut(kv, "=")
+				if name != "OPENAI_API_KEY" && name != "CODEX_API_KEY" && name != "OPENAI_BASE_URL" {
+					env = append(env, kv)
+				}
+			}
+			cmd.Env = append(env, "CODEX_HOME="+home, "HOME="+home, "TMPDIR="+home)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			t.Logf("codex stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
+			if err != nil {
+				t.Fatalf("loopguard run -- codex: %v", err)
+			}
+			b, err := os.ReadFile(jsonPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum runSummary
+			if err := json.Unmarshal(b, &sum); err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			for _, r := range fake.Requests() {
+				if r.Method != http.MethodPost || r.Path != backend+"/responses" {
+					continue
+				}
+				calls++
+				if calls == 1 {
+					var names []string
+					for k := range r.Header {
+						names = append(names, k)
+					}
+					slices.Sort(names)
+					t.Logf("Codex's turn: Content-Encoding %q, originator %q, headers %s",
+						r.Header.Get("Content-Encoding"), r.Header.Get("Originator"), strings.Join(names, ", "))
+				}
+				if r.Header.Get("Content-Encoding") != "zstd" || r.Coded == nil {
+					t.Errorf("turn %d reached the upstream with Content-Encoding %q; want zstd", calls, r.Header.Get("Content-Encoding"))
+				}
+				if got := r.Header.Get("Chatgpt-Account-Id"); got != account {
+					t.Errorf("turn %d: ChatGPT-Account-Id %q; want %q", calls, got, account)
+				}
+				if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+					t.Errorf("turn %d: no bearer token passed through", calls)
+				}
+			}
+			if calls == 0 {
+				t.Fatalf("no turn reached %s/responses; the fake saw %d requests", backend, len(fake.Requests()))
+			}
+			want := calls
+			if looping {
+				want++ // LOOP_DETECTED is loopguard's own answer
+			}
+			if sum.Calls != want || sum.ExitCode != 0 || sum.LoopDetected != looping {
+				t.Fatalf("summary %s; want %d model calls, exit code 0, LOOP_DETECTED %v", b, want, looping)
+			}
+			if !strings.Contains(stderr.String(), "loopguard: upstream "+fake.URL()+backend+": -upstream") {
+				t.Errorf("the summary does not name the upstream and why")
+			}
+		})
+	}
+}
