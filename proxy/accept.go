@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/loopguard/loopguard/internal/rawsock"
 )
@@ -17,6 +18,9 @@ import (
 type acceptor struct {
 	net.Listener
 	conns *connSet
+	// sendTimeout bounds each wait of a write to a client
+	// (server.send_timeout).
+	sendTimeout time.Duration
 }
 
 // connSet is the set of a Server's open client connections.
@@ -30,7 +34,7 @@ func (l *acceptor) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &clientConn{Conn: rawsock.Wrap(c), conns: l.conns}
+	cc := &clientConn{Conn: limitSends(rawsock.Wrap(c), l.sendTimeout), conns: l.conns}
 	l.conns.mu.Lock()
 	if l.conns.open == nil {
 		l.conns.open = map[*clientConn]struct{}{}

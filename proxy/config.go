@@ -36,6 +36,13 @@ type ServerConfig struct {
 	ReadTimeout time.Duration `toml:"read_timeout"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
 	IdleTimeout time.Duration `toml:"idle_timeout"`
+	// SendTimeout is the longest a write to a client may wait for the
+	// client to take bytes, as nginx's send_timeout: a client that stops
+	// reading loses its connection (and its stream, whose upstream
+	// connection closes) after this long. It bounds each wait, not the
+	// whole answer, so a long stream to a client that reads is never cut.
+	// Default 60s; 0: no bound.
+	SendTimeout time.Duration `toml:"send_timeout"`
 	// ShutdownGrace is how long SIGTERM waits for running streams. Default 30s.
 	ShutdownGrace time.Duration `toml:"shutdown_grace"`
 }
@@ -137,6 +144,7 @@ func DefaultConfig() Config {
 			MaxBodyBytes:  64 << 20,
 			ReadTimeout:   60 * time.Second,
 			IdleTimeout:   120 * time.Second,
+			SendTimeout:   60 * time.Second,
 			ShutdownGrace: 30 * time.Second,
 		},
 		Upstream: UpstreamConfig{
@@ -185,6 +193,7 @@ func (c *Config) Validate() error {
 	for key, d := range map[string]time.Duration{
 		"server.read_timeout":             c.Server.ReadTimeout,
 		"server.idle_timeout":             c.Server.IdleTimeout,
+		"server.send_timeout":             c.Server.SendTimeout,
 		"server.shutdown_grace":           c.Server.ShutdownGrace,
 		"upstream.connect_timeout":        c.Upstream.ConnectTimeout,
 		"upstream.header_timeout":         c.Upstream.HeaderTimeout,

@@ -371,11 +371,19 @@ type openStream struct {
 	body  *streamBody // nil for HTTP/1.0, which writes no chunks
 }
 
-// abort ends the stream early; ub's Close is safe against the read it
-// interrupts.
+// abort ends the stream early, from any goroutine (the peer watcher's,
+// the request deadline's), and never waits: the relay may be blocked in a
+// write to a client that stopped reading, and closing the upstream
+// connection would wait for the pump that runs the relay. So the upstream
+// connection is shut, which the model sees at once, and a client that left
+// has its connection closed, which ends a write stuck on it; the relay then
+// ends the stream and closes what it owns (end).
 func (st *openStream) abort(err error) {
 	if st.cause.CompareAndSwap(nil, &err) {
-		st.ub.Close(err)
+		st.ub.interrupt()
+		if err == errClientGone {
+			_ = st.conn.Close()
+		}
 	}
 }
 

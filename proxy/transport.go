@@ -428,6 +428,16 @@ func (b *upstreamBody) Ready() bool {
 	return ok && !b.closed.Load() && !b.eof && cb.ready()
 }
 
+// interrupt ends the body's reads from any goroutine, at once: the
+// upstream sees its connection end, so the model stops, and a Read that
+// waits, or the next one, fails. It never waits for the reader, who may be
+// busy elsewhere (writing to a client that does not read): the reader's
+// own Close, which must follow, releases the body.
+func (b *upstreamBody) interrupt() {
+	b.closed.Store(true)
+	b.conn.shutdown()
+}
+
 // ContentLength is the body's declared length: -1 chunked, -2 until close.
 func (b *upstreamBody) ContentLength() int64 { return b.length }
 

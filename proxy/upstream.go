@@ -109,6 +109,9 @@ type trackedConn struct {
 	net.Conn
 	reg *connRegistry
 	key string
+	// tcp is the socket itself, which shutdown shuts; nil for any other
+	// connection.
+	tcp *net.TCPConn
 	// exchanges counts the requests sent on the connection; only the
 	// goroutine holding it from the pool touches it.
 	exchanges int
@@ -134,6 +137,7 @@ type trackedConn struct {
 
 func (r *connRegistry) track(c net.Conn) net.Conn {
 	tc := &trackedConn{Conn: rawsock.Wrap(c), reg: r, key: c.LocalAddr().String()}
+	tc.tcp, _ = c.(*net.TCPConn)
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			tc.raw = raw
@@ -188,6 +192,18 @@ func (c *trackedConn) armIdle(d time.Duration) {
 func (c *trackedConn) disarmIdle() {
 	c.idle = 0
 	_ = c.Conn.SetReadDeadline(time.Time{})
+}
+
+// shutdown ends both directions of the socket without closing it: the
+// upstream sees the connection end (FIN), and a read that waits on it
+// returns. Unlike Close, it never waits for a read or write that runs
+// (shutdown(2) takes no lock of the socket's), so any goroutine may call
+// it while the reader is busy elsewhere.
+func (c *trackedConn) shutdown() {
+	if c.tcp != nil {
+		_ = c.tcp.CloseRead()
+		_ = c.tcp.CloseWrite()
+	}
 }
 
 func (c *trackedConn) Close() error {
