@@ -28,6 +28,10 @@ type upstream struct {
 	addr   string
 	conns  connRegistry
 	idle   time.Duration
+	// noResume is set once the upstream answered 404 or 405 to the DELETE
+	// that stops a cut resumable stream: it is not llama-server (or an old
+	// one) and is not asked again (resumable.go).
+	noResume atomic.Bool
 }
 
 func newUpstream(cfg UpstreamConfig) (*upstream, error) {
