@@ -239,7 +239,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	if !stripSessionPrefix(ctx) {
+	if !stripSessionPrefix(ctx) || !cleanRequestPath(ctx) {
 		return
 	}
 	path := ctx.Path()
