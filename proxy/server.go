@@ -167,7 +167,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()
-	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout})
+	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
