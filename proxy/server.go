@@ -56,6 +56,10 @@ type Server struct {
 	peers peerWatcher
 	// spares run the chat pipelines (spare.go).
 	spares *spares
+	// stopping is cancelled (stop) when Shutdown begins: the admin
+	// handlers' request context (withLocalAddr).
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -97,8 +101,9 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.admin = withLocalAddr(admin)
-	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.admin = withLocalAddr(admin, s.stopping)
+	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.stopping)
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleServerError,
@@ -144,8 +149,21 @@ func replicaName(cfg Config) string {
 // withLocalAddr adapts h, an admin handler, to fasthttp. Admin handlers
 // answer without a token only on loopback listeners; they read the
 // listener's address from the request context, where net/http puts it.
-func withLocalAddr(h http.Handler) fasthttp.RequestHandler {
-	adapted := fasthttpadaptor.NewFastHTTPHandler(h)
+//
+// The request's context is not the adaptor's, the fasthttp RequestCtx:
+// its Done reads a field of the fasthttp.Server that ShutdownWithContext
+// writes without synchronisation (fasthttp v1.74), and the adaptor runs h
+// on a goroutine of its own that can outlive the connection (the live
+// feed). h's context keeps the RequestCtx's values, and is cancelled when
+// the Server begins to shut down (stopping), all that the RequestCtx's
+// cancellation ever said.
+func withLocalAddr(h http.Handler, stopping context.Context) fasthttp.RequestHandler {
+	adapted := fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		defer cancel()
+		defer context.AfterFunc(stopping, cancel)()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	}))
 	return func(ctx *fasthttp.RequestCtx) {
 		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
 		adapted(ctx)
@@ -177,6 +195,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting connections and waits for running requests and
 // streams to finish, until ctx ends. It then releases the session store.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
 	s.mu.Lock()
 	s.closed = true
 	for _, ln := range s.listeners {
