@@ -138,6 +138,17 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	}
 
 	status := resp.StatusCode()
+	if status == fasthttp.StatusSwitchingProtocols {
+		// loopguard never asks for a protocol switch (Upgrade is
+		// hop-by-hop and dropped): an upstream's 101 cannot be relayed, as
+		// nginx refuses it too.
+		ub.Close(errUnsolicitedUpgrade)
+		writeError(ctx, fasthttp.StatusBadGateway, "loopguard: the upstream switched protocols unasked", "upstream_error", "upstream_error")
+		ctx.SetConnectionClose()
+		s.respond(obs, ctx.Method(), ctx.Path(), errUnsolicitedUpgrade, observe.ResponseInfo{
+			Status: fasthttp.StatusBadGateway, UpstreamLatency: headerLatency, Duration: time.Since(start)})
+		return
+	}
 	ctx.Response.Header.DisableNormalizing()
 	copyResponseHeader(&ctx.Response.Header, &resp.Header)
 	ctx.SetStatusCode(status)

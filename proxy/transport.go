@@ -200,6 +200,9 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		resp.StreamBody = true
 		resp.Header.DisableNormalizing()
+		// An answer without Content-Type must reach the client without
+		// one: fasthttp's headers otherwise report text/plain for it.
+		resp.Header.SetNoDefaultContentType(true)
 		if req.Header.IsHead() {
 			resp.SkipBody = true
 		}

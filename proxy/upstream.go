@@ -220,6 +220,8 @@ var (
 	errClientGone = errors.New("client disconnected")
 	errCut        = errors.New("stream cut by loopguard")
 	errDeadline   = errors.New("request timeout")
+	// errUnsolicitedUpgrade: the upstream answered 101, which nothing asked for.
+	errUnsolicitedUpgrade = errors.New("upstream switched protocols unasked")
 )
 
 func isTimeout(err error) bool {
