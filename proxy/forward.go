@@ -130,8 +130,18 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	headerLatency := time.Since(start)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		status, code := upstreamErrorStatus(err)
-		writeError(ctx, status, "loopguard: upstream request failed: "+errorReason(err), "upstream_error", code)
+		status := statusClientClosed
+		if errors.Is(err, errClientGone) {
+			// The client left (or half-closed) before the answer came: nobody
+			// reads an answer, and the upstream did not fail. nginx logs 499
+			// and sends nothing; so does loopguard.
+			ctx.HijackSetNoResponse(true)
+			ctx.Hijack(func(net.Conn) {})
+		} else {
+			var code string
+			status, code = upstreamErrorStatus(err)
+			writeError(ctx, status, "loopguard: upstream request failed: "+errorReason(err), "upstream_error", code)
+		}
 		s.respond(obs, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{
 			Status: status, UpstreamLatency: headerLatency, Duration: time.Since(start)})
 		return
@@ -718,6 +728,10 @@ func (p *passBody) CloseWithError(err error) error {
 	})
 	return nil
 }
+
+// statusClientClosed is nginx's status for a request whose client closed
+// the connection before the answer: logged and counted, never sent.
+const statusClientClosed = 499
 
 // upstreamErrorStatus maps a failed upstream exchange to the status the client gets.
 func upstreamErrorStatus(err error) (status int, code string) {

@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // rawExchange sends raw, a whole request, to the proxy at base and returns
@@ -71,5 +74,45 @@ func TestAnswerWithoutContentTypeGetsNone(t *testing.T) {
 				t.Errorf("%q answered %d with Content-Type %q; want none, as the upstream sent", strings.SplitN(req, "\r\n", 2)[0], resp.StatusCode, ct)
 			}
 		}
+	}
+}
+
+// TestClientHalfCloseIs499: a client that half-closes its connection after
+// its request, before the answer, is logged and counted as 499 (nginx's
+// "client closed request"), not as a 502 upstream_error.
+func TestClientHalfCloseIs499(t *testing.T) {
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		if _, ok := u.readRequest(br); ok {
+			_, _ = br.ReadByte() // holds the answer until the proxy closes
+		}
+	})
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = up.url()
+	var logs syncBuffer
+	_, base := observedProxy(t, cfg, zerolog.New(&logs), func(*Server) responseObserver { return nil })
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	for up.reqs.Load() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = c.(*net.TCPConn).CloseWrite()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), `"message":"request"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no request logged 10s after the client half-closed: %s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if line := logs.String(); !strings.Contains(line, `"status":499`) {
+		t.Errorf("logged %s; want status 499", line)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, _ := io.ReadAll(c); len(b) != 0 {
+		t.Errorf("the client got %q; want nothing, as nginx sends", b)
 	}
 }
