@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ type acceptor struct {
 	// (server.send_timeout).
 	sendTimeout time.Duration
 	log         zerolog.Logger
+	budget      *bodyBudget
 }
 
 // connSet is the set of a Server's open client connections.
@@ -72,7 +74,7 @@ func acceptRetryable(err error) bool {
 
 // track wraps c, a new client connection, and keeps it in the set.
 func (l *acceptor) track(c net.Conn) net.Conn {
-	cc := &clientConn{Conn: limitSends(rawsock.Wrap(c), l.sendTimeout), conns: l.conns}
+	cc := &clientConn{Conn: limitSends(rawsock.Wrap(c), l.sendTimeout), conns: l.conns, budget: l.budget}
 	l.conns.mu.Lock()
 	if l.conns.open == nil {
 		l.conns.open = map[*clientConn]struct{}{}
@@ -82,10 +84,18 @@ func (l *acceptor) track(c net.Conn) net.Conn {
 	return cc
 }
 
-// clientConn leaves its set when closed.
+// clientConn leaves its set when closed, and gives back what it holds of
+// the request body budget.
 type clientConn struct {
 	net.Conn
 	conns *connSet
+	// budget is the server's body budget; reserved is the share the
+	// connection's current request holds (budget.go), refused says that
+	// its request did not fit. reserved is given back by whoever ends
+	// first: the request, or Close from another goroutine.
+	budget   *bodyBudget
+	reserved atomic.Int64
+	refused  bool
 }
 
 // SyscallConn shows the socket under c: the peer watcher finds through it
@@ -101,6 +111,7 @@ func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
 var errNotSocket = errors.New("not a socket")
 
 func (c *clientConn) Close() error {
+	c.giveBack()
 	c.conns.mu.Lock()
 	delete(c.conns.open, c)
 	c.conns.mu.Unlock()

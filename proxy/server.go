@@ -56,6 +56,8 @@ type Server struct {
 	peers peerWatcher
 	// spares run the chat pipelines (spare.go).
 	spares *spares
+	// bodies bounds the memory of request bodies in flight (budget.go).
+	bodies bodyBudget
 	// stopping is cancelled (stop) when Shutdown begins: the admin
 	// handlers' request context (withLocalAddr).
 	stopping context.Context
@@ -69,7 +71,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares()}
+	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory}}
 	if cfg.Upstream.AnthropicURL != "" {
 		c := cfg.Upstream
 		c.URL = c.AnthropicURL
@@ -107,6 +109,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleServerError,
+		HeaderReceived:     s.headerReceived,
 		Name:               "",
 		MaxRequestBodySize: cfg.Server.MaxBodyBytes,
 		ReadTimeout:        cfg.Server.ReadTimeout,
@@ -185,7 +188,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()
-	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log})
+	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log, budget: &s.bodies})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -248,6 +251,9 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // through the pipeline, everything else straight to the upstream. A
 // /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if cc, ok := ctx.Conn().(*clientConn); ok && cc.reserved.Load() > 0 {
+		defer cc.giveBack()
+	}
 	if ambiguousFraming(&ctx.Request.Header) {
 		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
 		// how requests are smuggled past a proxy that frames them otherwise
@@ -358,6 +364,20 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 
 // handleServerError answers what fasthttp refuses before our handler runs.
 func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
+	if cc, ok := ctx.Conn().(*clientConn); ok {
+		cc.giveBack() // the body's read failed
+		if cc.refused {
+			cc.refused = false
+			// Out of body memory: the body is unread, and the connection
+			// ends with the answer.
+			writeError(ctx, fasthttp.StatusServiceUnavailable,
+				"loopguard: too many request bodies in flight (server.max_body_memory); retry shortly",
+				"server_error", "body_memory_exhausted")
+			ctx.Response.Header.Set("Retry-After", "1")
+			ctx.SetConnectionClose()
+			return
+		}
+	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds server.max_body_bytes", "invalid_request_error", "request_too_large")
 		return
