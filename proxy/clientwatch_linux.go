@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/loopguard/loopguard/internal/rawsock"
 	"golang.org/x/sys/unix"
@@ -33,10 +34,13 @@ type peerWatcher struct {
 	fired sync.Cond // an onClose call returned; L is &mu
 	epfd  int
 	wake  int // an eventfd in the epoll set: written by close to end run
-	// started: epfd and wake are set up and run is running; broken: setting
-	// them up failed, and nothing is watched (write errors still end
-	// streams); closed: close was called.
-	started, broken, closed bool
+	// started: epfd and wake are set up and run is running; closed: close
+	// was called.
+	started, closed bool
+	// retryAt: setting epfd and wake up failed (out of descriptors, most
+	// likely), and is not tried again before then; until it works nothing
+	// is watched, and write errors still end streams.
+	retryAt time.Time
 	// byFD holds the armed watches by socket. A socket's number is reused
 	// once it is closed; each watch's gen, carried in its epoll event, tells
 	// a late event of an older watch from one of the current.
@@ -70,6 +74,15 @@ var peerWatches = sync.Pool{New: func() any {
 	p.ctl = p.control
 	return p
 }}
+
+// watchRetry is how long the watcher waits before it tries again to set
+// itself up after it failed: a shortage of descriptors passes, and hang-up
+// detection must come back with them.
+const watchRetry = time.Second
+
+// epollCreate is epoll_create1(2); a variable, so that a test can make it
+// fail as it does when the process is out of descriptors.
+var epollCreate = unix.EpollCreate1
 
 // ctl ops besides the EPOLL_CTL ones: peek at the socket.
 const opPeek = -1
@@ -128,12 +141,15 @@ func (w *peerWatcher) watch(conn net.Conn, onClose func()) *peerWatch {
 // start sets up the epoll instance and its goroutine on the first watch;
 // false when they cannot run. w.mu is held.
 func (w *peerWatcher) start() bool {
-	if w.started || w.broken || w.closed {
+	if w.started || w.closed {
 		return w.started && !w.closed
 	}
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if !w.retryAt.IsZero() && time.Now().Before(w.retryAt) {
+		return false
+	}
+	epfd, err := epollCreate(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		w.broken = true
+		w.retryAt = time.Now().Add(watchRetry)
 		return false
 	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -145,7 +161,7 @@ func (w *peerWatcher) start() bool {
 	}
 	if err != nil {
 		_ = unix.Close(epfd)
-		w.broken = true
+		w.retryAt = time.Now().Add(watchRetry)
 		return false
 	}
 	w.epfd, w.wake, w.started = epfd, wake, true

@@ -32,10 +32,23 @@ type ServerConfig struct {
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 64 MiB:
 	// agents resend their whole history, and base64 images exceed fasthttp's 4 MiB.
 	MaxBodyBytes int `toml:"max_body_bytes"`
+	// MaxBodyMemory bounds the bytes that request bodies being read or
+	// held take together: a request whose body (its Content-Length; the
+	// body limit when chunked) does not fit beside those in flight gets
+	// 503 with Retry-After, unread. A body alone is always let in. Default
+	// 256 MiB; 0: no bound.
+	MaxBodyMemory int64 `toml:"max_body_memory"`
 	// ReadTimeout bounds reading one request (headers and body). Default 60s.
 	ReadTimeout time.Duration `toml:"read_timeout"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
 	IdleTimeout time.Duration `toml:"idle_timeout"`
+	// SendTimeout is the longest a write to a client may wait for the
+	// client to take bytes, as nginx's send_timeout: a client that stops
+	// reading loses its connection (and its stream, whose upstream
+	// connection closes) after this long. It bounds each wait, not the
+	// whole answer, so a long stream to a client that reads is never cut.
+	// Default 60s; 0: no bound.
+	SendTimeout time.Duration `toml:"send_timeout"`
 	// ShutdownGrace is how long SIGTERM waits for running streams. Default 30s.
 	ShutdownGrace time.Duration `toml:"shutdown_grace"`
 }
@@ -135,8 +148,10 @@ func DefaultConfig() Config {
 		Server: ServerConfig{
 			Listen:        "127.0.0.1:8787",
 			MaxBodyBytes:  64 << 20,
+			MaxBodyMemory: 256 << 20,
 			ReadTimeout:   60 * time.Second,
 			IdleTimeout:   120 * time.Second,
+			SendTimeout:   60 * time.Second,
 			ShutdownGrace: 30 * time.Second,
 		},
 		Upstream: UpstreamConfig{
@@ -182,9 +197,13 @@ func (c *Config) Validate() error {
 	if c.Server.MaxBodyBytes <= 0 {
 		bad("server.max_body_bytes", "must be > 0, got %d", c.Server.MaxBodyBytes)
 	}
+	if c.Server.MaxBodyMemory < 0 {
+		bad("server.max_body_memory", "must not be negative, got %d", c.Server.MaxBodyMemory)
+	}
 	for key, d := range map[string]time.Duration{
 		"server.read_timeout":             c.Server.ReadTimeout,
 		"server.idle_timeout":             c.Server.IdleTimeout,
+		"server.send_timeout":             c.Server.SendTimeout,
 		"server.shutdown_grace":           c.Server.ShutdownGrace,
 		"upstream.connect_timeout":        c.Upstream.ConnectTimeout,
 		"upstream.header_timeout":         c.Upstream.HeaderTimeout,

@@ -133,14 +133,35 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	headerLatency := time.Since(start)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
-		status, code := upstreamErrorStatus(err)
-		writeError(ctx, status, "loopguard: upstream request failed: "+errorReason(err), "upstream_error", code)
+		status := statusClientClosed
+		if errors.Is(err, errClientGone) {
+			// The client left (or half-closed) before the answer came: nobody
+			// reads an answer, and the upstream did not fail. nginx logs 499
+			// and sends nothing; so does loopguard.
+			ctx.HijackSetNoResponse(true)
+			ctx.Hijack(func(net.Conn) {})
+		} else {
+			var code string
+			status, code = upstreamErrorStatus(err)
+			writeError(ctx, status, "loopguard: upstream request failed: "+errorReason(err), "upstream_error", code)
+		}
 		s.respond(obs, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{
 			Status: status, UpstreamLatency: headerLatency, Duration: time.Since(start)})
 		return
 	}
 
 	status := resp.StatusCode()
+	if status == fasthttp.StatusSwitchingProtocols {
+		// loopguard never asks for a protocol switch (Upgrade is
+		// hop-by-hop and dropped): an upstream's 101 cannot be relayed, as
+		// nginx refuses it too.
+		ub.Close(errUnsolicitedUpgrade)
+		writeError(ctx, fasthttp.StatusBadGateway, "loopguard: the upstream switched protocols unasked", "upstream_error", "upstream_error")
+		ctx.SetConnectionClose()
+		s.respond(obs, ctx.Method(), ctx.Path(), errUnsolicitedUpgrade, observe.ResponseInfo{
+			Status: fasthttp.StatusBadGateway, UpstreamLatency: headerLatency, Duration: time.Since(start)})
+		return
+	}
 	ctx.Response.Header.DisableNormalizing()
 	copyResponseHeader(&ctx.Response.Header, &resp.Header)
 	ctx.SetStatusCode(status)
@@ -402,11 +423,19 @@ type openStream struct {
 	body  *streamBody // nil for HTTP/1.0, which writes no chunks
 }
 
-// abort ends the stream early; ub's Close is safe against the read it
-// interrupts.
+// abort ends the stream early, from any goroutine (the peer watcher's,
+// the request deadline's), and never waits: the relay may be blocked in a
+// write to a client that stopped reading, and closing the upstream
+// connection would wait for the pump that runs the relay. So the upstream
+// connection is shut, which the model sees at once, and a client that left
+// has its connection closed, which ends a write stuck on it; the relay then
+// ends the stream and closes what it owns (end).
 func (st *openStream) abort(err error) {
 	if st.cause.CompareAndSwap(nil, &err) {
-		st.ub.Close(err)
+		st.ub.interrupt()
+		if err == errClientGone {
+			_ = st.conn.Close()
+		}
 	}
 }
 
@@ -730,6 +759,10 @@ func (p *passBody) CloseWithError(err error) error {
 	})
 	return nil
 }
+
+// statusClientClosed is nginx's status for a request whose client closed
+// the connection before the answer: logged and counted, never sent.
+const statusClientClosed = 499
 
 // upstreamErrorStatus maps a failed upstream exchange to the status the client gets.
 func upstreamErrorStatus(err error) (status int, code string) {

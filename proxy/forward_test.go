@@ -106,7 +106,7 @@ func TestForwardPassesRequestThrough(t *testing.T) {
 		{"base with v1, client with v1", "/v1", "/v1/embeddings", "/v1/embeddings"},
 		{"base with v1, client without", "/v1", "/embeddings", "/v1/embeddings"},
 		{"base with prefix and v1", "/openai/v1/", "/v1/files/abc", "/openai/v1/files/abc"},
-		{"unusual path kept verbatim", "", "/v1//weird/../path", "/v1//weird/../path"},
+		{"dot-segments resolved, the rest kept verbatim", "", "/v1//weird/../path", "/v1//path"},
 		{"ChatGPT Codex backend takes no v1", "/backend-api/codex", "/v1/responses", "/backend-api/codex/responses"},
 		{"ChatGPT Codex backend, client without v1", "/backend-api/codex/", "/models?client_version=1", "/backend-api/codex/models?client_version=1"},
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/loopguard/loopguard/policy"
@@ -32,11 +31,9 @@ const streamPath = "/v1/stream/"
 const stopTimeout = 5 * time.Second
 
 // resumeStopper sends the DELETEs of cut resumable streams, off the
-// client's path, and remembers an upstream that has no such route.
+// client's path; each upstream remembers whether it has no such route
+// (upstream.noResume).
 type resumeStopper struct {
-	// unsupported is set once the upstream answered 404 or 405: it is not
-	// llama-server (or an old one) and is left alone from then on.
-	unsupported atomic.Bool
 	// running counts DELETEs in flight; Shutdown waits for them.
 	running sync.WaitGroup
 }
@@ -45,6 +42,10 @@ type resumeStopper struct {
 // request: the stream writer that sees the cut must not touch RequestCtx.
 type resumable struct {
 	s *Server
+	// up is the upstream the stream came from, and the DELETE's: with
+	// upstream.anthropic_url set, an Anthropic client's stream and its
+	// credentials belong to that upstream alone.
+	up *upstream
 	// uri is the DELETE's path on the upstream.
 	uri []byte
 	// auth holds the request's credential headers, name and value in turn.
@@ -58,11 +59,17 @@ var authHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key"}
 // resumableOf returns how to stop ctx's generation if it is a resumable
 // stream (an X-Conversation-Id request, or a resume), or nil.
 func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
-	if s.resume.unsupported.Load() {
+	up := s.upstreamFor(ctx)
+	if up.noResume.Load() {
 		return nil
 	}
 	var p []byte
 	if id := ctx.Request.Header.Peek(headerConversation); len(id) > 0 {
+		if string(id) == "." || string(id) == ".." {
+			// A dot-segment, which escaping leaves as it is: the DELETE
+			// would name the route's parent, not a stream.
+			return nil
+		}
 		p = append(p, streamPath...)
 		p = append(p, url.PathEscape(string(id))...)
 	} else if isResume(ctx) {
@@ -70,7 +77,7 @@ func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
 	} else {
 		return nil
 	}
-	r := &resumable{s: s, uri: s.up.path(nil, p)}
+	r := &resumable{s: s, up: up, uri: up.path(nil, p)}
 	for _, h := range authHeaders {
 		v := ctx.Request.Header.Peek(h)
 		if s.cfg.Upstream.APIKey != "" && h == "Authorization" {
@@ -110,7 +117,7 @@ func (s *Server) stopGeneration(r *resumable) {
 	req.Header.DisableNormalizing()
 	req.Header.SetMethod(fasthttp.MethodDelete)
 	req.SetRequestURIBytes(r.uri)
-	req.Header.SetHost(s.up.host)
+	req.Header.SetHost(r.up.host)
 	for i := 0; i+1 < len(r.auth); i += 2 {
 		req.Header.SetBytesKV(r.auth[i], r.auth[i+1])
 	}
@@ -118,7 +125,7 @@ func (s *Server) stopGeneration(r *resumable) {
 	timer := time.AfterFunc(stopTimeout, func() { x.abort(errDeadline) })
 	defer timer.Stop()
 	resp := fasthttp.AcquireResponse()
-	body, err := s.up.roundTrip(x, req, resp)
+	body, err := r.up.roundTrip(x, req, resp)
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		s.log.Warn().Str("reason", errorReason(err)).Msg("could not stop a cut resumable stream upstream")
@@ -134,7 +141,7 @@ func (s *Server) stopGeneration(r *resumable) {
 	body.Close(err)
 	switch status {
 	case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed:
-		if s.resume.unsupported.CompareAndSwap(false, true) {
+		if r.up.noResume.CompareAndSwap(false, true) {
 			s.log.Info().Int("status", status).Msg("upstream has no DELETE " + streamPath + "<id>; cut streams with " + headerConversation + " are no longer stopped by it")
 		}
 	}

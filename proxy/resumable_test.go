@@ -201,3 +201,63 @@ func TestResumeDeletePassesThrough(t *testing.T) {
 		t.Errorf("status %d, upstream got %+v; want the DELETE passed through and its 204", resp.StatusCode, dels)
 	}
 }
+
+// TestCutStopsResumableStreamOnItsOwnUpstream: with upstream.anthropic_url
+// set, the DELETE that stops an Anthropic client's cut stream, and the
+// client's credentials it carries, go to the upstream the stream came
+// from; the other upstream sees nothing of them.
+func TestCutStopsResumableStreamOnItsOwnUpstream(t *testing.T) {
+	tests := []struct {
+		name, method, path string
+	}{
+		{"resumed stream", http.MethodGet, "/v1/stream/c7"},
+		{"stream with a conversation id", http.MethodPost, "/v1/chat/completions"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			anthropic, anthropicURL := startResumableUpstream(t, http.StatusNoContent)
+			other, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusNoContent)
+			})
+			_, base := startProxy(t, func(c *Config) {
+				c.Upstream.URL = other.URL
+				c.Upstream.AnthropicURL = anthropicURL
+			})
+			hdr := map[string]string{"anthropic-version": "2023-06-01", "X-Api-Key": "sk-ant-secret",
+				"X-Conversation-Id": "c7"}
+			if tt.method == http.MethodGet {
+				delete(hdr, "X-Conversation-Id")
+			}
+			if answer := sendStream(t, base, tt.method, tt.path, hdr, false); !strings.Contains(answer, ": loopguard cut") {
+				t.Fatalf("the stream was not cut: %q", answer[max(0, len(answer)-300):])
+			}
+			dels := anthropic.waitDeletes(t, 1)
+			if len(dels) != 1 || dels[0].uri != "/v1/stream/c7" || dels[0].header.Get("X-Api-Key") != "sk-ant-secret" {
+				t.Errorf("the Anthropic upstream got DELETEs %+v; want one of /v1/stream/c7 with its key", dels)
+			}
+			select {
+			case r := <-got:
+				t.Errorf("the other upstream got %s %s (X-Api-Key %q); want nothing", r.method, r.uri, r.header.Get("X-Api-Key"))
+			default:
+			}
+		})
+	}
+}
+
+// TestResumableDotIDSendsNoDelete: a conversation id that is a
+// dot-segment would make the DELETE name the route's parent: none is sent.
+func TestResumableDotIDSendsNoDelete(t *testing.T) {
+	for _, id := range []string{".", ".."} {
+		t.Run(id, func(t *testing.T) {
+			ru, url := startResumableUpstream(t, http.StatusNoContent)
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = url })
+			answer := sendStream(t, base, http.MethodPost, "/v1/chat/completions", map[string]string{"X-Conversation-Id": id}, false)
+			if !strings.Contains(answer, ": loopguard cut") {
+				t.Fatal("the stream was not cut")
+			}
+			if dels := ru.waitDeletes(t, 0); len(dels) != 0 {
+				t.Errorf("DELETEs %+v reached the upstream; want none", dels)
+			}
+		})
+	}
+}

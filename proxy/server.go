@@ -56,6 +56,12 @@ type Server struct {
 	peers peerWatcher
 	// spares run the chat pipelines (spare.go).
 	spares *spares
+	// bodies bounds the memory of request bodies in flight (budget.go).
+	bodies bodyBudget
+	// stopping is cancelled (stop) when Shutdown begins: the admin
+	// handlers' request context (withLocalAddr).
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
@@ -65,7 +71,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares()}
+	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory}}
 	if cfg.Upstream.AnthropicURL != "" {
 		c := cfg.Upstream
 		c.URL = c.AnthropicURL
@@ -97,11 +103,13 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.admin = withLocalAddr(admin)
-	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.admin = withLocalAddr(admin, s.stopping)
+	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.stopping)
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		ErrorHandler:       s.handleServerError,
+		HeaderReceived:     s.headerReceived,
 		Name:               "",
 		MaxRequestBodySize: cfg.Server.MaxBodyBytes,
 		ReadTimeout:        cfg.Server.ReadTimeout,
@@ -144,8 +152,21 @@ func replicaName(cfg Config) string {
 // withLocalAddr adapts h, an admin handler, to fasthttp. Admin handlers
 // answer without a token only on loopback listeners; they read the
 // listener's address from the request context, where net/http puts it.
-func withLocalAddr(h http.Handler) fasthttp.RequestHandler {
-	adapted := fasthttpadaptor.NewFastHTTPHandler(h)
+//
+// The request's context is not the adaptor's, the fasthttp RequestCtx:
+// its Done reads a field of the fasthttp.Server that ShutdownWithContext
+// writes without synchronisation (fasthttp v1.74), and the adaptor runs h
+// on a goroutine of its own that can outlive the connection (the live
+// feed). h's context keeps the RequestCtx's values, and is cancelled when
+// the Server begins to shut down (stopping), all that the RequestCtx's
+// cancellation ever said.
+func withLocalAddr(h http.Handler, stopping context.Context) fasthttp.RequestHandler {
+	adapted := fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		defer cancel()
+		defer context.AfterFunc(stopping, cancel)()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	}))
 	return func(ctx *fasthttp.RequestCtx) {
 		ctx.SetUserValue(http.LocalAddrContextKey, ctx.LocalAddr())
 		adapted(ctx)
@@ -167,7 +188,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()
-	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients})
+	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log, budget: &s.bodies})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -177,6 +198,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting connections and waits for running requests and
 // streams to finish, until ctx ends. It then releases the session store.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
 	s.mu.Lock()
 	s.closed = true
 	for _, ln := range s.listeners {
@@ -229,6 +251,9 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // through the pipeline, everything else straight to the upstream. A
 // /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if cc, ok := ctx.Conn().(*clientConn); ok && cc.reserved.Load() > 0 {
+		defer cc.giveBack()
+	}
 	if ambiguousFraming(&ctx.Request.Header) {
 		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
 		// how requests are smuggled past a proxy that frames them otherwise
@@ -239,7 +264,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	if !stripSessionPrefix(ctx) {
+	if !stripSessionPrefix(ctx) || !cleanRequestPath(ctx) {
 		return
 	}
 	path := ctx.Path()
@@ -341,6 +366,20 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 
 // handleServerError answers what fasthttp refuses before our handler runs.
 func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
+	if cc, ok := ctx.Conn().(*clientConn); ok {
+		cc.giveBack() // the body's read failed
+		if cc.refused {
+			cc.refused = false
+			// Out of body memory: the body is unread, and the connection
+			// ends with the answer.
+			writeError(ctx, fasthttp.StatusServiceUnavailable,
+				"loopguard: too many request bodies in flight (server.max_body_memory); retry shortly",
+				"server_error", "body_memory_exhausted")
+			ctx.Response.Header.Set("Retry-After", "1")
+			ctx.SetConnectionClose()
+			return
+		}
+	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds server.max_body_bytes", "invalid_request_error", "request_too_large")
 		return

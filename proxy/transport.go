@@ -23,12 +23,14 @@ import (
 // HostClient.Do cannot give it:
 //
 //   - a request that fails on a reused pooled connection before any response
-//     byte arrived is sent once more, on a fresh connection, whatever the
-//     method: the upstream closed an idle connection without saying
-//     `Connection: close` (llama-server after every stream, uvicorn after its
-//     keep-alive, load balancers at their idle timeout), and the request never
-//     reached the model. HostClient reports that case as a bare io.EOF, reset
-//     or broken pipe, without saying whether the connection was reused.
+//     byte arrived is sent once more, on a fresh connection: the upstream
+//     closed an idle connection without saying `Connection: close`
+//     (llama-server after every stream, uvicorn after its keep-alive, load
+//     balancers at their idle timeout). Whatever the method when writing it
+//     failed, since the request never reached the model; once it was written
+//     whole, the upstream may have read it, so only a request that may be
+//     repeated (replayable). HostClient reports that case as a bare io.EOF,
+//     reset or broken pipe, without saying whether the connection was reused.
 //   - an idle connection the upstream has already closed is noticed before
 //     reuse, with a non-blocking peek, so most of those retries never happen.
 //   - the connection a request waits on can be closed when the client leaves
@@ -157,14 +159,20 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			return nil, err
 		}
 		readBefore := tc.read.Load()
-		fail := func(err error) error {
+		// fail ends the attempt; sent says that the request was written
+		// whole, so the upstream may have read it.
+		fail := func(err error, sent bool) error {
 			hc.CloseConn(cc)
 			if aborted := x.detach(); aborted != nil {
 				return aborted
 			}
 			// A timeout is the upstream being slow, not a dead connection:
 			// the request may be generating, so it is never sent again.
-			if reused && tc.read.Load() == readBefore && !isTimeout(err) {
+			// Nor is one the upstream may have read before it hung up,
+			// unless a repeat is harmless (replayable): an inference call
+			// would cost its tokens twice, an upload or a batch would
+			// happen twice.
+			if reused && tc.read.Load() == readBefore && !isTimeout(err) && (!sent || replayable(req)) {
 				return &staleConnError{err}
 			}
 			return err
@@ -184,7 +192,7 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			hc.ReleaseWriter(bw)
 		}
 		if err != nil {
-			return nil, fail(err)
+			return nil, fail(err, false)
 		}
 
 		if d := hc.ReadTimeout; d > 0 {
@@ -192,6 +200,9 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		resp.StreamBody = true
 		resp.Header.DisableNormalizing()
+		// An answer without Content-Type must reach the client without
+		// one: fasthttp's headers otherwise report text/plain for it.
+		resp.Header.SetNoDefaultContentType(true)
 		if req.Header.IsHead() {
 			resp.SkipBody = true
 		}
@@ -213,7 +224,7 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 				if errors.As(err, &small) || isHeaderParseError(err) {
 					err = &responseHeaderError{err}
 				}
-				return nil, fail(err)
+				return nil, fail(err, true)
 			}
 		}
 		if aborted := x.detach(); aborted != nil {
@@ -261,6 +272,19 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		return b, nil
 	}
+}
+
+// replayable reports a request that may be sent twice without harm, as Go's
+// net/http decides: a safe method (RFC 9110 section 9.2.1: GET, HEAD,
+// OPTIONS, TRACE), or one that carries an idempotency key, with which the
+// server itself drops a repeat.
+func replayable(req *fasthttp.Request) bool {
+	h := &req.Header
+	switch {
+	case h.IsGet(), h.IsHead(), h.IsOptions(), h.IsTrace():
+		return true
+	}
+	return len(h.Peek("Idempotency-Key")) > 0 || len(h.Peek("X-Idempotency-Key")) > 0
 }
 
 func mustPeek(br *bufio.Reader) []byte {
@@ -426,6 +450,16 @@ func (b *upstreamBody) Ready() bool {
 	defer b.mu.Unlock()
 	cb, ok := b.r.(*chunkedBody)
 	return ok && !b.closed.Load() && !b.eof && cb.ready()
+}
+
+// interrupt ends the body's reads from any goroutine, at once: the
+// upstream sees its connection end, so the model stops, and a Read that
+// waits, or the next one, fails. It never waits for the reader, who may be
+// busy elsewhere (writing to a client that does not read): the reader's
+// own Close, which must follow, releases the body.
+func (b *upstreamBody) interrupt() {
+	b.closed.Store(true)
+	b.conn.shutdown()
 }
 
 // ContentLength is the body's declared length: -1 chunked, -2 until close.

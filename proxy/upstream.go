@@ -31,6 +31,10 @@ type upstream struct {
 	addr  string
 	conns connRegistry
 	idle  time.Duration
+	// noResume is set once the upstream answered 404 or 405 to the DELETE
+	// that stops a cut resumable stream: it is not llama-server (or an old
+	// one) and is not asked again (resumable.go).
+	noResume atomic.Bool
 }
 
 func newUpstream(cfg UpstreamConfig) (*upstream, error) {
@@ -128,6 +132,9 @@ type trackedConn struct {
 	net.Conn
 	reg *connRegistry
 	key string
+	// tcp is the socket itself, which shutdown shuts; nil for any other
+	// connection.
+	tcp *net.TCPConn
 	// exchanges counts the requests sent on the connection; only the
 	// goroutine holding it from the pool touches it.
 	exchanges int
@@ -153,6 +160,7 @@ type trackedConn struct {
 
 func (r *connRegistry) track(c net.Conn) net.Conn {
 	tc := &trackedConn{Conn: rawsock.Wrap(c), reg: r, key: c.LocalAddr().String()}
+	tc.tcp, _ = c.(*net.TCPConn)
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			tc.raw = raw
@@ -209,6 +217,18 @@ func (c *trackedConn) disarmIdle() {
 	_ = c.Conn.SetReadDeadline(time.Time{})
 }
 
+// shutdown ends both directions of the socket without closing it: the
+// upstream sees the connection end (FIN), and a read that waits on it
+// returns. Unlike Close, it never waits for a read or write that runs
+// (shutdown(2) takes no lock of the socket's), so any goroutine may call
+// it while the reader is busy elsewhere.
+func (c *trackedConn) shutdown() {
+	if c.tcp != nil {
+		_ = c.tcp.CloseRead()
+		_ = c.tcp.CloseWrite()
+	}
+}
+
 func (c *trackedConn) Close() error {
 	c.reg.m.CompareAndDelete(c.key, c)
 	return c.Conn.Close()
@@ -219,6 +239,8 @@ var (
 	errClientGone = errors.New("client disconnected")
 	errCut        = errors.New("stream cut by loopguard")
 	errDeadline   = errors.New("request timeout")
+	// errUnsolicitedUpgrade: the upstream answered 101, which nothing asked for.
+	errUnsolicitedUpgrade = errors.New("upstream switched protocols unasked")
 )
 
 func isTimeout(err error) bool {

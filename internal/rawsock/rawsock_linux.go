@@ -48,7 +48,11 @@ type Conn struct {
 	ahead   bool
 	waitAt  time.Duration
 
-	wmu     sync.Mutex // held by Write and writeBuffers, which own the rest
+	wmu sync.Mutex // held by Write and writeBuffers, which own the rest
+	// stall bounds a write's wait for the peer to take bytes (SetWriteStall);
+	// stalled: a wait armed the write deadline, which the write clears.
+	stall   time.Duration
+	stalled bool
 	wbuf    []byte
 	wbufs   *net.Buffers
 	iov     [maxIov]unix.Iovec
@@ -109,6 +113,21 @@ var (
 		return int(n), errno
 	}
 )
+
+// SetWriteStall bounds how long a write waits for the peer to take bytes:
+// once the socket's send buffer is full and stays full for d, the write
+// fails with a timeout (os.ErrDeadlineExceeded), whatever it wrote before.
+// A peer that stops reading would otherwise hold the writer forever. The
+// deadline is armed only when a write has to wait, so a write the socket
+// takes at once costs nothing more; each wait arms it anew, so a slow peer
+// that still reads is never cut. 0 (the default): no bound. It must not be
+// called while a write runs, and it replaces write deadlines: a Conn with
+// a stall bound must not be given one.
+func (c *Conn) SetWriteStall(d time.Duration) {
+	c.wmu.Lock()
+	c.stall = d
+	c.wmu.Unlock()
+}
 
 // Read reads as the socket's own Read does: what one read returns, io.EOF
 // once the peer has closed, and a *net.OpError otherwise.
@@ -262,6 +281,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 		err = c.werr
 	}
 	c.wbuf, c.werr = nil, nil
+	c.unstall()
 	c.wmu.Unlock()
 	if err != nil {
 		return n, c.opError("write", err)
@@ -291,6 +311,7 @@ func (c *Conn) WriteBuffers(v *net.Buffers) (int64, error) {
 	}
 	c.wbufs, c.werr = nil, nil
 	c.iov = [maxIov]unix.Iovec{} // holds no caller's buffer
+	c.unstall()
 	c.wmu.Unlock()
 	if err != nil {
 		return n, c.opError("writev", err)
@@ -309,6 +330,7 @@ func (c *Conn) write(fd uintptr) bool {
 		n, errno := sysWrite(fd, p)
 		switch c.outcomeOf(n, errno) {
 		case park:
+			c.armStall()
 			return false
 		case finish:
 			return true
@@ -340,12 +362,32 @@ func (c *Conn) writev(fd uintptr) bool {
 		n, errno := sysWritev(fd, iov)
 		switch c.outcomeOf(n, errno) {
 		case park:
+			c.armStall()
 			return false
 		case finish:
 			return true
 		case written:
 			consume(v, n)
 		}
+	}
+}
+
+// armStall arms the write deadline a stall bound away before a write
+// waits for the socket; wmu is held. The deadline is set from within raw's
+// callback, before raw waits: setting it takes no lock that the write holds.
+func (c *Conn) armStall() {
+	if c.stall > 0 {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.stall))
+		c.stalled = true
+	}
+}
+
+// unstall clears a deadline armStall set, so that it cannot fail the next
+// write, which may come long after; wmu is held.
+func (c *Conn) unstall() {
+	if c.stalled {
+		c.stalled = false
+		_ = c.Conn.SetWriteDeadline(time.Time{})
 	}
 }
 

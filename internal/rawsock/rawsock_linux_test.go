@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -297,6 +298,80 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 		}), nil)
 		if !errors.Is(err, net.ErrClosed) {
 			t.Errorf("Pump on a socket closed under it = %v; want net.ErrClosed", err)
+		}
+	})
+}
+
+// TestWriteStall: with a stall bound, a write to a peer that stopped
+// reading fails with a timeout once its socket stays full that long
+// (both Write and WriteBuffers); a peer that reads slowly but steadily is
+// never cut, and the deadline a wait armed does not fail a later write.
+func TestWriteStall(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	big := pattern(8 << 20) // more than both sockets' buffers hold
+	t.Run("peer never reads", func(t *testing.T) {
+		for _, how := range []string{"Write", "WriteBuffers"} {
+			t.Run(how, func(t *testing.T) {
+				_, a := tcpPair(t)
+				c := Wrap(a).(*Conn)
+				c.SetWriteStall(stall)
+				errc := make(chan error, 1)
+				go func() {
+					var err error
+					if how == "Write" {
+						_, err = c.Write(big)
+					} else {
+						v := net.Buffers{big[:1<<20], big[1<<20:]}
+						_, err = c.WriteBuffers(&v)
+					}
+					errc <- err
+				}()
+				select {
+				case err := <-errc:
+					if !errors.Is(err, os.ErrDeadlineExceeded) {
+						t.Fatalf("%s to a peer that never reads = %v; want a deadline error", how, err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s to a peer that never reads still blocked after 10s with a %v stall bound", how, stall)
+				}
+			})
+		}
+	})
+	t.Run("slow reader", func(t *testing.T) {
+		d, a := tcpPair(t)
+		_ = a.SetWriteBuffer(16 << 10)
+		_ = d.SetReadBuffer(128 << 10) // not so small that the window stays shut
+		c := Wrap(a).(*Conn)
+		c.SetWriteStall(stall)
+		want := pattern(512 << 10)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Write(want)
+			errc <- err
+		}()
+		// 512 KiB in 16 KiB reads a few milliseconds apart: the whole write
+		// takes several stall bounds, no single wait takes one.
+		var got []byte
+		buf := make([]byte, 16<<10)
+		_ = d.SetReadDeadline(time.Now().Add(20 * time.Second))
+		for len(got) < len(want) {
+			n, err := d.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				t.Fatalf("read after %d bytes: %v (write: %v)", len(got), err, <-errc)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("write to a slow but steady reader: %v", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("the bytes read differ from those written")
+		}
+		// Long after the last wait, a write the socket takes at once works.
+		time.Sleep(2 * stall)
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatalf("a write after the stall bound passed idle: %v", err)
 		}
 	})
 }
