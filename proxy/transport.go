@@ -159,6 +159,7 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			return nil, err
 		}
 		readBefore := tc.read.Load()
+		var wrote time.Time // when the request was written whole
 		// fail ends the attempt; sent says that the request was written
 		// whole, so the upstream may have read it.
 		fail := func(err error, sent bool) error {
@@ -172,7 +173,7 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			// unless a repeat is harmless (replayable): an inference call
 			// would cost its tokens twice, an upload or a batch would
 			// happen twice.
-			if reused && tc.read.Load() == readBefore && !isTimeout(err) && (!sent || replayable(req)) {
+			if reused && tc.read.Load() == readBefore && !isTimeout(err) && (!sent || replayable(req) || time.Since(wrote) < crossedWindow) {
 				return &staleConnError{err}
 			}
 			return err
@@ -193,6 +194,9 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		if err != nil {
 			return nil, fail(err, false)
+		}
+		if reused {
+			wrote = time.Now()
 		}
 
 		if d := hc.ReadTimeout; d > 0 {
@@ -273,6 +277,14 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 		return b, nil
 	}
 }
+
+// crossedWindow is how soon after a request was written a close or a reset
+// with no answer means the two crossed on the wire: the upstream closed the
+// idle connection at its keep-alive timeout before the request arrived, and
+// never read it (a reset is the kernel's answer to data for a closed
+// socket). An upstream that read a request and then failed does so later:
+// it parsed the request and began work on it.
+const crossedWindow = 5 * time.Millisecond
 
 // replayable reports a request that may be sent twice without harm, as Go's
 // net/http decides: a safe method (RFC 9110 section 9.2.1: GET, HEAD,

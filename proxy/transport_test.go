@@ -153,8 +153,11 @@ func TestReadRequestRetriedOnlyWhenReplayable(t *testing.T) {
 				} else {
 					_, _ = io.WriteString(c, rawJSON)
 				}
-				// Keep the connection open and idle, then drop the next request.
-				u.readRequest(br)
+				// Keep the connection open and idle, then read the next
+				// request, begin work on it and drop it.
+				if _, ok := u.readRequest(br); ok {
+					time.Sleep(5 * crossedWindow)
+				}
 			})
 			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
 			client := newClient()
