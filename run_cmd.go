@@ -13,7 +13,6 @@ import (
 
 	"github.com/loopguard/loopguard/agentrun"
 	"github.com/loopguard/loopguard/config"
-	"golang.org/x/sys/unix"
 )
 
 // runAgent is `loopguard run [-config FILE] [-proxy URL] [-upstream URL]
@@ -97,15 +96,4 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	return sum.ExitCode
-}
-
-// foreground reports whether loopguard is in the foreground process group of
-// the terminal r is: a Ctrl-C typed there reaches the command directly.
-func foreground(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
-	return err == nil && pgrp == unix.Getpgrp()
 }
