@@ -17,7 +17,9 @@ import (
 
 // runAgent is `loopguard run [-config FILE] [-proxy URL] [-upstream URL]
 // [-session ID] [-json FILE] -- COMMAND [ARGS]`. It exits with the command's
-// exit code; 2 for a usage error, 1 when loopguard itself cannot start.
+// exit code; 2 for a usage error, 1 when loopguard itself cannot start, and
+// as a shell does 127 when the command is not found and 126 when it cannot
+// be executed.
 func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loopguard run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -86,6 +88,9 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "loopguard run: %v\n", err)
+		if se := (*agentrun.StartError)(nil); errors.As(err, &se) {
+			return se.ExitCode() // 127 or 126, as a shell says
+		}
 		return 1
 	}
 	sum.Print(stderr)
