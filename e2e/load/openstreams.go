@@ -1,6 +1,6 @@
 package main
 
-// The open-streams workload (issue 18): how many agents one replica can
+// The open-streams workload (docs/streams.md): how many agents one replica can
 // hold. N clients each hold a streamed answer open at a model's pace; the
 // figures are the proxy's resident memory per open stream, its CPU per
 // event and the share of events delivered on time, for loopguard, loopguard
