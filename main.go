@@ -1,11 +1,6 @@
 // Command loopguard is a transparent OpenAI-compatible reverse proxy that
-// detects and breaks LLM agent loops. See README.md and DESIGN.md.
-//
-//	loopguard [-config FILE] [-listen ADDR] [-upstream URL]   serve
-//	loopguard demo [-serve]                                    scripted demo, no LLM needed
-//	loopguard replay [-config FILE] FILE...                    offline evaluation
-//	loopguard run [-proxy URL] [-session ID] [-json FILE] -- COMMAND [ARGS]   guard one agent run
-//	loopguard version
+// detects and breaks LLM agent loops. See README.md and DESIGN.md;
+// `loopguard -h` lists the subcommands, `loopguard COMMAND -h` their flags.
 package main
 
 import (
@@ -17,6 +12,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -27,37 +24,173 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=..."; when it
+// is not, the module version Go stamped into the binary is printed.
+var version = ""
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run is main without os.Exit, so the subcommands can be tested.
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "version":
-			fmt.Fprintln(stdout, "loopguard", version)
-			return 0
-		case "replay":
-			return runReplay(args[1:], stdout, stderr)
-		case "demo":
-			return runDemo(args[1:], stdout, stderr)
-		case "run":
-			return runAgent(args[1:], os.Stdin, stdout, stderr)
-		case "serve":
-			args = args[1:]
-		}
-	}
-	return serve(args, stderr)
+// A command is one of loopguard's subcommands, as `loopguard -h` lists it.
+type command struct {
+	name    string
+	summary string // one line for the list
+	// run runs the command with the arguments after its name; nil for
+	// help, which run handles itself.
+	run func(args []string, stdout, stderr io.Writer) int
 }
 
-func serve(args []string, stderr io.Writer) int {
-	cfg, err := config.Load("loopguard", args, os.Getenv, stderr)
+// commands are the subcommands, in the order -h lists them; run dispatches
+// from this list alone, so a command is never missing from the help. It is
+// filled in init: serve and help print the list.
+var commands []command
+
+func init() {
+	commands = []command{
+		{"serve", "serve the proxy in front of a model server; the command when none is named",
+			func(args []string, _, stderr io.Writer) int { return serve(args, stderr, true) }},
+		{"run", "run one agent behind its own loopguard, then print the loops it met",
+			func(args []string, stdout, stderr io.Writer) int { return runAgent(args, os.Stdin, stdout, stderr) }},
+		{"demo", "a scripted model and a looping agent through the real proxy; no LLM needed", runDemo},
+		{"replay", "evaluate the detectors offline on recorded sessions (JSONL)", runReplay},
+		{"version", "print loopguard's version and the Go version it was built with", runVersion},
+		{"help", "show this list, or a command's flags: loopguard help COMMAND", nil},
+	}
+}
+
+// usage is the overview -h prints: the commands and the most used
+// invocations.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `loopguard: a transparent OpenAI-compatible proxy that detects LLM agent loops and breaks them.
+
+usage: loopguard [COMMAND] [FLAGS] [ARGS]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Most used:
+  loopguard run -- codex exec "fix the build"       guard one agent run (claude, aider, any OpenAI or Anthropic client)
+  loopguard -upstream http://127.0.0.1:8000/v1      serve in front of a model server on 127.0.0.1:8787
+  loopguard demo                                    watch it catch a looping agent, no model needed
+
+Run 'loopguard COMMAND -h' for a command's flags ('loopguard serve -h' for the proxy's).
+`)
+}
+
+// run is main without os.Exit, so the subcommands can be tested.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return serve(args, stderr, false)
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	case "-version", "--version":
+		return runVersion(args[1:], stdout, stderr)
+	case "help":
+		if len(args) > 1 && args[1] != "help" {
+			if c := lookupCommand(args[1]); c != nil {
+				return c.run([]string{"-h"}, stdout, stderr)
+			}
+			fmt.Fprintf(stderr, "loopguard help: unknown command %q\n\n", args[1])
+			usage(stderr)
+			return 2
+		}
+		usage(stdout)
+		return 0
+	}
+	if c := lookupCommand(args[0]); c != nil {
+		return c.run(args[1:], stdout, stderr)
+	}
+	if !strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "loopguard: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return serve(args, stderr, false) // flags of the default command
+}
+
+// lookupCommand returns the command called name, nil if there is none (or
+// it is help).
+func lookupCommand(name string) *command {
+	for i := range commands {
+		if commands[i].name == name && commands[i].run != nil {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// runVersion is `loopguard version`: the module version (or the one set at
+// build time) and the Go version.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loopguard version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: loopguard version\n\nPrints loopguard's module version and the Go version it was built with.")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fmt.Fprintf(stdout, "loopguard %s %s %s/%s\n", moduleVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return 0
+}
+
+// moduleVersion is the version to print: the one set at build time, else
+// the main module's version in the build info ("(devel)" for a build from a
+// checkout, v1.2.3 for `go install ...@v1.2.3`), with the VCS revision when
+// Go stamped one.
+func moduleVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev != "" && v == "(devel)" {
+		v += " " + rev[:min(12, len(rev))] + dirty
+	}
+	return v
+}
+
+// serve is `loopguard [serve] [FLAGS]`; named reports whether the command
+// line named it, else a bad flag also shows the list of commands (the user
+// may have meant another).
+func serve(args []string, stderr io.Writer, named bool) int {
+	cfg, err := config.Load("loopguard serve", args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, config.ErrFlags) {
+		if !named {
+			fmt.Fprintln(stderr)
+			usage(stderr)
+		}
+		return 2
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "loopguard: invalid configuration:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))

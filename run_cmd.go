@@ -13,12 +13,13 @@ import (
 
 	"github.com/loopguard/loopguard/agentrun"
 	"github.com/loopguard/loopguard/config"
-	"golang.org/x/sys/unix"
 )
 
 // runAgent is `loopguard run [-config FILE] [-proxy URL] [-upstream URL]
 // [-session ID] [-json FILE] -- COMMAND [ARGS]`. It exits with the command's
-// exit code; 2 for a usage error, 1 when loopguard itself cannot start.
+// exit code; 2 for a usage error, 1 when loopguard itself cannot start, and
+// as a shell does 127 when the command is not found and 126 when it cannot
+// be executed.
 func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loopguard run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -87,6 +88,9 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "loopguard run: %v\n", err)
+		if se := (*agentrun.StartError)(nil); errors.As(err, &se) {
+			return se.ExitCode() // 127 or 126, as a shell says
+		}
 		return 1
 	}
 	sum.Print(stderr)
@@ -97,15 +101,4 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	return sum.ExitCode
-}
-
-// foreground reports whether loopguard is in the foreground process group of
-// the terminal r is: a Ctrl-C typed there reaches the command directly.
-func foreground(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
-	return err == nil && pgrp == unix.Getpgrp()
 }

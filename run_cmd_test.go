@@ -9,6 +9,11 @@ import (
 )
 
 func TestRunAgentCommand(t *testing.T) {
+	// A real file without the execute bit, as a shell would meet it.
+	notExecutable := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(notExecutable, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		give     []string
@@ -27,8 +32,14 @@ func TestRunAgentCommand(t *testing.T) {
 		{name: "help", give: []string{"run", "-h"}, wantCode: 0, wantErr: []string{"usage: loopguard run"}},
 		{name: "bad session id", give: []string{"run", "-session", "a/b", "--", "true"}, wantCode: 1,
 			wantErr: []string{`-session "a/b"`, "only letters, digits"}},
-		{name: "command not found", give: []string{"run", "--", "/nonexistent/agent"}, wantCode: 1,
+		{name: "command not found", give: []string{"run", "--", "/nonexistent/agent"}, wantCode: 127,
 			wantErr: []string{"start /nonexistent/agent"}},
+		{name: "command not on PATH", give: []string{"run", "--", "loopguard-no-such-agent"}, wantCode: 127,
+			wantErr: []string{"start loopguard-no-such-agent"}},
+		{name: "command not executable", give: []string{"run", "--", notExecutable}, wantCode: 126,
+			wantErr: []string{"start " + notExecutable}},
+		{name: "command is a directory", give: []string{"run", "--", os.TempDir()}, wantCode: 126,
+			wantErr: []string{"start " + os.TempDir()}},
 		{name: "bad upstream", give: []string{"run", "-upstream", "ftp://x", "--", "true"}, wantCode: 1,
 			wantErr: []string{"upstream.url"}},
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
@@ -54,8 +55,9 @@ type Options struct {
 }
 
 // Run runs the command under loopguard and returns the run's summary. The
-// error is loopguard's own (it could not start, or the command could not be
-// started); the command's failure is its exit code in the summary.
+// error is loopguard's own (it could not start), or a *StartError when the
+// command could not be started; the command's failure is its exit code in
+// the summary.
 func Run(ctx context.Context, o Options) (Summary, error) {
 	if len(o.Command) == 0 {
 		return Summary{}, errors.New("no command to run")
@@ -236,7 +238,7 @@ func runCommand(ctx context.Context, o Options, env []string) (int, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w", o.Command[0], err)
+		return 0, &StartError{Command: o.Command[0], Err: err}
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -265,6 +267,29 @@ wait:
 		return exit.ExitCode(), nil
 	}
 	return 0, fmt.Errorf("wait %s: %w", o.Command[0], err)
+}
+
+// A StartError is a command that could not be started: not found, or found
+// but not executable.
+type StartError struct {
+	Command string
+	Err     error
+}
+
+func (e *StartError) Error() string { return "start " + e.Command + ": " + e.Err.Error() }
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// ExitCode is the exit status a shell reports for the command: 127 when it
+// was not found, 126 when it was found but could not be executed (no
+// permission, not an executable format, a directory). Wrappers such as env,
+// nohup and timeout keep the convention, so that scripts can tell "not
+// found" from "failed".
+func (e *StartError) ExitCode() int {
+	if errors.Is(e.Err, exec.ErrNotFound) || errors.Is(e.Err, fs.ErrNotExist) {
+		return 127
+	}
+	return 126
 }
 
 // NewSessionID returns a fresh session id: the start time and random bits,

@@ -13,7 +13,7 @@ import (
 
 // TestLlamaLooseCycleIsCut: greedy decoding under a repetition penalty makes
 // the real server cycle through the same hundred-odd words with small
-// variations (issue 19); loopguard cuts it within the first 1,500 tokens.
+// variations; loopguard cuts it within the first 1,500 tokens.
 func TestLlamaLooseCycleIsCut(t *testing.T) {
 	base := startProxy(t, llamaserver.Start(t, llamaserver.Options{Slots: 1, Context: 8192}).URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

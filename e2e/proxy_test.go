@@ -136,7 +136,7 @@ func checkTransparent(t *testing.T, got rawExchange, x fakellm.Exchange, method,
 			continue
 		}
 		// Streams get X-Accel-Buffering: no so that an nginx in front does
-		// not hold events back (proxy-notes P1).
+		// not hold events back (docs/streams.md: buffering).
 		if k == "X-Accel-Buffering" && got.header.Get(k) == "no" && x.Stream {
 			continue
 		}
@@ -162,7 +162,7 @@ func checkTransparent(t *testing.T, got rawExchange, x fakellm.Exchange, method,
 		}
 	}
 	if ae := r.Header.Get("Accept-Encoding"); chat && ae != "" && ae != "identity" {
-		// Inspected streams must come back uncompressed (proxy-notes P2).
+		// Inspected streams must come back uncompressed (docs/streams.md: compression).
 		t.Errorf("chat request forwarded with Accept-Encoding %q; want identity or none", ae)
 	}
 }
@@ -297,7 +297,7 @@ func TestProxyReplaysWireSamples(t *testing.T) {
 
 // TestProxyClientDisconnectCancelsUpstream: when the agent hangs up
 // mid-stream, loopguard must close its upstream connection within 100 ms so
-// the model server stops generating (proxy-notes P3).
+// the model server stops generating (docs/streams.md: a client that leaves).
 func TestProxyClientDisconnectCancelsUpstream(t *testing.T) {
 	tests := []struct {
 		name string

@@ -9,8 +9,8 @@ import (
 // A tiny JSON skipper that finds request.messages and its elements' bounds.
 //
 // gjson walks strings byte by byte; a long agent history is almost all
-// string (tool output), so finding the last message of a 400 KB body costs
-// gjson about as much as copying it ten times. Skipping strings with
+// string (tool output), so finding the last message of a long body costs
+// gjson many times what copying it costs. Skipping strings with
 // bytes.IndexByte (memchr) is several times faster, and the scan stops at
 // the end of the messages array. The skipper only finds bounds: the few
 // messages that placement reads are then read with gjson.

@@ -111,7 +111,7 @@ type Degeneration struct {
 	// The fields every byte reads come first, the loose-cycle rule's
 	// included: with thousands of open streams a stream's detector has
 	// left the cache by its next delta, and each line it touches is a miss
-	// (issue 18). TestDegenerationHotLines holds them to four lines.
+	// (docs/streams.md). TestDegenerationHotLines holds them to four lines.
 
 	fired  bool
 	class  unitClass
@@ -132,7 +132,7 @@ type Degeneration struct {
 	// and an older one that wraps into that distance never verifies:
 	// bytes that repeat at distance d would have written the slot d bytes
 	// ago, after it. So the narrower positions change no decision and halve
-	// the table, which every open stream holds (issue 18).
+	// the table, which every open stream holds (docs/streams.md).
 	table8  *[1 << degTableBits]uint8
 	table16 *[1 << degTableBits]uint16
 	pos     int64  // bytes written so far
@@ -242,7 +242,7 @@ func (d *Degeneration) Write(p []byte) bool {
 // for the pointer the one before brings. A caller with other work to do
 // before the Write (the proxy parses the chunk that carries the delta)
 // calls Warm first: the misses are then in flight together, and under
-// that work (issue 18). Warm changes nothing Write decides.
+// that work (docs/streams.md). Warm changes nothing Write decides.
 func (d *Degeneration) Warm() {
 	x := byte(d.pos) + byte(d.loose.words) + byte(d.cfg.MaxPhrase)
 	// The ring's last bytes: where the delta's k-grams begin, and what a

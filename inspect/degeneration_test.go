@@ -488,7 +488,7 @@ func marshalNoEscape(v any) ([]byte, error) {
 // besides the ring and the tables, lies in the first four cache lines
 // (with the cfg's MaxPhrase, which every byte's lookup compares): with
 // thousands of open streams each delta finds its detector out of the
-// cache, and the fields lay over six lines before (issue 18). A detector
+// cache, and the fields lay over six lines before (docs/streams.md). A detector
 // is in a size class whose objects start on a line.
 func TestDegenerationHotLines(t *testing.T) {
 	var d Degeneration

@@ -70,7 +70,7 @@ func (c *conv) miniText(thought, cmd string, code int, out string) *conv {
 const importErr = "Traceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 1, in <module>\n    from astropy.io import fits\n  File \"/testbed/astropy/io/fits/__init__.py\", line 74, in <module>\n    from . import card\n  File \"/testbed/astropy/io/fits/card.py\", line 12, in <module>\n    from .util import _str_to_num, _is_int\nImportError: cannot import name '_is_int' from 'astropy.io.fits.util' (/testbed/astropy/io/fits/util.py)"
 
 // oscillationCases: the work tree going back to one state again and again
-// (class 1 of issue 13), and restores that are normal work.
+// (state oscillation), and restores that are normal work.
 func oscillationCases() []genCase {
 	var cs genCases
 	cs.loop("mini-swe-cp-backup-restore-x5", "edit_undo", func() *conv {
@@ -238,7 +238,7 @@ func oscillationCases() []genCase {
 }
 
 // cycleCases: short cycles whose failing results come back unchanged
-// (class 2 of issue 13), and cycles whose results move.
+// (no-progress evidence), and cycles whose results move.
 func cycleCases() []genCase {
 	var cs genCases
 	src := "     1\timport json\n     2\t\n     3\tdef load(path):\n     4\t    with open(path) as f:\n     5\t        return json.load(f)\n"
@@ -324,7 +324,7 @@ func cycleCases() []genCase {
 }
 
 // volatileCases: the same call whose results differ only in volatile
-// details (class 3 of issue 13), and twins whose results differ in
+// details (timestamps, durations, ids), and twins whose results differ in
 // content.
 func volatileCases() []genCase {
 	var cs genCases
@@ -387,7 +387,7 @@ func volatileCases() []genCase {
 }
 
 // assistantErrorCases: the assistant's own turns failing the same way
-// again and again (class 4 of issue 13), and turns that recover.
+// again and again (provider errors, empty answers), and turns that recover.
 func assistantErrorCases() []genCase {
 	var cs genCases
 	ctxErr := func(n int) string {
@@ -445,7 +445,7 @@ func assistantErrorCases() []genCase {
 }
 
 // progressCases: work that repeats an action or a failure while making
-// progress (classes 5-8 of issue 13: warnings we gave and should not),
+// progress (warnings the detectors gave and should not),
 // beside the loops they must stay apart from.
 func progressCases() []genCase {
 	var cs genCases

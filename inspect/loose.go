@@ -40,7 +40,7 @@ package inspect
 // near 1 in 4096).
 //
 // The table is made only when the text could be a loose cycle. Every open
-// stream holds its detector (issue 18), and most text never comes near a
+// stream holds its detector (docs/streams.md), and most text never comes near a
 // cycle: until then a 1 KiB bit set stands in for the table. It records a
 // few bits of each key the table would hold (bucket and tag bits, so two
 // keys the table would take for one set the same bit) and counts the words
@@ -273,8 +273,7 @@ func (p *loosePrecheck) push(i int64, w, span uint32, window int) bool {
 // streams a stream's precheck has left the cache by its next delta, whose
 // words then miss on it one after another, each lookup waiting on the
 // one before; these loads do not depend on each other, so the processor
-// has their misses in flight at once (BenchmarkObserveEventOpenStreams:
-// about 10 % less per event at 10,000 streams).
+// has their misses in flight at once (BenchmarkObserveEventOpenStreams).
 func (p *loosePrecheck) warm() {
 	var x uint64
 	for i := 0; i < len(p.seen); i += 64 / 8 {

@@ -28,8 +28,8 @@ import (
 // tool results, each replaced by a digest of what the rules read of it
 // (none before the detectors' reach, and no evidence text where no rule
 // can report it: evidenceZone). Tool output is most of
-// a history: the cache holds about a sixth of it (27 KB a session of 100
-// tool turns, 156 KB), most of it the steps' Step and Call structs.
+// a history: the cache holds a fraction of it, most of it the steps' Step
+// and Call structs.
 //
 // A turn resuming from its session's entry adds the new steps to the
 // cached ones in place when nothing else reads them: the trajectory the

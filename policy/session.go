@@ -31,8 +31,9 @@ const (
 // id (header is the first session header present, or the /s/<id>/ prefix of
 // the request path; nil when there is none), else the body's `user`, else
 // `metadata.session_id`, else "h:" and 16 hex digits hashing the model, the
-// first system message and the first user message: what the first request of
-// a run already has, so the key does not change once the model has answered.
+// first system message and the first user message (and, on the other APIs,
+// the API's name): what the first request of a run already has, so the key
+// does not change once the model has answered.
 //
 // Client ids are used as they are when they are at most MaxKeyLen printable
 // ASCII bytes; otherwise they become "x:" and the hash of the id, because the
@@ -238,6 +239,9 @@ func derivedIdentity(o opening, f *Fields) Identity {
 	h.field(f.model)
 	h.field(o.system)
 	h.field(o.user)
+	if o.api != "" {
+		h.field(o.api)
+	}
 	var key [len(derivedPrefix) + 16]byte
 	id := Identity{Key: string(appendHex16(append(key[:0], derivedPrefix...), uint64(h)))}
 	if o.haveAssistant {
@@ -274,9 +278,17 @@ func (h *fnv64) field(s string) {
 }
 
 // opening is what identifies a conversation: its first system, user and
-// assistant turns.
+// assistant turns, and the API it is held in.
 type opening struct {
-	system, user, assistant             string
+	system, user, assistant string
+	// api is the API's name, "" for chat. Runs of one prompt on two APIs
+	// are two runs, but their openings read alike: without it, the one
+	// that answered first would claim the key (Policy.Session), and the
+	// other run's first request would land in its session, apart from the
+	// rest of its own run. Chat's keys hash without it, as they always
+	// have, so that keys stored by earlier versions go on naming their
+	// sessions.
+	api                                 string
 	haveSystem, haveUser, haveAssistant bool
 }
 
@@ -304,6 +316,7 @@ func chatOpening(history, _ gjson.Result) (o opening) {
 }
 
 func anthropicOpening(history, system gjson.Result) (o opening) {
+	o.api = string(inspect.AnthropicMessages)
 	o.system, o.haveSystem = contentText(system), true
 	history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
@@ -333,6 +346,7 @@ func anthropicOpening(history, system gjson.Result) (o opening) {
 }
 
 func responsesOpening(input, system gjson.Result) (o opening) {
+	o.api = string(inspect.Responses)
 	o.system, o.haveSystem = system.String(), true
 	if input.Type == gjson.String {
 		o.user = input.String()

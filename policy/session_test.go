@@ -90,8 +90,8 @@ func TestSessionKeyDerived(t *testing.T) {
 }
 
 // TestSessionKeyDerivedHash holds derived keys and turns to their
-// definition, FNV-1a 64 (hash/fnv) of the model, system and user texts,
-// each after its length (of the first assistant turn for the turn), in 16
+// definition, FNV-1a 64 (hash/fnv) of the model, system and user texts
+// (and the API's name, but for chat), each after its length (of the first assistant turn for the turn), in 16
 // hex digits: keys an earlier version stored (redis) must go on naming their
 // sessions.
 func TestSessionKeyDerivedHash(t *testing.T) {
@@ -114,10 +114,14 @@ func TestSessionKeyDerivedHash(t *testing.T) {
 		{"no assistant turn yet", "gpt-4.1", opening{system: "You are an agent.", user: "Fix it.", haveSystem: true, haveUser: true}},
 		{"with a turn", "m", opening{system: strings.Repeat("long system prompt ", 500), user: "héllo \x00", assistant: "call_1\x00call_2\x00",
 			haveSystem: true, haveUser: true, haveAssistant: true}},
+		{"another API", "gpt-4.1", opening{system: "You are an agent.", user: "Fix it.", api: "responses", haveSystem: true, haveUser: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			want := Identity{Key: derivedPrefix + ref(tt.model, tt.o.system, tt.o.user)}
+			if tt.o.api != "" {
+				want.Key = derivedPrefix + ref(tt.model, tt.o.system, tt.o.user, tt.o.api)
+			}
 			if tt.o.haveAssistant {
 				want.Turn = ref(tt.o.assistant)
 			}

@@ -31,7 +31,7 @@ type cutWatch struct {
 	// arrivals (last, as it is large) one entry an event: with thousands
 	// of open streams each event finds its observer out of the cache, so
 	// the few lines it needs are kept together, after the observer's own
-	// (issue 18; TestObserverHotLines).
+	// (docs/streams.md; TestObserverHotLines).
 
 	cfg    *inspect.StreamConfig
 	reason [maxWatchedChoices]*inspect.Degeneration
@@ -107,7 +107,7 @@ var monoBase = time.Now()
 
 // monoNow is the monotonic clock in nanoseconds since monoBase. An event
 // reads the clock once; time.Now reads the wall clock as well, twice the
-// cost, and the arrivals only need the time between events (issue 18).
+// cost, and the arrivals only need the time between events (docs/streams.md).
 func monoNow() int64 { return int64(time.Since(monoBase)) }
 
 // offset32 is a text offset as an arrival keeps it.

@@ -33,7 +33,7 @@ type answerObserver struct {
 	// What every event reads comes first, the cut watch's hot fields
 	// included: with thousands of open streams an event finds its
 	// observer out of the cache, and each further line it touches is a
-	// miss (issue 18). TestObserverHotLines holds it to two lines.
+	// miss (docs/streams.md). TestObserverHotLines holds it to two lines.
 	answer answer
 	// endPending: the cut's end waits for an event (deferredEnd).
 	endPending bool
@@ -128,7 +128,8 @@ func (o *answerObserver) header(status int, h *fasthttp.ResponseHeader) {
 	o.status = status
 	setLoopHeaders(h, o.plan)
 	// We asked for identity; an upstream that compresses anyway is passed
-	// through uninspected rather than parsed as garbage (proxy-notes P2).
+	// through uninspected rather than parsed as garbage (docs/streams.md:
+	// compression).
 	if ce := h.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !asciiEqualFold(ce, "identity") {
 		o.encoded = true
 	}
@@ -161,7 +162,7 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	// event before appending it holds nothing back; only a cut asks
 	// whether the event is one the answer reads first (readFirst, a pure
 	// function of the data), which the cut then replaces: most events
-	// never pay for that scan (issue 18).
+	// never pay for that scan (docs/streams.md).
 	if !o.warmed {
 		o.warm()
 	}
@@ -232,7 +233,8 @@ func (o *answerObserver) ending() ending {
 // without a cut (the upstream finished, failed or went idle): the events
 // tail = "trim" keeps back and the held tool-call events. Held events wait
 // for what follows them; at the end nothing follows, and the client must
-// get every byte the upstream sent (issue 10).
+// get every byte the upstream sent (docs/streams.md: a healthy stream
+// arrives whole).
 func (o *answerObserver) end(out []byte) []byte {
 	out = o.trimmer.release(out, 1<<62)
 	return o.holder.release(out)

@@ -43,7 +43,7 @@ func streamAPIsByWire(t *testing.T) map[*wireAPI]streamAPI {
 // detectors) lies in its first two cache lines, besides the one arrival
 // it writes. With thousands of open streams every event finds its
 // observer out of the cache: the flags and the watch lay over six lines,
-// and the plan's, before (issue 18). An observer is in the 2 KiB size
+// and the plan's, before (docs/streams.md). An observer is in the 2 KiB size
 // class, whose objects start on a line or, with the allocator's 8-byte
 // header, 8 bytes after one.
 func TestObserverHotLines(t *testing.T) {

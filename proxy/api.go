@@ -54,7 +54,7 @@ type answer interface {
 	// warm loads what the next add reads of the answer's state, which
 	// with thousands of open streams has left the cache by then (chat:
 	// sse.ChatAccumulator.Warm); the observer calls it first, so that
-	// its misses are in flight beside the detector's (issue 18).
+	// its misses are in flight beside the detector's (docs/streams.md).
 	warm()
 	// readFirst reports whether an event must be read before it is
 	// forwarded, because a cut it shows replaces it (chat: a chunk that

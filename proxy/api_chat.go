@@ -33,7 +33,7 @@ type chatStream struct {
 var chatStreams = sync.Pool{New: func() any {
 	a := new(chatStream)
 	// The detectors see each delta; nothing reads the answer's text
-	// afterwards, so an open stream does not hold it (issue 18).
+	// afterwards, so an open stream does not hold it (docs/streams.md).
 	a.acc.DropText = true
 	return a
 }}
@@ -169,7 +169,7 @@ func (a *chatStream) release() {
 // text is cut at the offset where its repetition began, with finish_reason
 // set as for streams. b has passed rawjson.Valid. The text is read in
 // place, or decoded into a pooled buffer when it has escapes: gjson's
-// ForEach and Get copied every choice, and the text twice more (issue 18).
+// ForEach and Get copied every choice, and the text twice more (docs/streams.md).
 // As for gjson's Get, the first member of a name counts.
 func cutChatBody(w *cutWatch, b []byte, finish string) []byte {
 	choices, ok := firstMember(rawjson.View(b), "choices")

@@ -23,8 +23,8 @@ import (
 //
 // One epoll instance and one goroutine serve every watched connection: a
 // goroutine parked per open stream costs its stack (8 KiB and more) beside
-// the connection's own, and thousands of streams stay open at once (issue
-// 18). Both are made on the first watch and end with close.
+// the connection's own, and thousands of streams stay open at once
+// (docs/streams.md). Both are made on the first watch and end with close.
 //
 // Sockets are registered one-shot: after an event the socket is not
 // reported again until it is re-armed, so a client that pipelines its next

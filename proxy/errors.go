@@ -20,7 +20,8 @@ func writeError(ctx *fasthttp.RequestCtx, status int, message, typ, code string)
 }
 
 // sseErrorEvent frames an error for a stream whose 200 status is already
-// sent: a `data:` line, because SDKs ignore other SSE fields (proxy-notes P9).
+// sent: a `data:` line, because SDKs ignore other SSE fields
+// (docs/streams.md: errors inside a 200 stream).
 func sseErrorEvent(err error) []byte {
 	_, code := upstreamErrorStatus(err)
 	b := append([]byte("data: "), inject.ErrorBody("loopguard: upstream stream failed: "+errorReason(err), "upstream_error", code)...)

@@ -13,9 +13,10 @@ import (
 
 // The response path fails open (DESIGN.md section 1): sse/, the detectors
 // and the chat observer read bytes the upstream chose, and a bug there that
-// panics must neither kill the process nor cost the client a byte (issue
-// 10). Each stage that runs them recovers here: the stage is left out of
-// the rest of the response, which passes through as the upstream sent it,
+// panics must neither kill the process nor cost the client a byte
+// (docs/streams.md: a healthy stream arrives whole). Each stage that runs
+// them recovers here: the stage is left out of the rest of the response,
+// which passes through as the upstream sent it,
 // and the failure is counted in loopguard_fail_open_total{stage="stream"}
 // and logged, without content.
 
@@ -105,7 +106,7 @@ type streamRelay struct {
 // its next event reads that r.hot cannot list, found through what it
 // lists: the reader's buffer where the next read lands, the body's
 // reader's, and the observer's tables. With thousands of open streams all
-// of it has left the cache between two events (issue 18). Loading changes
+// of it has left the cache between two events (docs/streams.md). Loading changes
 // nothing, and a panic in it (there is none) would only skip it.
 func (r *streamRelay) warm(ub *upstreamBody) {
 	if r.raw {

@@ -41,7 +41,7 @@ type responseObserver interface {
 	body(status int, b []byte, decoded bool) []byte
 	// warm is called when the upstream's socket became readable, before the
 	// read: it loads what the observer's next event reads, so that those
-	// cache misses are in flight with the relay's own (issue 18).
+	// cache misses are in flight with the relay's own (docs/streams.md).
 	warm()
 	// abandon is called when one of the observer's calls panicked: its
 	// state cannot be trusted, so it must not be reused. finish still follows.
@@ -305,7 +305,7 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 			continue
 		case inspected && asciiEqualFold(k, "Accept-Encoding"):
 			// We parse what comes back; compressed SSE cannot be inspected
-			// (proxy-notes P2).
+			// (docs/streams.md: compression).
 			continue
 		}
 		req.Header.AddBytesKV(k, v)
@@ -377,7 +377,7 @@ func isEventStream(ct []byte) bool {
 func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration) {
 	status := ctx.Response.StatusCode()
 	// nginx and similar proxies in front of us must not buffer the stream
-	// (proxy-notes P1).
+	// (docs/streams.md: buffering).
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
 	// The request went upstream whole, and an agent's history (often
@@ -404,7 +404,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 // openStream is one stream that relayStream relays. It lives on the heap,
 // not in the frame of the writer's function: the relay's goroutine waits
 // for every event with the detectors' deepest calls on top of its frames,
-// and thousands of open streams each keep the stack that made (issue 18).
+// and thousands of open streams each keep the stack that made (docs/streams.md).
 type openStream struct {
 	s      *Server
 	ub     *upstreamBody
@@ -465,7 +465,8 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 	c := st.cause.Load()
 	if readErr != nil && (c == nil || *c == errDeadline) {
 		// The upstream failed mid-stream: tell the client in-band, the
-		// only way left once the status line is sent (proxy-notes P9).
+		// only way left once the status line is sent (docs/streams.md:
+		// errors inside a 200 stream).
 		reason := readErr
 		if c != nil {
 			reason = *c
@@ -682,7 +683,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			return relayUnpump, nil
 		}
 		if err == sse.ErrEventTooLarge || r.raw {
-			// One event beyond stream.max_event_bytes (proxy-notes P8),
+			// One event beyond stream.max_event_bytes (docs/streams.md: long lines),
 			// or a panic while parsing or observing (fail open): stop
 			// parsing and pass the rest through as it comes, after what
 			// the observer held back.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -119,15 +118,6 @@ func postOK(tb testing.TB, c *fasthttp.HostClient, req *fasthttp.Request, resp *
 	if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 		tb.Fatalf("Do: %v %d", err, resp.StatusCode())
 	}
-}
-
-// processCPU is the CPU time (user and system) the process has used.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkForward is plain forwarding of a 20 KB non-chat request.

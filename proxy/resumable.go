@@ -16,10 +16,10 @@ import (
 // connection closes, so that the client can fetch the answer again with
 // GET /v1/stream/<id>; DELETE /v1/stream/<id> stops it. Closing the upstream
 // connection, which is how a cut stops vLLM and llama.cpp otherwise
-// (proxy-notes P6), leaves such a generation running to max_tokens, so a cut
-// also sends the DELETE. A client that hangs up has chosen to resume later:
-// its generation is left running, and the resume and the DELETE pass
-// through unchanged.
+// (docs/streams.md: releasing a cut connection), leaves such a generation
+// running to max_tokens, so a cut also sends the DELETE. A client that
+// hangs up has chosen to resume later: its generation is left running, and
+// the resume and the DELETE pass through unchanged.
 
 // headerConversation names a resumable stream on llama-server.
 const headerConversation = "X-Conversation-Id"

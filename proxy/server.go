@@ -115,7 +115,8 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		ReadTimeout:        cfg.Server.ReadTimeout,
 		IdleTimeout:        cfg.Server.IdleTimeout,
 		// WriteTimeout stays 0: it is one deadline for the whole response and
-		// would cut long streams (proxy-notes P4).
+		// would cut long streams (docs/streams.md: fasthttp as the
+		// server).
 		// The read buffer bounds the request headers; 16 KiB holds any API
 		// client's and keeps an idle open stream cheap (it is held per
 		// connection).

@@ -18,8 +18,8 @@ import (
 // connection's keeps the 8 KiB the relay needs: 8 KiB less for every
 // inspected open stream.
 //
-// The hand-off costs a request 10-15 % more CPU on a 2-core machine (the
-// runtime wakes an idle core to look for the spare), which only a stream,
+// The hand-off costs a request CPU of its own (the runtime wakes an idle
+// core to look for the spare), which only a stream,
 // holding its goroutine for seconds, earns back: a request whose body does
 // not look streamed (looksStreamed) runs its pipeline where it is.
 //

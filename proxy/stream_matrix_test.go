@@ -169,7 +169,15 @@ func TestStreamOptionsMatrix(t *testing.T) {
 					})
 					_, base := startProxy(t, func(c *Config) {
 						c.Upstream.URL = up.URL
-						c.Upstream.IdleTimeout = 300 * time.Millisecond
+						// Only the idle case waits out the idle timeout. The
+						// others run with one no stall of a loaded machine
+						// reaches: a reset that comes 100ms after the last
+						// bytes would otherwise race a short one, and read
+						// as upstream_timeout when the handler is slow.
+						c.Upstream.IdleTimeout = time.Minute
+						if tc.ending == endIdle {
+							c.Upstream.IdleTimeout = 300 * time.Millisecond
+						}
 						c.Stream.HoldToolCalls = opt.hold
 						if opt.trim {
 							c.Stream.Tail = TailTrim

@@ -479,7 +479,8 @@ func (b *upstreamBody) ContentLength() int64 { return b.length }
 
 // Close ends the body. A nil cause after the body was read to its end
 // returns the connection to the pool; anything else closes it, which is what
-// makes vLLM and llama.cpp stop generating (proxy-notes P6).
+// makes vLLM and llama.cpp stop generating (docs/streams.md: releasing a cut
+// connection).
 func (b *upstreamBody) Close(cause error) {
 	b.once.Do(func() {
 		b.closed.Store(true)

@@ -10,7 +10,7 @@ import (
 // three APIs: chat's prompt_tokens and completion_tokens, or the input_tokens
 // and output_tokens of Responses and Anthropic Messages. body has passed
 // rawjson.Valid. The walkers skip the answer's text from quote to quote;
-// gjson's Get parsed all of it to reach a usage at the end (issue 18).
+// gjson's Get parsed all of it to reach a usage at the end (docs/streams.md).
 func answerUsage(body []byte) observe.Usage {
 	usage, ok := firstMember(rawjson.View(body), "usage")
 	if !ok || usage[0] != '{' {

@@ -121,8 +121,8 @@ type ChatAccumulator struct {
 	// DropText, when set, makes Add pass each chunk's content and reasoning
 	// text to its callback without keeping it: Choices then reports both
 	// empty. A proxy that inspects the text delta by delta sets it, so that
-	// an open stream holds one delta, not the whole answer so far (issue
-	// 18). Reset keeps it.
+	// an open stream holds one delta, not the whole answer so far
+	// (docs/streams.md). Reset keeps it.
 	DropText bool
 }
 
@@ -140,7 +140,7 @@ func (a *ChatAccumulator) Reset() {
 // next chunk, and Add meets these lines one after another, each miss
 // waiting for the pointer the one before brings; called before Add (or
 // before other work) it has them in flight together, while Add validates
-// the chunk, which needs none of them (issue 18). It changes nothing.
+// the chunk, which needs none of them (docs/streams.md). It changes nothing.
 func (a *ChatAccumulator) Warm() {
 	x := byte(len(a.id)) + byte(len(a.model)) + byte(len(a.fingerprint)) + byte(a.created)
 	if len(a.choices) > 0 {
@@ -223,7 +223,7 @@ type chunkTop struct {
 // tokens: every chunk carries id, created and model, and a gjson walk
 // would decode each of them (the number as a float) only for the first
 // chunk to keep them. It is a function of its own so that what it needs
-// is not on the stack while the choices are applied (issue 18: the
+// is not on the stack while the choices are applied (docs/streams.md: the
 // relay's goroutine keeps 8 KiB).
 func (a *ChatAccumulator) topMember(top *chunkTop, key, val string) {
 	switch key {
@@ -274,7 +274,7 @@ func (a *ChatAccumulator) addUsage(raw string) {
 // addChoice folds one element of choices, raw, the value at of the tape,
 // and returns what it added to the choice; ok is false when it is no
 // choice (not an object, or past maxChoices). Add hands the delta on:
-// whatever fn does, addChoice's frame is no longer on the stack (issue 18:
+// whatever fn does, addChoice's frame is no longer on the stack (docs/streams.md:
 // the relay's goroutine keeps 8 KiB).
 func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Delta, ok bool) {
 	if !isObject(raw) {

@@ -26,7 +26,7 @@ type objIter struct {
 
 // taped is a document and its tape (rawjson.ValidTape). It lives on the
 // stack of the walk, where it is in the cache: every open stream holding
-// its own (issue 18) made each event miss on it. So the iterators do not
+// its own (docs/streams.md) made each event miss on it. So the iterators do not
 // hold it (the compiler would move it to the heap); their nextIn and
 // valAt are given it.
 type taped struct {

@@ -30,7 +30,7 @@ const DefaultMaxEventSize = 16 << 20
 // A proxy holds one Reader per open stream for the stream's whole life, and
 // the events of a model's answer are 150-500 bytes (one token's chunk), so
 // the start is small: thousands of open streams each keep 1 KiB, not 4
-// (issue 18); an event that needs more grows the buffer once.
+// (docs/streams.md); an event that needs more grows the buffer once.
 const initialBufSize = 1 << 10
 
 // maxEmptyReads bounds consecutive (0, nil) reads, as bufio does, so a

@@ -1,6 +1,6 @@
 package main
 
-// The open-streams workload (issue 18): how many agents one replica can
+// The open-streams workload (docs/streams.md): how many agents one replica can
 // hold. N clients each hold a streamed answer open at a model's pace; the
 // figures are the proxy's resident memory per open stream, its CPU per
 // event and the share of events delivered on time, for loopguard, loopguard
@@ -29,7 +29,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/loopguard/loopguard/fakellm"
@@ -595,9 +594,8 @@ func startNginx(bin, upstream string, streams int) (openTarget, error) {
 	// Two connections per stream, and room for those closing; no more
 	// than the process may open.
 	conns := uint64(2*streams + 2048)
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
-		conns = min(conns, uint64(lim.Max)) // int64 on FreeBSD
+	if max, ok := maxOpenFiles(); ok {
+		conns = min(conns, max)
 	}
 	if err := os.WriteFile(conf, fmt.Appendf(nil, nginxConf, conns, dir, upstream, addr), 0o644); err != nil {
 		os.RemoveAll(dir)

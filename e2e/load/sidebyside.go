@@ -1,6 +1,6 @@
 package main
 
-// The side-by-side workload (issue 12): the proxy's CPU per request for
+// The side-by-side workload: the proxy's CPU per request for
 // agent-sized chat requests, in one run, through nginx (proxy_buffering
 // off, when it is installed), loopguard's relay alone (a path it does not
 // inspect), loopguard in policy mode off and loopguard, all in front of the

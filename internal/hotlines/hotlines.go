@@ -5,8 +5,8 @@
 // A proxy with thousands of open streams finds each stream's state out of
 // the processor's caches at its next event. Reached the way code reaches
 // it, each line is a miss that waits for the pointer the line before
-// brought: relaying one event went through a dozen objects in a row, each
-// miss about 0.15 µs on the machine of issue 18. Loaded from a list, the
+// brought: relaying one event went through a dozen objects in a row
+// (docs/streams.md). Loaded from a list, the
 // addresses are known up front and the processor has the misses in flight
 // together. Loading changes nothing; an address that went stale (an object
 // its owner no longer uses) is still memory the list keeps alive, and only

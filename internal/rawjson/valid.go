@@ -35,7 +35,7 @@ func Valid(data []byte) bool { return valid(data, nil) }
 // an object, where its key lies. A walker reads a stream's chunk from it
 // without scanning: after Valid, walking a chat chunk with ValueEnd
 // scanned it again at every level it descended through, the text of its
-// delta four times over (issue 18). A tape is small, as every open stream
+// delta four times over (docs/streams.md). A tape is small, as every open stream
 // holds one; a document of 64 KiB or more, or of more than tapeMax values,
 // gets an empty tape, and its walker scans.
 type Tape struct {

@@ -226,7 +226,7 @@ func AppendUnescaped(dst []byte, s string) []byte {
 // one by one: a stream's delta is a few words, and calling IndexByte for
 // them, or for none, was an eighth of the chat accumulator's time with
 // thousands of open streams (its code is out of the cache by the next
-// event, issue 18).
+// event, docs/streams.md).
 func indexBackslash(s string) int {
 	const bs = lsb * '\\'
 	i := 0

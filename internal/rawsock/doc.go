@@ -6,9 +6,9 @@
 // Between the events of thousands of open streams every P is idle, so the
 // runtime's sysmon thread sleeps deeply; the next syscall entered that way
 // wakes it with a futex and resets its sleep to 20 µs, and it spins in short
-// sleeps again. Measured at 1,000 paced open streams, sysmon alone was about
-// 5.6 % of the proxy's CPU, on top of the syscall entry and exit work (issue
-// 18). A socket is non-blocking, so its read or write returns at once
+// sleeps again. Between the events of many open streams that wake-up is a
+// sizeable part of the proxy's CPU, on top of the syscall entry and exit
+// work (docs/streams.md). A socket is non-blocking, so its read or write returns at once
 // (EAGAIN when it would block): made with syscall.RawSyscall it needs none
 // of that, and wakes nobody. On EAGAIN the goroutine parks on the netpoller
 // through syscall.RawConn, exactly as net.Conn does, so deadlines, Close and

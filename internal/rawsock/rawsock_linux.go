@@ -92,9 +92,8 @@ func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
 // and writev: those go through the kernel's file layer first (vfs_read,
 // vfs_writev: the file's position lock, permission hooks, fsnotify), which
 // reads cache lines of the file and its inode that the socket calls never
-// touch. At 1,000 paced open streams that layer was about 3 % of the
-// proxy's CPU on reads alone, and each of those lines is a miss by the
-// stream's next event (issue 18). MSG_NOSIGNAL: a write to a peer that
+// touch. With thousands of open streams each of those lines is a miss by
+// the stream's next event (docs/streams.md). MSG_NOSIGNAL: a write to a peer that
 // has gone fails with EPIPE, as Go's own writes do, without a SIGPIPE for
 // the runtime to catch first.
 var (

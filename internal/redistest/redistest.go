@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -120,17 +119,18 @@ func (s *Server) Stop() {
 }
 
 // Pause freezes the server (SIGSTOP): connections stay open and nothing
-// answers, as with a server stuck in a slow command.
+// answers, as with a server stuck in a slow command. It does nothing where
+// there is no SIGSTOP (Windows).
 func (s *Server) Pause() {
-	if s.proc != nil {
-		s.proc.Signal(syscall.SIGSTOP)
+	if s.proc != nil && sigStop != nil {
+		s.proc.Signal(sigStop)
 	}
 }
 
 // Resume undoes Pause.
 func (s *Server) Resume() {
-	if s.proc != nil {
-		s.proc.Signal(syscall.SIGCONT)
+	if s.proc != nil && sigCont != nil {
+		s.proc.Signal(sigCont)
 	}
 }
 
