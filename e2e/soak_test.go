@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,9 +17,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/proxy"
+	"github.com/rs/zerolog"
 	sashabaranov "github.com/sashabaranov/go-openai"
 )
 
@@ -38,6 +42,10 @@ const (
 	soakClose     soakMode = "close"     // close at once, without Connection: close
 	soakIdle      soakMode = "idle"      // close after a short idle time
 	soakMidStream soakMode = "midstream" // close in the middle of the stream
+	// The modes of the mixed soak (TestSoakMixedWorkload):
+	soakDegenerate   soakMode = "degenerate"   // repeat one sentence until loopguard cuts the stream
+	soakDegenerateGz soakMode = "degenerategz" // the same, gzipped although loopguard asked for identity
+	soakSlow         soakMode = "slow"         // a slow stream, which its client leaves early
 )
 
 // soakUpstream is a chat-completions server written at the TCP level. The
@@ -117,6 +125,10 @@ func (u *soakUpstream) serve(c net.Conn) {
 		turn, _ := strconv.Atoi(string(m[1]))
 		mode := soakMode(m[2])
 		stream := bytes.Contains(body, []byte(`"stream":true`))
+		if mode == soakDegenerate || mode == soakDegenerateGz || mode == soakSlow {
+			serveEndless(c, turn, mode)
+			return
+		}
 		payload, complete := soakAnswer(turn, stream, mode)
 		u.mu.Lock()
 		u.sent[turn] = payload
@@ -153,6 +165,45 @@ func (u *soakUpstream) serve(c net.Conn) {
 			idle = time.Duration(1+turn%15) * time.Millisecond
 		default:
 			idle = 0
+		}
+	}
+}
+
+// serveEndless streams one chunk event after another, each flushed, until
+// the connection fails (loopguard cut the stream, or its client left) or 5 s
+// have passed; the connection then closes.
+func serveEndless(c net.Conn, turn int, mode soakMode) {
+	head := "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+	if mode == soakDegenerateGz {
+		head += "Content-Encoding: gzip\r\n"
+	}
+	w := bufio.NewWriter(c)
+	if _, err := w.WriteString(head + "\r\n"); err != nil || w.Flush() != nil {
+		return
+	}
+	var coded bytes.Buffer
+	zw := gzip.NewWriter(&coded)
+	text := "I will now read the file to see the error. "
+	if mode == soakSlow {
+		text = fmt.Sprintf("Turn %d goes on. ", turn)
+	}
+	ev := fmt.Sprintf("data: {\"id\":\"chatcmpl-soak-%d\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"soak\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", turn, text)
+	deadline := time.Now().Add(5 * time.Second)
+	_ = c.SetWriteDeadline(deadline)
+	for time.Now().Before(deadline) {
+		chunk := []byte(ev)
+		if mode == soakDegenerateGz {
+			coded.Reset()
+			_, _ = zw.Write(chunk)
+			_ = zw.Flush()
+			chunk = coded.Bytes()
+		}
+		fmt.Fprintf(w, "%x\r\n%s\r\n", len(chunk), chunk)
+		if w.Flush() != nil {
+			return
+		}
+		if mode == soakSlow {
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
@@ -358,5 +409,211 @@ func goOpenAITurn(ctx context.Context, client *sashabaranov.Client, req sashabar
 		for _, ch := range chunk.Choices {
 			content.WriteString(ch.Delta.Content)
 		}
+	}
+}
+
+// TestSoakMixedWorkload runs a bounded mixed workload through one loopguard,
+// all at once: agents whose turns end every way soakMode knows (healthy
+// streams and answers, upstreams that close or reset, degenerate streams
+// that loopguard cuts, plain and gzipped, clients that leave mid-stream),
+// beside an operator polling the admin API and /metrics and keeping the
+// live feed open; then the shutdown that SIGTERM starts (serveUntilSignal:
+// Shutdown within a grace, then the connections still open are closed)
+// while streams and live feeds are running. Under -race (the normal test
+// command) any data race among those paths fails the test binary; without
+// it, the outcomes are still checked.
+func TestSoakMixedWorkload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak test")
+	}
+	up := startSoakUpstream(t)
+	cfg := proxy.DefaultConfig()
+	cfg.Upstream.URL = up.url()
+	srv, err := proxy.New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	base := "http://" + ln.Addr().String()
+
+	const (
+		agents  = 6
+		perTurn = 40 // turns per agent: bounded, whatever the machine's speed
+	)
+	var (
+		turnSeq           atomic.Int64
+		cuts, left, fails atomic.Int64
+		wg                sync.WaitGroup
+	)
+	modes := []soakMode{soakKeep, soakClose, soakIdle, soakMidStream, soakDegenerate, soakDegenerateGz, soakSlow}
+	for a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 2}, Timeout: testTimeout}
+			defer client.CloseIdleConnections()
+			r := rand.New(rand.NewPCG(uint64(a), 33))
+			for range perTurn {
+				turn := int(turnSeq.Add(1))
+				mode := modes[r.IntN(len(modes))]
+				stream := mode != soakKeep && mode != soakClose && mode != soakIdle || r.IntN(2) == 0
+				body, _ := json.Marshal(map[string]any{"model": "soak", "stream": stream, "messages": soakMessages(turn, mode)})
+				ctx, cancel := context.WithCancel(context.Background())
+				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Session-ID", fmt.Sprintf("soak-agent-%d", a))
+				resp, err := client.Do(req)
+				if err != nil {
+					cancel()
+					if mode != soakMidStream {
+						t.Errorf("turn %d (%s): %v", turn, mode, err)
+						fails.Add(1)
+					}
+					continue
+				}
+				var got []byte
+				var rerr error
+				if mode == soakSlow {
+					// The client reads the first event and leaves.
+					got = make([]byte, 64)
+					_, rerr = io.ReadFull(resp.Body, got)
+					cancel()
+					left.Add(1)
+				} else {
+					got, rerr = io.ReadAll(resp.Body)
+				}
+				resp.Body.Close()
+				cancel()
+				switch mode {
+				case soakKeep, soakClose, soakIdle:
+					up.mu.Lock()
+					want := up.sent[turn]
+					up.mu.Unlock()
+					if resp.StatusCode != http.StatusOK || rerr != nil || !bytes.Equal(got, want) {
+						t.Errorf("turn %d (%s, stream=%v): status %d, %v: got %d bytes, upstream sent %d", turn, mode, stream, resp.StatusCode, rerr, len(got), len(want))
+						fails.Add(1)
+					}
+				case soakDegenerate:
+					if rerr != nil || !bytes.Contains(got, []byte(": loopguard cut category=")) || !bytes.HasSuffix(got, []byte("data: [DONE]\n\n")) {
+						t.Errorf("turn %d (degenerate): %v; stream ends %q; want the cut's end", turn, rerr, got[max(0, len(got)-200):])
+						fails.Add(1)
+						continue
+					}
+					cuts.Add(1)
+				case soakDegenerateGz:
+					zr, err := gzip.NewReader(bytes.NewReader(got))
+					var plain []byte
+					if err == nil {
+						plain, err = io.ReadAll(zr)
+					}
+					if rerr != nil || err != nil || !bytes.Contains(plain, []byte(": loopguard cut category=")) || !bytes.HasSuffix(plain, []byte("data: [DONE]\n\n")) {
+						t.Errorf("turn %d (gzipped degenerate): %v, %v; want the cut's end, gzipped", turn, rerr, err)
+						fails.Add(1)
+						continue
+					}
+					cuts.Add(1)
+				}
+			}
+		}()
+	}
+
+	// The operator: the admin API and /metrics polled, the live feed open
+	// (and opened again whenever it ends), until the shutdown.
+	stop := make(chan struct{})
+	var ops sync.WaitGroup
+	var polls, feedBytes atomic.Int64
+	for range 2 {
+		ops.Add(1)
+		go func() {
+			defer ops.Done()
+			client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+			defer client.CloseIdleConnections()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				go func() {
+					select {
+					case <-stop:
+					case <-time.After(time.Duration(300+rand.IntN(700)) * time.Millisecond):
+					}
+					cancel() // a dashboard tab closed, or the shutdown came
+				}()
+				req, _ := http.NewRequestWithContext(ctx, "GET", base+"/loopguard/api/events", nil)
+				if resp, err := client.Do(req); err == nil {
+					n, _ := io.Copy(io.Discard, resp.Body)
+					feedBytes.Add(n)
+					resp.Body.Close()
+				}
+				cancel()
+			}
+		}()
+	}
+	ops.Add(1)
+	go func() {
+		defer ops.Done()
+		client := &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: testTimeout}
+		defer client.CloseIdleConnections()
+		paths := []string{"/loopguard/api/sessions", "/loopguard/api/stats", "/metrics", "/loopguard/api/sessions/soak-agent-0"}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			if resp, err := client.Get(base + paths[i%len(paths)]); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				polls.Add(1)
+			}
+		}
+	}()
+
+	wg.Wait()
+
+	// The shutdown, with slow streams and the live feeds still open.
+	var tail sync.WaitGroup
+	tailClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 3 {
+		tail.Add(1)
+		go func() {
+			defer tail.Done()
+			body, _ := json.Marshal(map[string]any{"model": "soak", "stream": true, "messages": soakMessages(int(turnSeq.Add(1)), soakSlow)})
+			resp, err := tailClient.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	time.Sleep(150 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.CloseConnections()
+	}
+	cancel()
+	close(stop)
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still running 10 s after the shutdown")
+	}
+	tail.Wait()
+	ops.Wait()
+	t.Logf("%d turns: %d cut, %d left by their client, %d failed; %d admin polls, %d live feed bytes",
+		turnSeq.Load(), cuts.Load(), left.Load(), fails.Load(), polls.Load(), feedBytes.Load())
+	if cuts.Load() == 0 || polls.Load() == 0 || feedBytes.Load() == 0 {
+		t.Errorf("the workload was not mixed: %d cuts, %d polls, %d live feed bytes", cuts.Load(), polls.Load(), feedBytes.Load())
 	}
 }

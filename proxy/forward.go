@@ -304,8 +304,9 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
 			continue
 		case inspected && asciiEqualFold(k, "Accept-Encoding"):
-			// We parse what comes back; compressed SSE cannot be inspected
-			// (docs/streams.md: compression).
+			// We parse what comes back, which identity keeps cheap; an
+			// upstream that compresses anyway is decoded (docs/streams.md:
+			// compression).
 			continue
 		}
 		req.Header.AddBytesKV(k, v)
@@ -389,10 +390,21 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// touched once the handler has returned.
 	// An observer whose header panicked sees nothing of the stream.
 	dropped := obs != nil && !observed
+	// A stream the upstream coded with one coding loopguard reads is
+	// inspected decoded (relayCoded); a list of codings passes uninspected.
+	var coded coding
+	if _, ok := obs.(codedObserver); ok && observed {
+		if cs, err := parseCodings(ctx.Response.Header.ContentEncoding()); err == nil && cs.n == 1 {
+			coded = cs.list[0]
+		}
+	}
 	st := &openStream{
 		s: s, ub: ub, conn: ctx.Conn(), status: status, start: start, headerLatency: headerLatency,
 		method: append([]byte(nil), ctx.Method()...), path: append([]byte(nil), ctx.Path()...),
-		rl: streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, s.cfg.Stream.MaxEventBytes), raw: dropped, ended: dropped},
+		// A coded stream's observer holds nothing back: nothing is left
+		// to end.
+		rl:    streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, s.cfg.Stream.MaxEventBytes), raw: dropped, ended: dropped || coded != 0},
+		coded: coded,
 	}
 	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
 		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
@@ -421,6 +433,9 @@ type openStream struct {
 	rl    streamRelay
 	stats relayStats
 	body  *streamBody // nil for HTTP/1.0, which writes no chunks
+	// coded is the upstream's content coding of a stream inspected
+	// decoded (relayCoded); 0 for the others.
+	coded coding
 }
 
 // abort ends the stream early, from any goroutine (the peer watcher's,
@@ -442,8 +457,14 @@ func (st *openStream) abort(err error) {
 // relay is the stream's body writer.
 func (st *openStream) relay(w *bufio.Writer) {
 	watch := st.s.peers.watch(st.conn, func() { st.abort(errClientGone) })
-	st.listLines(w)
-	if stop := st.rl.relayBody(w, st.ub, st.start, &st.stats); stop != nil {
+	var stop error
+	if st.coded != 0 {
+		stop = st.relayCoded(w, newCodedStream(st.coded, st.rl.obs.(codedObserver), st.s.cfg.Stream.MaxEventBytes))
+	} else {
+		st.listLines(w)
+		stop = st.rl.relayBody(w, st.ub, st.start, &st.stats)
+	}
+	if stop != nil {
 		st.abort(stop)
 	}
 	st.end(w, watch)
@@ -463,10 +484,11 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 		_ = w.Flush()
 	}
 	c := st.cause.Load()
-	if readErr != nil && (c == nil || *c == errDeadline) {
+	if readErr != nil && (c == nil || *c == errDeadline) && st.coded == 0 {
 		// The upstream failed mid-stream: tell the client in-band, the
 		// only way left once the status line is sent (docs/streams.md:
-		// errors inside a 200 stream).
+		// errors inside a 200 stream). A coded stream cannot take plain
+		// bytes: its client sees the coded stream end unfinished.
 		reason := readErr
 		if c != nil {
 			reason = *c
