@@ -9,3 +9,12 @@ package inspect
 // (findCall); a result that also carries a tool_call_id (newer clients)
 // is paired by the id, as in chat.
 func (p *parser) ollamaChat(root string) error { return p.chat(root) }
+
+// ollamaGenerate walks an Ollama /api/generate body: a prompt and options,
+// no turns, so the trajectory has no step. A body that continues one with
+// "context" (token ids) carries no history either.
+func (p *parser) ollamaGenerate(root string) error {
+	_, model := historyAndModel(root, "prompt")
+	p.t.Model = p.rawStr(model)
+	return nil
+}

@@ -26,6 +26,9 @@ const (
 	// OllamaChat is Ollama's own POST /api/chat: request.messages, tool
 	// arguments as objects, results named by tool_name.
 	OllamaChat API = "ollama"
+	// OllamaGenerate is Ollama's POST /api/generate: a prompt, no
+	// history; only its answer is watched.
+	OllamaGenerate API = "ollama_generate"
 )
 
 // adapter walks the validated body of one API into p.t (see parseBody:
@@ -38,6 +41,7 @@ var adapters = map[API]adapter{
 	Responses:         (*parser).responses,
 	AnthropicMessages: (*parser).anthropic,
 	OllamaChat:        (*parser).ollamaChat,
+	OllamaGenerate:    (*parser).ollamaGenerate,
 }
 
 // ParseAPI builds the trajectory of a request body in the given API, with
@@ -84,6 +88,8 @@ func DetectAPI(path string, body []byte) API {
 		return AnthropicMessages
 	case strings.HasSuffix(path, "/api/chat"):
 		return OllamaChat
+	case strings.HasSuffix(path, "/api/generate"):
+		return OllamaGenerate
 	}
 	return detectShape(body)
 }

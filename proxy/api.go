@@ -42,6 +42,9 @@ type wireAPI struct {
 	// find the repetition began, and records the cut in w; nil when the
 	// answer is left alone. finish is stream.finish_reason.
 	cutBody func(w *cutWatch, b []byte, finish string) []byte
+	// streamByDefault: a request without a "stream" member is answered
+	// as a stream (Ollama's native API).
+	streamByDefault bool
 }
 
 // answer reads one streamed answer in its API's shape as it passes, and

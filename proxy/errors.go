@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -21,6 +22,13 @@ func writeError(ctx *fasthttp.RequestCtx, status int, message, typ, code string)
 
 // sseErrorEvent frames an error for a stream whose 200 status is already
 // sent: a `data:` line, because SDKs ignore other SSE fields (proxy-notes P9).
+// ndjsonErrorLine is sseErrorEvent for an NDJSON stream: Ollama's own
+// error shape, {"error": "..."}, on a line of its own.
+func ndjsonErrorLine(err error) []byte {
+	b := append([]byte(`{"error":`), rawjson.AppendQuote(nil, "loopguard: upstream stream failed: "+errorReason(err))...)
+	return append(b, "}\n"...)
+}
+
 func sseErrorEvent(err error) []byte {
 	_, code := upstreamErrorStatus(err)
 	b := append([]byte("data: "), inject.ErrorBody("loopguard: upstream stream failed: "+errorReason(err), "upstream_error", code)...)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/loopguard/loopguard/internal/hotlines"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/ndjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -146,7 +147,13 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	}
 
 	if isEventStream(resp.Header.ContentType()) {
-		s.relayStream(ctx, ub, obs, start, headerLatency)
+		s.relayStream(ctx, ub, obs, start, headerLatency, false)
+		return
+	}
+	if obs != nil && isNDJSON(resp.Header.ContentType()) {
+		// A guarded NDJSON answer (Ollama's) is relayed and watched line
+		// by line as SSE is; unguarded ones pass through below.
+		s.relayStream(ctx, ub, obs, start, headerLatency, true)
 		return
 	}
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
@@ -320,9 +327,16 @@ func isEventStream(ct []byte) bool {
 	return asciiEqualFold(bytes.TrimSpace(ct), "text/event-stream")
 }
 
-// relayStream forwards an SSE response event by event, flushing after each,
-// and owns resp until the stream ends.
-func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration) {
+func isNDJSON(ct []byte) bool {
+	ct, _, _ = bytes.Cut(ct, []byte{';'})
+	ct = bytes.TrimSpace(ct)
+	return asciiEqualFold(ct, "application/x-ndjson") || asciiEqualFold(ct, "application/ndjson")
+}
+
+// relayStream forwards an SSE response event by event, or with lines an
+// NDJSON one line by line, flushing after each, and owns resp until the
+// stream ends.
+func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration, lines bool) {
 	status := ctx.Response.StatusCode()
 	// nginx and similar proxies in front of us must not buffer the stream
 	// (proxy-notes P1).
@@ -340,7 +354,12 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	st := &openStream{
 		s: s, ub: ub, conn: ctx.Conn(), status: status, start: start, headerLatency: headerLatency,
 		method: append([]byte(nil), ctx.Method()...), path: append([]byte(nil), ctx.Path()...),
-		rl: streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, s.cfg.Stream.MaxEventBytes), raw: dropped, ended: dropped},
+		rl: streamRelay{s: s, obs: obs, raw: dropped, ended: dropped},
+	}
+	if lines {
+		st.rl.nd = ndjson.NewReader(ub, s.cfg.Stream.MaxEventBytes)
+	} else {
+		st.rl.rd = sse.NewReader(ub, s.cfg.Stream.MaxEventBytes)
 	}
 	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
 		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
@@ -410,7 +429,11 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 		if c != nil {
 			reason = *c
 		}
-		_, _ = w.Write(sseErrorEvent(reason))
+		if st.rl.nd != nil {
+			_, _ = w.Write(ndjsonErrorLine(reason))
+		} else {
+			_, _ = w.Write(sseErrorEvent(reason))
+		}
 		_ = w.Flush()
 	}
 	watch.stop()
@@ -460,7 +483,9 @@ func (st *openStream) listLines(w *bufio.Writer) {
 			h.Add(unsafe.Pointer(cb.own), unsafe.Sizeof(*cb.own))
 		}
 	}
-	h.Add(unsafe.Pointer(st.rl.rd), unsafe.Sizeof(*st.rl.rd))
+	if st.rl.rd != nil {
+		h.Add(unsafe.Pointer(st.rl.rd), unsafe.Sizeof(*st.rl.rd))
+	}
 	if o, ok := st.rl.obs.(*answerObserver); ok {
 		h.Add(unsafe.Pointer(o), observerHotBytes)
 		if a, ok := o.answer.(*chatStream); ok {
@@ -578,7 +603,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				// reuses, or the reader's, which reading moves: keep a copy
 				// before either.
 				next, ok := r.nextBuffered(false)
-				if !ok && !r.raw && r.rd.Ready() {
+				if !ok && !r.raw && r.ready() {
 					batch = appendBatch(batch, out)
 					out = nil
 					next, ok = r.nextBuffered(true)

@@ -193,6 +193,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	pcfg := p.policy.Config()
 	header := sessionID(ctx, &pcfg)
 	var fields policy.Fields // what names the session, read with the options
+	pl.stream = api.streamByDefault
 	pl.readOptions(body, &fields, policy.Named(header))
 
 	// Store calls before the inspection (the Responses record, the session
@@ -369,6 +370,10 @@ func (pl *plan) readOption(s, k string, at int, session *policy.Fields) int {
 		pl.maxTok = gjson.Parse(raw).Int()
 	case "max_completion_tokens":
 		pl.completionTokens = gjson.Parse(raw).Int()
+	case "options": // Ollama's: num_predict bounds the answer
+		if n := gjson.Get(raw, "num_predict"); n.Exists() {
+			pl.maxTok = n.Int()
+		}
 	}
 	return end
 }

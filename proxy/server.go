@@ -280,6 +280,10 @@ func guardedAPI(p []byte) *wireAPI {
 		return responsesAPI
 	case hasSuffixBytes(p, "/v1/messages") || string(p) == "/messages":
 		return anthropicAPI
+	case hasSuffixBytes(p, "/api/chat"):
+		return ollamaAPI
+	case hasSuffixBytes(p, "/api/generate"):
+		return ollamaGenerateAPI
 	}
 	return nil
 }

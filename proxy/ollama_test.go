@@ -1,0 +1,193 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// loopHistory is an agent that ran the same failing command n times, as
+// chat completions sends it (ollama false) or as Ollama's /api/chat does:
+// arguments as an object, results named by tool_name. stream is the
+// request's stream member, "" for none.
+func loopHistory(n int, ollama bool, stream string) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"qwen3"`)
+	if stream != "" {
+		b.WriteString(`,"stream":` + stream)
+	}
+	b.WriteString(`,"messages":[{"role":"system","content":"You are an agent."},{"role":"user","content":"Fix the build."}`)
+	for i := 0; i < n; i++ {
+		if ollama {
+			b.WriteString(`,{"role":"assistant","content":"","tool_calls":[{"function":{"name":"bash","arguments":{"command":"make build"}}}]}`)
+			b.WriteString(`,{"role":"tool","tool_name":"bash","content":"make: *** No rule to make target 'build'.  Stop.\nexit code 2"}`)
+			continue
+		}
+		fmt.Fprintf(&b, `,{"role":"assistant","content":"","tool_calls":[{"id":"call_%d","type":"function","function":{"name":"bash","arguments":"{\"command\":\"make build\"}"}}]}`, i)
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%d","content":"make: *** No rule to make target 'build'.  Stop.\nexit code 2"}`, i)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+// TestOllamaChatParity: the same looping history gets the same actions on
+// /api/chat as on /v1/chat/completions, the warnings land in the last
+// message alike, and LOOP_DETECTED comes in Ollama's own shape: NDJSON
+// when the request has no stream member (Ollama streams by default), one
+// object with "stream": false.
+func TestOllamaChatParity(t *testing.T) {
+	for _, stream := range []string{"false", ""} {
+		t.Run("stream="+stream, func(t *testing.T) {
+			up, got := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"model":"qwen3","created_at":"2026-11-27T12:00:00Z","message":{"role":"assistant","content":"ok"},"done":true,"done_reason":"stop"}`)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			for _, calls := range []int{1, 2, 3, 4, 5, 6} {
+				var actions [2]string
+				var seen [2]string
+				for k, api := range []struct {
+					path   string
+					ollama bool
+				}{{"/v1/chat/completions", false}, {"/api/chat", true}} {
+					req, _ := http.NewRequest("POST", base+api.path, strings.NewReader(loopHistory(calls, api.ollama, stream)))
+					req.Header.Set("X-Session-ID", fmt.Sprintf("parity-%s-%d", stream, k))
+					resp, err := newClient().Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					answer, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					actions[k] = resp.Header.Get(HeaderAction)
+					if actions[k] == "terminate" {
+						if api.ollama {
+							checkOllamaTerminate(t, stream, resp.Header.Get("Content-Type"), answer)
+						}
+						continue
+					}
+					r := <-got
+					// The collapse (reset) leaves as many messages in both.
+					seen[k] = gjson.Get(r.body, "messages.#").String() + " messages, the last: " + gjson.Get(r.body, "messages.@reverse.0.content").String()
+				}
+				if actions[0] != actions[1] {
+					t.Errorf("%d calls: chat %q, ollama %q", calls, actions[0], actions[1])
+				}
+				if seen[0] != seen[1] {
+					t.Errorf("%d calls: the last message differs:\nchat   %q\nollama %q", calls, seen[0], seen[1])
+				}
+				if calls == 6 && actions[1] != "terminate" {
+					t.Errorf("6 calls: action %q; want terminate", actions[1])
+				}
+			}
+		})
+	}
+}
+
+func checkOllamaTerminate(t *testing.T, stream, ct string, answer []byte) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(string(answer), "\n"), "\n")
+	wantCT, wantLines := "application/x-ndjson", 2
+	if stream == "false" {
+		wantCT, wantLines = "application/json", 1
+	}
+	if ct != wantCT || len(lines) != wantLines {
+		t.Fatalf("terminate: %s, %d lines; want %s, %d:\n%s", ct, len(lines), wantCT, wantLines, answer)
+	}
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(gjson.Get(lines[0], "message.content").String(), "LOOP_DETECTED:") ||
+		!gjson.Get(last, "done").Bool() || gjson.Get(last, "done_reason").String() != "stop" || gjson.Get(last, "model").String() != "qwen3" {
+		t.Errorf("terminate answer:\n%s", answer)
+	}
+}
+
+// TestOllamaTransparent: healthy native answers, streamed and not, with
+// tool calls, reach the client byte for byte.
+func TestOllamaTransparent(t *testing.T) {
+	for _, tt := range []struct{ file, ct string }{
+		{"ollama-chat-text.ndjson", "application/x-ndjson"},
+		{"ollama-chat-tools.ndjson", "application/x-ndjson"},
+		{"ollama-chat-tools.ndjson", "application/json; charset=utf-8"}, // a non-streamed answer is one object; the bytes are the test
+	} {
+		t.Run(tt.file+"/"+tt.ct, func(t *testing.T) {
+			want, err := os.ReadFile("testdata/ollama/" + tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tt.ct)
+				for _, l := range strings.SplitAfter(string(want), "\n") {
+					io.WriteString(w, l)
+					w.(http.Flusher).Flush()
+				}
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			resp, err := newClient().Post(base+"/api/chat", "application/json", strings.NewReader(loopHistory(1, true, "")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(got) != string(want) || resp.Header.Get(HeaderAction) != "none" {
+				t.Errorf("action %q, got\n%s\nwant\n%s", resp.Header.Get(HeaderAction), got, want)
+			}
+		})
+	}
+}
+
+// TestOllamaStreamCut: a degenerate NDJSON stream on /api/chat and
+// /api/generate is cut: the upstream connection closes and the client's
+// last line is a well-formed final one naming the cut.
+func TestOllamaStreamCut(t *testing.T) {
+	const phrase = "I will now read the file to see the error. "
+	for _, tt := range []struct{ path, body, field string }{
+		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`},
+		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			closed := make(chan int, 1)
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/x-ndjson")
+				deadline := time.Now().Add(10 * time.Second)
+				for i := 0; time.Now().Before(deadline); i++ {
+					line := `{"model":"tiny","created_at":"2026-11-27T12:00:00Z",` + fmt.Sprintf(tt.field, phrase) + `,"done":false}` + "\n"
+					if _, err := io.WriteString(w, line); err != nil || r.Context().Err() != nil {
+						closed <- i + 1
+						return
+					}
+					w.(http.Flusher).Flush()
+				}
+				closed <- 0
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			resp, err := newClient().Post(base+tt.path, "application/json", strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last string
+			n := 0
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if !gjson.Valid(sc.Text()) {
+					t.Fatalf("line %d is not JSON: %q", n, sc.Text())
+				}
+				last = sc.Text()
+				n++
+			}
+			resp.Body.Close()
+			if sent := <-closed; sent == 0 {
+				t.Errorf("the upstream sent everything; the cut did not close it")
+			}
+			if !gjson.Get(last, "done").Bool() || gjson.Get(last, "done_reason").String() != "loopguard_cut" ||
+				gjson.Get(last, "loopguard_cut.category").String() != "token_degeneration" || gjson.Get(last, "model").String() != "tiny" {
+				t.Errorf("last of %d lines: %s", n, last)
+			}
+		})
+	}
+}
