@@ -265,7 +265,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	}
 	// observe logs each detection and intervention (by pattern key and tool,
 	// never the arguments) and counts it.
-	info := observe.RequestInfo{Session: pl.key, Model: pl.model, Steps: len(traj.Steps),
+	info := observe.RequestInfo{Session: pl.key, Model: pl.model, API: api.name, Steps: len(traj.Steps),
 		DetectDuration: t1.Sub(t0), StoreDuration: time.Since(t1)}
 	if n := len(traj.Steps); n > 0 {
 		if calls := traj.Steps[n-1].Calls; len(calls) > 0 {
