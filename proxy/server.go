@@ -253,7 +253,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
-		if looksStreamed(ctx.Request.Body()) {
+		if looksStreamedFor(guardedAPI(path), ctx.Request.Body()) {
 			s.guardOnSpareStack(ctx, guardedAPI(path))
 		} else {
 			s.pipeline.guard(ctx, s, guardedAPI(path))
