@@ -191,3 +191,38 @@ func TestOllamaStreamCut(t *testing.T) {
 		})
 	}
 }
+
+// TestOllamaSessions: /api/chat sessions are named as on the other APIs:
+// by the /s/<id>/ prefix, by a header, or derived from the conversation's
+// opening, the same for each turn of one conversation.
+func TestOllamaSessions(t *testing.T) {
+	up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"qwen3","message":{"role":"assistant","content":"ok"},"done":true}`)
+	})
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+	session := func(path string, hdr map[string]string, body string) string {
+		t.Helper()
+		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := newClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get(HeaderSession)
+	}
+	if got := session("/s/run-7/api/chat", nil, loopHistory(1, true, "false")); got != "run-7" {
+		t.Errorf("/s/run-7/api/chat: session %q", got)
+	}
+	if got := session("/api/chat", map[string]string{"X-Session-ID": "hdr-1"}, loopHistory(1, true, "false")); got != "hdr-1" {
+		t.Errorf("header: session %q", got)
+	}
+	first, second := session("/api/chat", nil, loopHistory(1, true, "false")), session("/api/chat", nil, loopHistory(2, true, "false"))
+	if first == "" || first != second {
+		t.Errorf("derived sessions %q then %q; want one, the same", first, second)
+	}
+}
