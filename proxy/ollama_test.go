@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/ndjson"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
 )
 
@@ -146,11 +149,13 @@ func TestOllamaTransparent(t *testing.T) {
 // last line is a well-formed final one naming the cut.
 func TestOllamaStreamCut(t *testing.T) {
 	const phrase = "I will now read the file to see the error. "
-	for _, tt := range []struct{ path, body, field string }{
-		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`},
-		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`},
+	for _, tt := range []struct{ path, body, field, tail string }{
+		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`, TailKeep},
+		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`, TailTrim},
+		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`, TailKeep},
+		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`, TailTrim},
 	} {
-		t.Run(tt.path, func(t *testing.T) {
+		t.Run(tt.path+"/"+tt.tail, func(t *testing.T) {
 			closed := make(chan int, 1)
 			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/x-ndjson")
@@ -165,12 +170,13 @@ func TestOllamaStreamCut(t *testing.T) {
 				}
 				closed <- 0
 			})
-			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL; c.Stream.Tail = tt.tail })
 			resp, err := newClient().Post(base+tt.path, "application/json", strings.NewReader(tt.body))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var last string
+			var text strings.Builder
 			n := 0
 			sc := bufio.NewScanner(resp.Body)
 			for sc.Scan() {
@@ -178,7 +184,13 @@ func TestOllamaStreamCut(t *testing.T) {
 					t.Fatalf("line %d is not JSON: %q", n, sc.Text())
 				}
 				last = sc.Text()
+				text.WriteString(gjson.Get(last, "message.content").String() + gjson.Get(last, "response").String())
 				n++
+			}
+			// keep forwards everything until the detector was sure; trim
+			// ends the client's text where the repetition began.
+			if c := strings.Count(text.String(), phrase); tt.tail == TailKeep && c < 2 || tt.tail == TailTrim && c > 1 {
+				t.Errorf("client got %d copies of the repeated phrase with tail %s", c, tt.tail)
 			}
 			resp.Body.Close()
 			if sent := <-closed; sent == 0 {
@@ -224,5 +236,67 @@ func TestOllamaSessions(t *testing.T) {
 	first, second := session("/api/chat", nil, loopHistory(1, true, "false")), session("/api/chat", nil, loopHistory(2, true, "false"))
 	if first == "" || first != second {
 		t.Errorf("derived sessions %q then %q; want one, the same", first, second)
+	}
+}
+
+// observeLines feeds an NDJSON stream to o line by line, as the relay
+// does, and returns what the client gets and whether o stopped it.
+func observeLines(t *testing.T, o *answerObserver, stream string) (string, bool) {
+	t.Helper()
+	rd := ndjson.NewReader(strings.NewReader(stream), 0)
+	var out []byte
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return string(o.end(out)), false
+		}
+		var stop bool
+		if out, stop = o.event(&ev, out); stop {
+			return string(out), true
+		}
+	}
+}
+
+// TestOllamaCallHolder: with held tool calls, a call the policy would end
+// the loop on is replaced by LOOP_DETECTED in Ollama's lines; another
+// passes unchanged.
+func TestOllamaCallHolder(t *testing.T) {
+	p := testPipeline(t)
+	const stream = `{"model":"qwen3","created_at":"2026-11-27T12:00:00Z","message":{"role":"assistant","content":"Reading."},"done":false}` + "\n" +
+		`{"model":"qwen3","created_at":"2026-11-27T12:00:01Z","message":{"role":"assistant","content":"","tool_calls":[{"id":"call_1","function":{"index":0,"name":"bash","arguments":{"command":"cat Makefile"}}}]},"done":false}` + "\n" +
+		`{"model":"qwen3","created_at":"2026-11-27T12:00:02Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","eval_count":9}` + "\n"
+	for _, tt := range []struct {
+		name, command string
+		wantReplace   bool
+	}{
+		{"another call is terminal", "make build", false},
+		{"the stream's call is terminal", "cat Makefile", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args := `{"command":"` + tt.command + `"}`
+			key, _ := inspect.CallKey(nil, "bash", args)
+			o := newAnswerObserver(p, &plan{api: ollamaAPI, stream: true, model: "qwen3"}, nil)
+			defer o.release()
+			o.holdCalls([]terminalCall{{key: key, constraint: policy.Constraint{Category: inspect.ToolRepetition,
+				Pattern: "p", Tool: "bash", Args: args, Brief: "bash " + tt.command}}})
+			got, stopped := observeLines(t, o, stream)
+			if !tt.wantReplace {
+				if stopped || got != stream {
+					t.Fatalf("client got %q (stopped %v); want the upstream's stream unchanged", got, stopped)
+				}
+				return
+			}
+			lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+			last := lines[len(lines)-1]
+			if !stopped || strings.Contains(got, "tool_calls") || !strings.Contains(got, "LOOP_DETECTED") ||
+				!gjson.Get(last, "done").Bool() || gjson.Get(last, "model").String() != "qwen3" {
+				t.Errorf("client got %q; want LOOP_DETECTED lines in place of the call", got)
+			}
+			for i, l := range lines {
+				if !gjson.Valid(l) {
+					t.Errorf("line %d is not JSON: %q", i, l)
+				}
+			}
+		})
 	}
 }
