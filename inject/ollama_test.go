@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/tidwall/gjson"
 )
 
 func TestTerminateOllama(t *testing.T) {
@@ -91,6 +94,65 @@ func TestApplyOllama(t *testing.T) {
 			}
 			if !bytes.Contains(res.Body, []byte("loop")) || len(res.Body) <= len(body) {
 				t.Errorf("no warning in %s", res.Body)
+			}
+		})
+	}
+}
+
+// TestCollapseOllama: the repeats of a loop whose calls carry no id and
+// whose results name their tool are removed with their results; a cycle
+// keeps its first instance of each call, and every result left still
+// follows its call.
+func TestCollapseOllama(t *testing.T) {
+	// turn is one assistant turn and its results; with read, a second call
+	// whose result comes first, paired by its tool_name.
+	turn := func(cmd string, read bool) string {
+		if !read {
+			return `{"role":"assistant","content":"Trying.","tool_calls":[{"function":{"name":"bash","arguments":{"command":"` + cmd + `"}}}]},` +
+				`{"role":"tool","tool_name":"bash","content":"make: *** No rule to make target. Stop.\nexit code 2"}`
+		}
+		return `{"role":"assistant","content":"Trying.","tool_calls":[{"function":{"name":"bash","arguments":{"command":"` + cmd + `"}}},{"function":{"name":"read_file","arguments":{"path":"Makefile"}}}]},` +
+			`{"role":"tool","tool_name":"read_file","content":"all: build"},{"role":"tool","tool_name":"bash","content":"make: *** No rule to make target. Stop.\nexit code 2"}`
+	}
+	for _, tt := range []struct {
+		name      string
+		cmds      []string
+		read      bool
+		wantTurns int
+	}{
+		{"repetition", []string{"make build", "make build", "make build", "make build", "make build"}, false, 1},
+		{"cycle of two-call turns, results in another order", []string{"make a", "make b", "make a", "make b", "make a", "make b"}, true, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			parts := make([]string, len(tt.cmds))
+			for i, c := range tt.cmds {
+				parts[i] = turn(c, tt.read)
+			}
+			body := []byte(`{"model":"qwen3","messages":[{"role":"user","content":"Fix the build."},` + strings.Join(parts, ",") + `],"options":{"num_ctx":8192}}`)
+			in := stableInjector(t, Config{})
+			out, c, err := in.CollapseOllama(body, loopCalls(t, inspect.OllamaChat, body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs := gjson.GetBytes(out, "messages").Array()
+			turns := 0
+			pending := map[string]int{}
+			for _, m := range msgs {
+				switch m.Get("role").String() {
+				case "assistant":
+					turns++
+					pending = map[string]int{}
+					for _, tc := range m.Get("tool_calls").Array() {
+						pending[tc.Get("function.name").String()]++
+					}
+				case "tool":
+					if pending[m.Get("tool_name").String()]--; pending[m.Get("tool_name").String()] < 0 {
+						t.Errorf("a %s result without its call in %s", m.Get("tool_name"), out)
+					}
+				}
+			}
+			if turns != tt.wantTurns || c.Turns != len(tt.cmds)-tt.wantTurns || !gjson.ValidBytes(out) || gjson.GetBytes(out, "options.num_ctx").Int() != 8192 {
+				t.Errorf("%d turns left, %+v; want %d:\n%s", turns, c, tt.wantTurns, out)
 			}
 		})
 	}

@@ -76,3 +76,26 @@ func TestOllamaAddAllocs(t *testing.T) {
 		t.Errorf("%v allocations a line; want 0", got)
 	}
 }
+
+// FuzzOllamaAdd: no line panics the accumulator, and one it accepts
+// leaves its calls readable.
+func FuzzOllamaAdd(f *testing.F) {
+	for _, name := range []string{"ollama-chat-text.ndjson", "ollama-chat-tools.ndjson", "ollama-generate.ndjson"} {
+		if b, err := os.ReadFile("testdata/" + name); err == nil {
+			for _, l := range bytes.Split(b, []byte("\n")) {
+				f.Add(l)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var a Ollama
+		if a.Add(line, func(Update) {}) != nil {
+			return
+		}
+		for i := 0; i < a.Calls(); i++ {
+			if _, _, ok := a.ToolCall(i); !ok {
+				t.Fatalf("call %d of %d unreadable", i, a.Calls())
+			}
+		}
+	})
+}

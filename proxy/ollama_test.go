@@ -300,3 +300,30 @@ func TestOllamaCallHolder(t *testing.T) {
 		})
 	}
 }
+
+// TestOllamaBodyCut: a degenerate non-streamed answer is cut where its
+// repetition began, its done_reason naming the cut.
+func TestOllamaBodyCut(t *testing.T) {
+	text := strings.Repeat("I will now read the file to see the error. ", 200)
+	for _, tt := range []struct{ path, body, answer, field string }{
+		{"/api/chat", loopHistory(1, true, "false"), `{"model":"tiny","created_at":"2026-11-27T12:00:00Z","message":{"role":"assistant","content":%q},"done":true,"done_reason":"length"}`, "message.content"},
+		{"/api/generate", `{"model":"tiny","prompt":"hi","stream":false}`, `{"model":"tiny","created_at":"2026-11-27T12:00:00Z","response":%q,"done":true,"done_reason":"length"}`, "response"},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json; charset=utf-8")
+				fmt.Fprintf(w, tt.answer, text)
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
+			resp, err := newClient().Post(base+tt.path, "application/json", strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if c := gjson.GetBytes(got, tt.field).String(); len(c) >= len(text) || gjson.GetBytes(got, "done_reason").String() != "loopguard_cut" {
+				t.Errorf("%d of %d bytes of text kept, done_reason %q", len(c), len(text), gjson.GetBytes(got, "done_reason"))
+			}
+		})
+	}
+}
