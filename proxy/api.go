@@ -13,7 +13,9 @@ import (
 // Messages). Its hooks are fields, as httputil.ReverseProxy's are: the flow
 // calls them and never asks which API it serves. Each API is one value,
 // declared in its own file (api_chat.go, api_responses.go,
-// api_anthropic.go) with its answer (see answer); guardedAPI maps request
+// api_anthropic.go, api_ollama.go) with its answer (see answer); the
+// response's content type picks the stream's framing (SSE, or NDJSON
+// lines read by ndjson.Reader as events); guardedAPI maps request
 // paths to them. Adding an API is one more such file, its inject and sse
 // counterparts, and its tests. Every hook but history is required.
 type wireAPI struct {
