@@ -41,7 +41,7 @@ type Record struct {
 	// Session, when set, is sent as the session header, so records of one
 	// session escalate along one ladder.
 	Session string `json:"session,omitempty"`
-	// API is "chat", "responses" or "anthropic"; empty: told from the
+	// API is "chat", "responses", "anthropic" or "ollama"; empty: told from the
 	// request's shape.
 	API string `json:"api,omitempty"`
 }
