@@ -80,10 +80,12 @@ func (a *ollamaStream) update(u ndjson.Update) {
 	}
 }
 
+// warm does nothing: the Ollama accumulator was not measured with
+// thousands of open streams.
 func (a *ollamaStream) warm() {}
 
-// toolCallsKey marks lines that carry tool calls; such a line is read
-// first, so that a duplicate call is replaced, never shown.
+// readFirst: a line that carries tool calls is read before it is
+// forwarded, so that a duplicate call it shows is replaced, never shown.
 func (a *ollamaStream) readFirst(data []byte) bool { return bytes.Contains(data, toolCallsKey) }
 
 func (a *ollamaStream) toolCall(pos int) (name, args []byte, ok bool) { return a.acc.ToolCall(pos) }
