@@ -1,6 +1,7 @@
 package agentrun
 
 import (
+	"net"
 	"path/filepath"
 	"strings"
 )
@@ -15,6 +16,9 @@ const (
 	OpenAI Wire = "openai"
 	// Anthropic is Anthropic Messages.
 	Anthropic Wire = "anthropic"
+	// Ollama is Ollama's own API (/api/chat), whose server also answers
+	// /v1: its upstream is the OpenAI wire's when nothing else names one.
+	Ollama Wire = "ollama"
 )
 
 // PublicUpstream is each wire format's vendor API, the upstream when nothing
@@ -49,6 +53,8 @@ var Variables = []Variable{
 	{Name: "LLM_BASE_URL", Wire: OpenAI, V1: true, OnlyIfSet: true, Readers: "OpenHands"},
 	{Name: "ANTHROPIC_BASE_URL", Wire: Anthropic, Readers: "Claude Code, Anthropic SDKs, LiteLLM"},
 	{Name: "ANTHROPIC_API_BASE", Wire: Anthropic, Readers: "aider, LiteLLM"},
+	{Name: "OLLAMA_HOST", Wire: Ollama,
+		Readers: "Ollama's Python and JS libraries, LangChain's ChatOllama, LlamaIndex, LiteLLM's ollama_chat/ models (aider)"},
 }
 
 // Upstreams returns, per wire format, the first base URL the variables held
@@ -60,6 +66,9 @@ func Upstreams(getenv func(string) string) map[Wire]string {
 			continue
 		}
 		if u := strings.TrimSpace(getenv(v.Name)); u != "" {
+			if v.Wire == Ollama {
+				u = ollamaURL(u)
+			}
 			ups[v.Wire] = u
 		}
 	}
@@ -88,6 +97,33 @@ func Environ(env []string, base string) []string {
 		}
 	}
 	return out
+}
+
+// ollamaURL is the URL an OLLAMA_HOST value names, read as Ollama's
+// clients read it: a scheme, host or port left out is http, 127.0.0.1
+// (for 0.0.0.0 or none) and 11434 (443 for https).
+func ollamaURL(v string) string {
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		scheme, rest = "http", v
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	if h, _, err := net.SplitHostPort(host); err != nil {
+		port := "11434"
+		if scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(strings.Trim(host, "[]"), port)
+	} else if h == "" || h == "0.0.0.0" {
+		host = "127.0.0.1" + host[len(h):]
+	}
+	if strings.HasPrefix(host, "0.0.0.0:") || strings.HasPrefix(host, ":") {
+		host = "127.0.0.1" + host[strings.LastIndexByte(host, ':'):]
+	}
+	if path = strings.TrimRight(path, "/"); path != "" {
+		return scheme + "://" + host + "/" + path
+	}
+	return scheme + "://" + host
 }
 
 func variable(name string) (Variable, bool) {

@@ -30,6 +30,8 @@ func TestEnvironFamilies(t *testing.T) {
 		{name: "unset common variables are set",
 			give: nil, want: []string{"OPENAI_BASE_URL=" + base + "/v1", "OPENAI_API_BASE=" + base + "/v1", "ANTHROPIC_BASE_URL=" + base, "ANTHROPIC_API_BASE=" + base},
 			none: []string{"LLM_BASE_URL"}},
+		{name: "Ollama's libraries: OLLAMA_HOST as a URL without /v1",
+			give: []string{"OLLAMA_HOST=127.0.0.1:11434"}, want: []string{"OLLAMA_HOST=" + base}},
 		{name: "OpenHands: LLM_BASE_URL only when it was set",
 			give: []string{"LLM_BASE_URL=http://vllm:8000/v1"}, want: []string{"LLM_BASE_URL=" + base + "/v1"}},
 		{name: "keys and other variables pass through untouched",
@@ -77,6 +79,22 @@ func TestUpstreams(t *testing.T) {
 	}
 }
 
+func TestOllamaURL(t *testing.T) {
+	for _, tt := range []struct{ give, want string }{
+		{"127.0.0.1:11434", "http://127.0.0.1:11434"},
+		{"0.0.0.0", "http://127.0.0.1:11434"},
+		{"0.0.0.0:9000", "http://127.0.0.1:9000"},
+		{":9000", "http://127.0.0.1:9000"},
+		{"gpu-box", "http://gpu-box:11434"},
+		{"https://ollama.example/prefix/", "https://ollama.example:443/prefix"},
+		{"http://[::1]:8080", "http://[::1]:8080"},
+	} {
+		if got := ollamaURL(tt.give); got != tt.want {
+			t.Errorf("ollamaURL(%q) = %q; want %q", tt.give, got, tt.want)
+		}
+	}
+}
+
 func TestResolveUpstreams(t *testing.T) {
 	fromEnv := map[Wire]string{OpenAI: "http://vllm:8000/v1"}
 	tests := []struct {
@@ -92,6 +110,10 @@ func TestResolveUpstreams(t *testing.T) {
 		{"the environment before the config", "", fromEnv, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://vllm:8000/v1", "http://cfg:1"},
 		{"the config's anthropic_url", "", nil, proxy.UpstreamConfig{URL: "http://cfg:1", AnthropicURL: "http://ant:1"}, "http://cfg:1", "http://ant:1"},
 		{"nothing: the vendors' APIs", "", nil, proxy.UpstreamConfig{}, PublicUpstream[OpenAI], PublicUpstream[Anthropic]},
+		{"OLLAMA_HOST when no OpenAI variable names one", "", map[Wire]string{Ollama: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
+			"http://127.0.0.1:11434", PublicUpstream[Anthropic]},
+		{"an OpenAI variable before OLLAMA_HOST", "", map[Wire]string{OpenAI: "http://vllm:8000/v1", Ollama: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
+			"http://vllm:8000/v1", PublicUpstream[Anthropic]},
 	}
 	for _, tt := range tests {
 		got := ResolveUpstreams(tt.flag, tt.env, tt.cfg)

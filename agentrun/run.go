@@ -200,7 +200,11 @@ func ResolveUpstreams(flag string, fromEnv map[Wire]string, cfg proxy.UpstreamCo
 		if w == Anthropic && cfg.AnthropicURL != "" {
 			configured = cfg.AnthropicURL
 		}
-		ups[w] = firstNonEmpty(flag, fromEnv[w], configured, PublicUpstream[w])
+		env := fromEnv[w]
+		if w == OpenAI && env == "" {
+			env = fromEnv[Ollama] // Ollama answers /v1 and its own /api alike
+		}
+		ups[w] = firstNonEmpty(flag, env, configured, PublicUpstream[w])
 	}
 	return ups
 }

@@ -23,6 +23,12 @@ const (
 	// AnthropicMessages is Anthropic's POST /v1/messages (also served by
 	// llama.cpp, vLLM and Ollama): request.messages with content blocks.
 	AnthropicMessages API = "anthropic"
+	// OllamaChat is Ollama's own POST /api/chat: request.messages, tool
+	// arguments as objects, results named by tool_name.
+	OllamaChat API = "ollama"
+	// OllamaGenerate is Ollama's POST /api/generate: a prompt, no
+	// history; only its answer is watched.
+	OllamaGenerate API = "ollama_generate"
 )
 
 // adapter walks the validated body of one API into p.t (see parseBody:
@@ -34,6 +40,8 @@ type adapter func(p *parser, root string) error
 var adapters = map[API]adapter{
 	Responses:         (*parser).responses,
 	AnthropicMessages: (*parser).anthropic,
+	OllamaChat:        (*parser).ollamaChat,
+	OllamaGenerate:    (*parser).ollamaGenerate,
 }
 
 // ParseAPI builds the trajectory of a request body in the given API, with
@@ -78,6 +86,10 @@ func DetectAPI(path string, body []byte) API {
 		return Responses
 	case strings.HasSuffix(path, "/messages"):
 		return AnthropicMessages
+	case strings.HasSuffix(path, "/api/chat"):
+		return OllamaChat
+	case strings.HasSuffix(path, "/api/generate"):
+		return OllamaGenerate
 	}
 	return detectShape(body)
 }
@@ -101,8 +113,17 @@ func detectShape(body []byte) API {
 	if root.Get("system").Exists() || root.Get("anthropic_version").Exists() {
 		return AnthropicMessages
 	}
+	// Ollama's options, keep_alive and think are no other API's; a tool
+	// result named by tool_name alone is Ollama's.
+	if root.Get("options").Exists() || root.Get("keep_alive").Exists() || root.Get("think").Exists() {
+		return OllamaChat
+	}
 	api := ChatCompletions
 	msgs.ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").String() == "tool" && m.Get("tool_name").Exists() && !m.Get("tool_call_id").Exists() {
+			api = OllamaChat
+			return false
+		}
 		switch m.Get("role").String() {
 		case "system", "developer", "tool", "function":
 			api = ChatCompletions

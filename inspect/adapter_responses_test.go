@@ -63,7 +63,7 @@ func TestAdaptersMatchChat(t *testing.T) {
 			t.Fatalf("%s: Parse: %v", name, err)
 		}
 		wantV := e.Inspect(want)
-		for _, api := range []API{Responses, AnthropicMessages} {
+		for _, api := range []API{Responses, AnthropicMessages, OllamaChat} {
 			t.Run(name+"/"+string(api), func(t *testing.T) {
 				body, err := os.ReadFile(strings.TrimSuffix(chatFile, "chat.json") + string(api) + ".json")
 				if err != nil {
@@ -235,6 +235,9 @@ func TestDetectAPI(t *testing.T) {
 		{"/v1/responses/?x=1", `{}`, Responses},
 		{"/v1/messages", `{}`, AnthropicMessages},
 		{"/anthropic/v1/messages?beta=true", `{}`, AnthropicMessages},
+		{"/api/chat", `{}`, OllamaChat},
+		{"", `{"model":"m","messages":[],"options":{"num_ctx":4096}}`, OllamaChat},
+		{"", `{"messages":[{"role":"tool","tool_name":"ls","content":"x"}]}`, OllamaChat},
 		{"", `{"input":"hi"}`, Responses},
 		{"", `{"previous_response_id":"r","input":[]}`, Responses},
 		{"", `{"system":"s","messages":[{"role":"user","content":"hi"}]}`, AnthropicMessages},

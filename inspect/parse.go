@@ -202,7 +202,7 @@ func (p *parser) message(i int, s string, at int) (int, error) {
 	if s[at] != '{' {
 		return 0, fmt.Errorf("%w: message %d is not an object", ErrMalformed, i)
 	}
-	var role, content, toolCalls, fnCall, toolCallID, name string
+	var role, content, toolCalls, fnCall, toolCallID, name, toolName string
 	end := membersAt(s, at, func(k, v string) bool {
 		switch {
 		case rawKeyIs(k, "role"):
@@ -217,6 +217,8 @@ func (p *parser) message(i int, s string, at int) (int, error) {
 			toolCallID = v
 		case rawKeyIs(k, "name"):
 			name = v
+		case rawKeyIs(k, "tool_name"):
+			toolName = v // Ollama's: the result names its tool, not a call
 		}
 		return true
 	})
@@ -228,7 +230,7 @@ func (p *parser) message(i int, s string, at int) (int, error) {
 		p.assistant(i, content, toolCalls, fnCall)
 		p.lastAssistant = true
 	case "tool":
-		p.toolResult(i, toolCallID, "", content)
+		p.toolResult(i, toolCallID, p.peek(toolName), content)
 	case "function":
 		p.toolResult(i, "", p.peek(name), content)
 	case "user":

@@ -75,6 +75,15 @@ func cacheCases(t *testing.T) []cacheCase {
 		}
 	}
 	files, _ := filepath.Glob("testdata/adapters/*.json")
+	// Ollama's fixtures go last: the property test's random edits are
+	// drawn in case order, and the cases before them keep their draws.
+	ollama := func(f string) int {
+		if strings.HasSuffix(f, ".ollama.json") {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(files, func(a, b string) int { return ollama(a) - ollama(b) })
 	for _, f := range files {
 		body, err := os.ReadFile(f)
 		if err != nil {
@@ -600,7 +609,7 @@ func TestSessionCacheCutBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, api := range []API{ChatCompletions, AnthropicMessages, Responses} {
+	for _, api := range []API{ChatCompletions, AnthropicMessages, Responses, OllamaChat} {
 		body, err := os.ReadFile("testdata/adapters/repetition." + string(api) + ".json")
 		if err != nil {
 			t.Fatal(err)

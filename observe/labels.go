@@ -13,13 +13,14 @@ import (
 // Each set maps to a small index so that the hot path finds a pre-resolved
 // child in an array instead of hashing label strings.
 
-// Path labels: the OpenAI-compatible endpoints operators care about, matched
-// by suffix so that prefixes (/v1, /openai/v1) do not multiply series.
-var pathLabels = [...]string{"chat_completions", "completions", "embeddings", "models", "responses", "messages", "other"}
+// Path labels: the OpenAI-compatible endpoints operators care about, and
+// Ollama's own chat and generate, matched by suffix so that prefixes (/v1,
+// /openai/v1) do not multiply series.
+var pathLabels = [...]string{"chat_completions", "completions", "embeddings", "models", "responses", "messages", "ollama_chat", "ollama_generate", "other"}
 
 const pathOther = len(pathLabels) - 1
 
-var pathSuffixes = [...]string{"/chat/completions", "/completions", "/embeddings", "/models", "/responses", "/messages"}
+var pathSuffixes = [...]string{"/chat/completions", "/completions", "/embeddings", "/models", "/responses", "/messages", "/api/chat", "/api/generate"}
 
 // PathLabel returns the metrics label of a request path: the endpoint name
 // for the known OpenAI-compatible endpoints, "other" for anything else.

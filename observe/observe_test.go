@@ -103,6 +103,8 @@ func TestPathLabel(t *testing.T) {
 		{"/v1/models", "models"},
 		{"/v1/responses", "responses"},
 		{"/v1/messages", "messages"},
+		{"/api/chat", "ollama_chat"},
+		{"/ollama/api/generate", "ollama_generate"},
 		{"/v1/models/gpt-4o", "other"},
 		{"/anything/the/client/sends", "other"},
 		{"", "other"},

@@ -91,6 +91,8 @@ type RequestInfo struct {
 	Session string
 	// Model is the request's model field.
 	Model string
+	// API is the request's wire API.
+	API inspect.API
 	// Steps is the number of assistant turns in the history.
 	Steps int
 	// Tool and Fingerprint name the history's last tool call

@@ -84,6 +84,9 @@ type Entry struct {
 	Session string    `json:"session"`
 	Kind    Kind      `json:"kind"`
 	Model   string    `json:"model,omitempty"`
+	// API is the wire API of the request (inspect.API: chat, responses,
+	// anthropic, ollama), "" where it is not known.
+	API inspect.API `json:"api,omitempty"`
 	// Steps is the number of assistant turns in the request's history.
 	Steps int `json:"steps,omitempty"`
 	// Tool and Fingerprint name the history's last tool call.
@@ -350,7 +353,7 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
-	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: r.name(model), Steps: info.Steps,
+	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: r.name(model), API: info.API, Steps: info.Steps,
 		Tool: r.name(info.Tool), Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
 	s.looping = d != nil && d.Verdict.Loop
 	if d != nil {

@@ -27,6 +27,22 @@ func TestRecorderEvictsLeastRecentlySeen(t *testing.T) {
 	}
 }
 
+// TestTimelineNamesAPI: each request entry says which wire API it came in.
+func TestTimelineNamesAPI(t *testing.T) {
+	o, _, _, _ := newTestObserver(t, Options{})
+	for _, api := range []inspect.API{inspect.ChatCompletions, inspect.OllamaChat} {
+		o.Request(RequestInfo{Session: "s", API: api})
+	}
+	_, tl, _ := o.Recorder().Session("s")
+	var got []inspect.API
+	for _, e := range tl {
+		got = append(got, e.API)
+	}
+	if fmt.Sprint(got) != "[chat ollama]" {
+		t.Errorf("timeline APIs %v; want [chat ollama]", got)
+	}
+}
+
 func TestTimelineRingKeepsNewest(t *testing.T) {
 	o, _, _, c := newTestObserver(t, Options{Timeline: 4})
 	for i := 1; i <= 10; i++ {

@@ -128,6 +128,7 @@ var conversationShapes = map[inspect.API]conversationShape{
 	inspect.ChatCompletions:   {opening: chatOpening},
 	inspect.Responses:         {opening: responsesOpening},
 	inspect.AnthropicMessages: {opening: anthropicOpening, userID: claudeSession},
+	inspect.OllamaChat:        {opening: chatOpening},
 }
 
 // conversationShapeOf returns api's shape; chat's for an API it does not

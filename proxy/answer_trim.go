@@ -106,6 +106,11 @@ func (t *trimmer) appendTruncated(out []byte, e *trimmed, keep int, path string)
 	if err != nil {
 		return out
 	}
+	if raw := t.buf[e.raw[0]:e.raw[1]]; len(raw) > 0 && raw[0] == '{' {
+		// A line of an NDJSON stream (Ollama's) is its data alone.
+		out = append(out, chunk...)
+		return append(out, '\n')
+	}
 	if e.name[1] > e.name[0] {
 		out = append(out, "event: "...)
 		out = append(out, t.buf[e.name[0]:e.name[1]]...)

@@ -13,7 +13,9 @@ import (
 // Messages). Its hooks are fields, as httputil.ReverseProxy's are: the flow
 // calls them and never asks which API it serves. Each API is one value,
 // declared in its own file (api_chat.go, api_responses.go,
-// api_anthropic.go) with its answer (see answer); guardedAPI maps request
+// api_anthropic.go, api_ollama.go) with its answer (see answer); the
+// response's content type picks the stream's framing (SSE, or NDJSON
+// lines read by ndjson.Reader as events); guardedAPI maps request
 // paths to them. Adding an API is one more such file, its inject and sse
 // counterparts, and its tests. Every hook but history is required.
 type wireAPI struct {
@@ -42,6 +44,9 @@ type wireAPI struct {
 	// find the repetition began, and records the cut in w; nil when the
 	// answer is left alone. finish is stream.finish_reason.
 	cutBody func(w *cutWatch, b []byte, finish string) []byte
+	// streamByDefault: a request without a "stream" member is answered
+	// as a stream (Ollama's native API).
+	streamByDefault bool
 }
 
 // answer reads one streamed answer in its API's shape as it passes, and

@@ -1,7 +1,8 @@
 // Package proxy is loopguard's HTTP front and back: it accepts the agent's
 // request, routes it, runs policy/inspect/inject on the endpoints it guards
-// (chat completions, the Responses API, Anthropic Messages), forwards the
-// request to the upstream and streams the answer back event by event,
+// (chat completions, the Responses API, Anthropic Messages, Ollama's
+// /api/chat and /api/generate), forwards the request to the upstream and
+// streams the answer back event by event (an SSE event, or an NDJSON line),
 // inspecting it as it passes and cutting it when it degenerates.
 //
 // Files follow the request: server.go routes and serves loopguard's own
@@ -15,7 +16,8 @@
 // that a cut ended.
 //
 // What differs between the guarded APIs lies behind one wireAPI each
-// (api.go): api_chat.go, api_responses.go and api_anthropic.go apply
+// (api.go): api_chat.go, api_responses.go, api_anthropic.go and
+// api_ollama.go apply
 // rewrites, answer LOOP_DETECTED, read a streamed answer and write the end
 // of a cut one in their API's shape; api_body.go cuts non-streamed answers
 // whose text lies in items. answer_observer.go watches an answer on the

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -17,6 +18,13 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
 // parses into its error type.
 func writeError(ctx *fasthttp.RequestCtx, status int, message, typ, code string) {
 	writeJSON(ctx, status, inject.ErrorBody(message, typ, code))
+}
+
+// ndjsonErrorLine is sseErrorEvent for an NDJSON stream: Ollama's own
+// error shape, {"error": "..."}, on a line of its own.
+func ndjsonErrorLine(err error) []byte {
+	b := append([]byte(`{"error":`), rawjson.AppendQuote(nil, "loopguard: upstream stream failed: "+errorReason(err))...)
+	return append(b, "}\n"...)
 }
 
 // sseErrorEvent frames an error for a stream whose 200 status is already

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 
 	"github.com/loopguard/loopguard/internal/hotlines"
+	"github.com/loopguard/loopguard/ndjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -107,6 +108,9 @@ type streamRelay struct {
 	s   *Server
 	obs responseObserver // nil: events are forwarded as they are
 	rd  *sse.Reader
+	// nd, when not nil, reads an NDJSON stream (Ollama's) in rd's place:
+	// one line an event.
+	nd *ndjson.Reader
 	// ev is the current event: one for the whole stream, as &ev goes to
 	// the observer and a fresh variable per event would escape each time.
 	ev    sse.Event
@@ -139,7 +143,11 @@ func (r *streamRelay) warm(ub *upstreamBody) {
 	if !r.listedDetector {
 		r.listDetector()
 	}
-	r.warmed = r.rd.Warm() + ub.warm()
+	if r.nd != nil {
+		r.warmed = r.nd.Warm() + ub.warm()
+	} else {
+		r.warmed = r.rd.Warm() + ub.warm()
+	}
 	if r.obs != nil {
 		r.obs.warm()
 	}
@@ -169,6 +177,9 @@ func (r *streamRelay) next() (ev sse.Event, err error) {
 			ev, err = sse.Event{}, nil
 		}
 	}()
+	if r.nd != nil {
+		return r.nd.Next()
+	}
 	return r.rd.Next()
 }
 
@@ -187,6 +198,12 @@ func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
 			ev, ok = sse.Event{}, false
 		}
 	}()
+	if r.nd != nil {
+		if read {
+			return r.nd.ReadReady()
+		}
+		return r.nd.NextBuffered()
+	}
 	if read {
 		return r.rd.ReadReady()
 	}
@@ -240,5 +257,16 @@ func (r *streamRelay) buffered() (b []byte) {
 			b = nil
 		}
 	}()
+	if r.nd != nil {
+		return r.nd.Buffered()
+	}
 	return r.rd.Buffered()
+}
+
+// ready reports that the reader's source holds bytes it can read at once.
+func (r *streamRelay) ready() bool {
+	if r.nd != nil {
+		return r.nd.Ready()
+	}
+	return r.rd.Ready()
 }

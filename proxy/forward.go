@@ -13,6 +13,7 @@ import (
 
 	"github.com/loopguard/loopguard/internal/hotlines"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/ndjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -170,7 +171,13 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	}
 
 	if isEventStream(resp.Header.ContentType()) {
-		s.relayStream(ctx, ub, obs, start, headerLatency)
+		s.relayStream(ctx, ub, obs, start, headerLatency, false)
+		return
+	}
+	if obs != nil && isNDJSON(resp.Header.ContentType()) {
+		// A guarded NDJSON answer (Ollama's) is relayed and watched line
+		// by line as SSE is; unguarded ones pass through below.
+		s.relayStream(ctx, ub, obs, start, headerLatency, true)
 		return
 	}
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
@@ -373,9 +380,16 @@ func isEventStream(ct []byte) bool {
 	return asciiEqualFold(bytes.TrimSpace(ct), "text/event-stream")
 }
 
-// relayStream forwards an SSE response event by event, flushing after each,
-// and owns resp until the stream ends.
-func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration) {
+func isNDJSON(ct []byte) bool {
+	ct, _, _ = bytes.Cut(ct, []byte{';'})
+	ct = bytes.TrimSpace(ct)
+	return asciiEqualFold(ct, "application/x-ndjson") || asciiEqualFold(ct, "application/ndjson")
+}
+
+// relayStream forwards an SSE response event by event, or with lines an
+// NDJSON one line by line, flushing after each, and owns resp until the
+// stream ends.
+func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration, lines bool) {
 	status := ctx.Response.StatusCode()
 	// nginx and similar proxies in front of us must not buffer the stream
 	// (docs/streams.md: buffering).
@@ -390,10 +404,11 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// touched once the handler has returned.
 	// An observer whose header panicked sees nothing of the stream.
 	dropped := obs != nil && !observed
-	// A stream the upstream coded with one coding loopguard reads is
-	// inspected decoded (relayCoded); a list of codings passes uninspected.
+	// An event stream the upstream coded with one coding loopguard reads is
+	// inspected decoded (relayCoded); a list of codings, or coded NDJSON,
+	// passes uninspected.
 	var coded coding
-	if _, ok := obs.(codedObserver); ok && observed {
+	if _, ok := obs.(codedObserver); ok && observed && !lines {
 		if cs, err := parseCodings(ctx.Response.Header.ContentEncoding()); err == nil && cs.n == 1 {
 			coded = cs.list[0]
 		}
@@ -403,8 +418,13 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 		method: append([]byte(nil), ctx.Method()...), path: append([]byte(nil), ctx.Path()...),
 		// A coded stream's observer holds nothing back: nothing is left
 		// to end.
-		rl:    streamRelay{s: s, obs: obs, rd: sse.NewReader(ub, s.cfg.Stream.MaxEventBytes), raw: dropped, ended: dropped || coded != 0},
+		rl:    streamRelay{s: s, obs: obs, raw: dropped, ended: dropped || coded != 0},
 		coded: coded,
+	}
+	if lines {
+		st.rl.nd = ndjson.NewReader(ub, s.cfg.Stream.MaxEventBytes)
+	} else {
+		st.rl.rd = sse.NewReader(ub, s.cfg.Stream.MaxEventBytes)
 	}
 	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
 		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
@@ -493,7 +513,11 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 		if c != nil {
 			reason = *c
 		}
-		_, _ = w.Write(sseErrorEvent(reason))
+		if st.rl.nd != nil {
+			_, _ = w.Write(ndjsonErrorLine(reason))
+		} else {
+			_, _ = w.Write(sseErrorEvent(reason))
+		}
 		_ = w.Flush()
 	}
 	watch.stop()
@@ -543,7 +567,9 @@ func (st *openStream) listLines(w *bufio.Writer) {
 			h.Add(unsafe.Pointer(cb.own), unsafe.Sizeof(*cb.own))
 		}
 	}
-	h.Add(unsafe.Pointer(st.rl.rd), unsafe.Sizeof(*st.rl.rd))
+	if st.rl.rd != nil {
+		h.Add(unsafe.Pointer(st.rl.rd), unsafe.Sizeof(*st.rl.rd))
+	}
 	if o, ok := st.rl.obs.(*answerObserver); ok {
 		h.Add(unsafe.Pointer(o), observerHotBytes)
 		if a, ok := o.answer.(*chatStream); ok {
@@ -661,7 +687,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				// reuses, or the reader's, which reading moves: keep a copy
 				// before either.
 				next, ok := r.nextBuffered(false)
-				if !ok && !r.raw && r.rd.Ready() {
+				if !ok && !r.raw && r.ready() {
 					batch = appendBatch(batch, out)
 					out = nil
 					next, ok = r.nextBuffered(true)

@@ -105,6 +105,7 @@ func TestForwardPassesRequestThrough(t *testing.T) {
 		{"base without v1", "", "/v1/models?limit=2&x=%20y", "/v1/models?limit=2&x=%20y"},
 		{"base with v1, client with v1", "/v1", "/v1/embeddings", "/v1/embeddings"},
 		{"base with v1, client without", "/v1", "/embeddings", "/v1/embeddings"},
+		{"Ollama's own API beside v1", "/v1", "/api/tags", "/api/tags"},
 		{"base with prefix and v1", "/openai/v1/", "/v1/files/abc", "/openai/v1/files/abc"},
 		{"dot-segments resolved, the rest kept verbatim", "", "/v1//weird/../path", "/v1//path"},
 		{"ChatGPT Codex backend takes no v1", "/backend-api/codex", "/v1/responses", "/backend-api/codex/responses"},

@@ -15,7 +15,7 @@ import (
 )
 
 // FuzzOwnEventsAreJSON: every data line loopguard writes into a stream
-// itself (the ending of a cut chat, Responses or Anthropic stream, a held
+// itself (the ending of a cut chat, Responses, Anthropic or Ollama stream, a held
 // tool call replaced by LOOP_DETECTED, the LOOP_DETECTED answer of each
 // API, the in-band error event) is one line of UTF-8 JSON, whatever ids,
 // models, tool names, arguments and text the upstream or the history held.
@@ -103,6 +103,51 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			written["LOOP_DETECTED "+string(api.name)] = ans.Body
 		}
 		written["error event"] = sseErrorEvent(errors.New(text))
+
+		// Ollama's streams are NDJSON: every line loopguard writes is JSON.
+		lines := map[string][]byte{}
+		o = newAnswerObserver(p, &plan{api: ollamaAPI, stream: true, model: model}, nil)
+		line := `{"model":` + q(model) + `,"created_at":` + q(id) + `,"message":{"role":"assistant","content":` + q(text) +
+			`,"tool_calls":[{"function":{"name":` + q(name) + `,"arguments":{"a":` + q(text) + `}}}]},"done":false}`
+		_ = o.answer.add([]byte(line), o)
+		o.watch.cut = cut
+		lines["ollama cut"], _ = o.appendEnd(nil)
+		o.watch.cut = nil
+		lines["ollama held call replaced"] = o.holder.replace(o, nil, &terminalCall{constraint: policy.Constraint{
+			Category: inspect.ToolRepetition, Brief: text, Tool: name, Args: text, Pattern: "p"}})
+		o.release()
+		o = newAnswerObserver(p, &plan{api: ollamaAPI, stream: true}, nil)
+		o.trimming = true
+		if out, _ := o.trimmer.event(o, &sse.Event{Raw: []byte(line + "\n"), Data: []byte(line)}, nil); len(out) > 0 {
+			t.Fatalf("trim released %q; want the line held", out)
+		}
+		for keep := 1; keep < len(text); keep++ {
+			lines["ollama trimmed line"] = o.trimmer.appendTruncated(lines["ollama trimmed line"], &o.trimmer.queue[0], keep, o.answer.textPath())
+		}
+		o.release()
+		for name, body := range map[string]string{
+			"streamed":     `{"model":` + q(model) + `,"messages":[{"role":"user","content":"hi"}]}`,
+			"not streamed": `{"model":` + q(model) + `,"stream":false,"messages":[{"role":"user","content":"hi"}]}`,
+		} {
+			for _, api := range []*wireAPI{ollamaAPI, ollamaGenerateAPI} {
+				ans, err := api.terminate(p.inject, []byte(body), loop)
+				if err != nil {
+					t.Fatalf("terminate %s: %v", api.name, err)
+				}
+				lines["LOOP_DETECTED "+string(api.name)+" "+name] = ans.Body
+			}
+		}
+		lines["error line"] = ndjsonErrorLine(errors.New(text))
+		for what, b := range lines {
+			if len(b) == 0 && what != "ollama trimmed line" {
+				t.Errorf("%s: nothing written", what)
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if l != "" && (!json.Valid([]byte(l)) || !utf8.ValidString(l)) {
+					t.Errorf("%s: line is not UTF-8 JSON: %q", what, l)
+				}
+			}
+		}
 
 		for what, b := range written {
 			if len(b) == 0 && what != "trimmed event" {

@@ -252,6 +252,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	pcfg := p.policy.Config()
 	header := sessionID(ctx, &pcfg)
 	var fields policy.Fields // what names the session, read with the options
+	pl.stream = api.streamByDefault
 	pl.readOptions(body, &fields, policy.Named(header))
 
 	// Store calls before the inspection (the Responses record, the session
@@ -323,7 +324,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	}
 	// observe logs each detection and intervention (by pattern key and tool,
 	// never the arguments) and counts it.
-	info := observe.RequestInfo{Session: pl.key, Model: pl.model, Steps: len(traj.Steps),
+	info := observe.RequestInfo{Session: pl.key, Model: pl.model, API: api.name, Steps: len(traj.Steps),
 		DetectDuration: t1.Sub(t0), StoreDuration: time.Since(t1)}
 	if n := len(traj.Steps); n > 0 {
 		if calls := traj.Steps[n-1].Calls; len(calls) > 0 {
@@ -428,6 +429,10 @@ func (pl *plan) readOption(s, k string, at int, session *policy.Fields) int {
 		pl.maxTok = gjson.Parse(raw).Int()
 	case "max_completion_tokens":
 		pl.completionTokens = gjson.Parse(raw).Int()
+	case "options": // Ollama's: num_predict bounds the answer
+		if n := gjson.Get(raw, "num_predict"); n.Exists() {
+			pl.maxTok = n.Int()
+		}
 	}
 	return end
 }

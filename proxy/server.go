@@ -281,7 +281,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case ctx.IsPost() && guardedAPI(path) != nil:
 		// A coded body cannot be read for "stream" before it is decoded;
 		// it may be a stream (Codex's always are).
-		if looksStreamed(ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
+		if looksStreamedFor(guardedAPI(path), ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
 			s.guardOnSpareStack(ctx, guardedAPI(path))
 		} else {
 			s.pipeline.guard(ctx, s, guardedAPI(path))
@@ -308,6 +308,10 @@ func guardedAPI(p []byte) *wireAPI {
 		return responsesAPI
 	case hasSuffixBytes(p, "/v1/messages") || string(p) == "/messages":
 		return anthropicAPI
+	case hasSuffixBytes(p, "/api/chat"):
+		return ollamaAPI
+	case hasSuffixBytes(p, "/api/generate"):
+		return ollamaGenerateAPI
 	}
 	return nil
 }

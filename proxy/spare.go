@@ -112,16 +112,30 @@ const streamHintSpan = 2 << 10
 // long tool definitions) keeps the larger stack, a body it takes for one
 // pays the hand-off. Inside a JSON string the pattern's quotes would be
 // escaped, so a history cannot fake it.
-func looksStreamed(body []byte) bool {
-	if len(body) <= 2*streamHintSpan {
-		return hasStreamTrue(body)
+func looksStreamed(body []byte) bool { return hasStreamHint(body, "true") }
+
+// looksStreamedFor is looksStreamed for a request of api: one of an API
+// that streams by default (Ollama's) looks streamed unless it says
+// "stream": false.
+func looksStreamedFor(api *wireAPI, body []byte) bool {
+	if api.streamByDefault {
+		return !hasStreamHint(body, "false")
 	}
-	return hasStreamTrue(body[:streamHintSpan]) || hasStreamTrue(body[len(body)-streamHintSpan:])
+	return looksStreamed(body)
 }
 
-// hasStreamTrue reports a "stream" key whose value is true in b, with any
+// hasStreamHint reports a "stream" member whose value is val in the first
+// or last streamHintSpan bytes of body.
+func hasStreamHint(body []byte, val string) bool {
+	if len(body) <= 2*streamHintSpan {
+		return hasStream(body, val)
+	}
+	return hasStream(body[:streamHintSpan], val) || hasStream(body[len(body)-streamHintSpan:], val)
+}
+
+// hasStream reports a "stream" key whose value is val in b, with any
 // spaces around the colon.
-func hasStreamTrue(b []byte) bool {
+func hasStream(b []byte, val string) bool {
 	for {
 		i := bytes.Index(b, []byte(`"stream"`))
 		if i < 0 {
@@ -129,7 +143,7 @@ func hasStreamTrue(b []byte) bool {
 		}
 		b = b[i+len(`"stream"`):]
 		v := bytes.TrimLeft(b, " \t\r\n")
-		if len(v) > 0 && v[0] == ':' && bytes.HasPrefix(bytes.TrimLeft(v[1:], " \t\r\n"), []byte("true")) {
+		if len(v) > 0 && v[0] == ':' && bytes.HasPrefix(bytes.TrimLeft(v[1:], " \t\r\n"), []byte(val)) {
 			return true
 		}
 	}

@@ -89,3 +89,24 @@ func TestLooksStreamed(t *testing.T) {
 		}
 	}
 }
+
+// TestLooksStreamedFor: a request of an API that streams by default
+// (Ollama's) looks streamed unless it says "stream": false.
+func TestLooksStreamedFor(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		api  *wireAPI
+		body string
+		want bool
+	}{
+		{"ollama, absent", ollamaAPI, `{"model":"m","messages":[]}`, true},
+		{"ollama, false", ollamaAPI, `{"model":"m","stream": false,"messages":[]}`, false},
+		{"ollama, true", ollamaAPI, `{"model":"m","stream":true,"messages":[]}`, true},
+		{"chat, absent", chatAPI, `{"model":"m","messages":[]}`, false},
+		{"chat, true", chatAPI, `{"model":"m","stream":true,"messages":[]}`, true},
+	} {
+		if got := looksStreamedFor(tt.api, []byte(tt.body)); got != tt.want {
+			t.Errorf("%s: looksStreamedFor = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -88,6 +88,8 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 
 // path joins the client's request path onto the upstream base URL without
 // doubling /v1: base ".../v1" + "/v1/chat/completions" -> ".../v1/chat/completions".
+// Ollama serves its own API beside /v1 (http://host:11434/v1 and
+// /api/chat), so an /api/ path goes beside the base's /v1, not under it.
 func (up *upstream) path(dst []byte, reqPath []byte) []byte {
 	dst = append(dst, up.prefix...)
 	if up.noV1 {
@@ -97,7 +99,7 @@ func (up *upstream) path(dst []byte, reqPath []byte) []byte {
 			reqPath = reqPath[:0]
 		}
 	}
-	if up.v1 && !(hasPrefixBytes(reqPath, "/v1/") || string(reqPath) == "/v1") {
+	if up.v1 && !(hasPrefixBytes(reqPath, "/v1/") || string(reqPath) == "/v1" || hasPrefixBytes(reqPath, "/api/")) {
 		dst = append(dst, "/v1"...)
 	}
 	return append(dst, reqPath...)

@@ -41,7 +41,7 @@ type Record struct {
 	// Session, when set, is sent as the session header, so records of one
 	// session escalate along one ladder.
 	Session string `json:"session,omitempty"`
-	// API is "chat", "responses" or "anthropic"; empty: told from the
+	// API is "chat", "responses", "anthropic" or "ollama"; empty: told from the
 	// request's shape.
 	API string `json:"api,omitempty"`
 }
@@ -131,9 +131,9 @@ func checkRecords(recs []Record, firstLine int) error {
 			return fmt.Errorf("%w: record %d (%q): request must be a JSON object", ErrInput, i+firstLine, r.ID)
 		}
 		switch inspect.API(r.API) {
-		case "", inspect.ChatCompletions, inspect.Responses, inspect.AnthropicMessages:
+		case "", inspect.ChatCompletions, inspect.Responses, inspect.AnthropicMessages, inspect.OllamaChat:
 		default:
-			return fmt.Errorf("%w: record %d (%q): api must be chat, responses or anthropic, got %q", ErrInput, i+firstLine, r.ID, r.API)
+			return fmt.Errorf("%w: record %d (%q): api must be chat, responses, anthropic or ollama, got %q", ErrInput, i+firstLine, r.ID, r.API)
 		}
 		if r.Expect != "" && r.Expect != "loop" && r.Expect != "no_loop" {
 			return fmt.Errorf("%w: record %d (%q): expect must be loop or no_loop, got %q", ErrInput, i+firstLine, r.ID, r.Expect)
@@ -248,6 +248,7 @@ var apiPaths = map[inspect.API]string{
 	inspect.ChatCompletions:   "/v1/chat/completions",
 	inspect.Responses:         "/v1/responses",
 	inspect.AnthropicMessages: "/v1/messages",
+	inspect.OllamaChat:        "/api/chat",
 }
 
 // Run replays one record and returns its result.
