@@ -21,7 +21,7 @@ import (
 // real resource; refusing them is safer than guessing how the upstream
 // decodes them.
 func cleanPath(dst, p []byte) (out []byte, ok bool) {
-	if len(p) == 0 || p[0] != '/' || bytes.IndexAny(p, ".%\\;") < 0 {
+	if len(p) == 0 || p[0] != '/' || !bytes.ContainsAny(p, ".%\\;") {
 		return p, true
 	}
 	dots := false
@@ -74,7 +74,7 @@ func isDotSegment(seg []byte) bool { return string(seg) == "." || string(seg) ==
 // dot-segment, or as several segments one of which is: its dots or slashes
 // percent-encoded, a backslash for a slash, a ";" parameter after dots.
 func hiddenDotSegment(seg []byte) bool {
-	if bytes.IndexAny(seg, "%\\;") < 0 {
+	if !bytes.ContainsAny(seg, "%\\;") {
 		return false
 	}
 	// Decode what matters into a small buffer: dots, and both slashes as
