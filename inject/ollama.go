@@ -24,21 +24,12 @@ const ContentNDJSON = "application/x-ndjson"
 // Ollama's error shape, {"error": "LOOP_DETECTED: ..."}, with
 // Config.ErrorStatus, as Ollama answers errors before a stream starts.
 func (in *Injector) TerminateOllama(body []byte, l Loop) (Response, error) {
-	content, err := in.TerminateText(l)
-	if err != nil {
-		return Response{}, err
-	}
-	if in.cfg.TerminateAs == AsError {
-		b := append([]byte(`{"error":`), rawjson.AppendQuote(nil, content)...)
-		return in.errorAnswer(append(b, '}')), nil
-	}
-	req := gjson.GetMany(rawjson.View(body), "model", "stream")
-	model := req[0].String()
-	if model == "" {
-		model = "loopguard"
+	content, model, streamed, done, err := in.ollamaEnd(body, l)
+	if done != nil || err != nil {
+		return *done, err
 	}
 	at := in.now().UTC().Format(time.RFC3339Nano)
-	if req[1].Exists() && !req[1].Bool() {
+	if !streamed {
 		b := AppendOllamaLine(nil, model, at, content, "stop")
 		return Response{Status: http.StatusOK, Header: []Header{{"Content-Type", contentJSON}}, Body: b[:len(b)-1]}, nil
 	}
@@ -71,18 +62,9 @@ func AppendOllamaLine(b []byte, model, createdAt, content, doneReason string) []
 // history there, so it answers so only where a policy ends a session as a
 // whole.
 func (in *Injector) TerminateOllamaGenerate(body []byte, l Loop) (Response, error) {
-	content, err := in.TerminateText(l)
-	if err != nil {
-		return Response{}, err
-	}
-	if in.cfg.TerminateAs == AsError {
-		b := append([]byte(`{"error":`), rawjson.AppendQuote(nil, content)...)
-		return in.errorAnswer(append(b, '}')), nil
-	}
-	req := gjson.GetMany(rawjson.View(body), "model", "stream")
-	model := req[0].String()
-	if model == "" {
-		model = "loopguard"
+	content, model, streamed, done, err := in.ollamaEnd(body, l)
+	if done != nil || err != nil {
+		return *done, err
 	}
 	b := append([]byte(`{"model":`), rawjson.AppendQuote(nil, model)...)
 	b = append(b, `,"created_at":`...)
@@ -90,10 +72,32 @@ func (in *Injector) TerminateOllamaGenerate(body []byte, l Loop) (Response, erro
 	b = append(b, `,"response":`...)
 	b = rawjson.AppendQuote(b, content)
 	b = append(b, `,"done":true,"done_reason":"stop"}`...)
-	if req[1].Exists() && !req[1].Bool() {
+	if !streamed {
 		return Response{Status: http.StatusOK, Header: []Header{{"Content-Type", contentJSON}}, Body: b}, nil
 	}
 	return Response{Status: http.StatusOK, Header: []Header{{"Content-Type", ContentNDJSON}}, Body: append(b, '\n')}, nil
+}
+
+// ollamaEnd reads what both of Ollama's LOOP_DETECTED answers need: the
+// text, the request's model and whether it streams (Ollama streams unless
+// told "stream": false). done is the whole answer when it is an error
+// (terminate_as = "error").
+func (in *Injector) ollamaEnd(body []byte, l Loop) (content, model string, streamed bool, done *Response, err error) {
+	content, err = in.TerminateText(l)
+	if err != nil {
+		return "", "", false, &Response{}, err
+	}
+	if in.cfg.TerminateAs == AsError {
+		b := append([]byte(`{"error":`), rawjson.AppendQuote(nil, content)...)
+		r := in.errorAnswer(append(b, '}'))
+		return "", "", false, &r, nil
+	}
+	req := gjson.GetMany(rawjson.View(body), "model", "stream")
+	model = req[0].String()
+	if model == "" {
+		model = "loopguard"
+	}
+	return content, model, !req[1].Exists() || req[1].Bool(), nil, nil
 }
 
 // ApplyOllama is Apply for an Ollama /api/chat body: its messages take
