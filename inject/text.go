@@ -192,6 +192,11 @@ var builtinSuggestions = map[string][]string{
 	string(inspect.TokenDegeneration): {
 		"Write a short answer in different words.",
 	},
+	string(inspect.SemanticLoop): {
+		"The approach above has been tried in several forms and has not worked: stop and find out why before the next step.",
+		"Pick a genuinely different approach, or gather the one fact that decides between your hypotheses.",
+		"If you are blocked, explain what you tried and ask the user.",
+	},
 	"default": {
 		"Change the approach.",
 		"If you are blocked, ask the user.",
@@ -347,6 +352,10 @@ func constraints(cat inspect.Category, ev inspect.Evidence, n int) []string {
 		return []string{"Do not repeat your previous answer or summary; take a concrete next step or finish."}
 	case inspect.TokenDegeneration:
 		return []string{"Do not repeat the same phrase."}
+	case inspect.SemanticLoop:
+		// The judge names an idea, not a call: commands that differ in
+		// wording still carry it out.
+		return []string{"Do not retry this approach in other words or with other commands: " + clip(ev.Element, n)}
 	}
 	for _, c := range distinctCalls(ev) {
 		if len(out) == maxConstraints {

@@ -151,7 +151,7 @@ func DefaultConfig() Config {
 
 var allCategories = []Category{
 	ToolRepetition, ToolCycle, ParamDrift, SameResult, ErrorCycle, WhackAMole,
-	TestFixCycle, EditUndo, OutputRepetition, SummaryLoop, TokenDegeneration,
+	TestFixCycle, EditUndo, OutputRepetition, SummaryLoop, TokenDegeneration, SemanticLoop,
 }
 
 func knownCategory(c string) bool {

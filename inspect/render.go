@@ -29,6 +29,7 @@ var ruleText = map[Category]string{
 	EditUndo:         "an edit was undone and redone",
 	OutputRepetition: "the assistant repeated its own text",
 	SummaryLoop:      "the assistant replied with text only, without doing work",
+	SemanticLoop:     "a judge model read the recent steps and found the same approach retried without progress",
 }
 
 // Summary renders one sentence for people naming the rule, the element,
@@ -39,6 +40,11 @@ func (v Verdict) Summary() string {
 	}
 	d := &v.Detections[0]
 	ev := &d.Evidence
+	if d.Category == SemanticLoop {
+		// The judge counts nothing against a threshold: what it saw, in its
+		// words, and how sure it was.
+		return fmt.Sprintf("%s: %s: %s (judge confidence %.2f).", d.Category, ruleText[d.Category], ev.Element, d.Score)
+	}
 	np := ""
 	if ev.NoProgress {
 		np = " with no progress"
@@ -71,6 +77,10 @@ func (v Verdict) Full() string {
 			fmt.Fprintf(&b, "Arguments: %s\n", shorten(collapseSpace(ev.Args), 200))
 		}
 		fmt.Fprintf(&b, "Repeated: %s\n", ev.Element)
+		if d.Category == SemanticLoop {
+			fmt.Fprintf(&b, "Judge confidence: %.2f, turns %d..%d\n", d.Score, ev.First, ev.Last)
+			continue
+		}
 		fmt.Fprintf(&b, "Count: %d (threshold %d), turns %d..%d\n", ev.Count, ev.Threshold, ev.First, ev.Last)
 		if ev.Error != "" {
 			fmt.Fprintf(&b, "Error: %s\n", shorten(ev.Error, 300))

@@ -18,6 +18,11 @@ const (
 	OutputRepetition  Category = "output_repetition"
 	SummaryLoop       Category = "summary_loop"
 	TokenDegeneration Category = "token_degeneration"
+	// SemanticLoop is the optional judge's finding: a model read a digest of
+	// the trajectory and said the agent is stuck, in words no rule compares
+	// (the same failing idea retried with different commands). Its score is
+	// the judge's confidence; it is never computed by Engine.Inspect.
+	SemanticLoop Category = "semantic_loop"
 )
 
 // CallRef points at one tool call of the trajectory that is part of the

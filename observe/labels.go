@@ -41,7 +41,7 @@ var categories = [...]inspect.Category{
 	inspect.ToolRepetition, inspect.ToolCycle, inspect.ParamDrift, inspect.SameResult,
 	inspect.ErrorCycle, inspect.WhackAMole, inspect.TestFixCycle, inspect.EditUndo,
 	inspect.OutputRepetition, inspect.SummaryLoop, inspect.TokenDegeneration,
-	"none", "other",
+	inspect.SemanticLoop, "none", "other",
 }
 
 const (

@@ -61,6 +61,25 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 		pt.Level = max(0, min(pt.Level, len(p.cfg.Ladder)-1))
 	}
 
+	// The judge's verdict on an earlier turn counts now, once, through the
+	// same aggregator as the rules' findings.
+	if j := st.Judgement; j != nil && p.merge != nil && pos.step > j.Step {
+		st.Judgement = nil
+		changed = true
+		d.Judgement = j
+		if j.Stuck {
+			model := ""
+			if t != nil {
+				model = t.Model
+			}
+			// Last is now: the judge saw the loop go on after any earlier
+			// intervention, so it is neither stale nor a retry.
+			v = p.merge(v, inspect.Detection{Category: inspect.SemanticLoop, Score: j.Confidence,
+				Evidence: inspect.Evidence{Element: j.What, Count: 1, First: j.Step, Last: pos.step}}, model)
+			d.Verdict = v
+		}
+	}
+
 	key := ""
 	if v.Loop && stale(st, strongest(v), pos) {
 		// Every occurrence the detector counted came before an earlier

@@ -76,6 +76,9 @@ type Decision struct {
 	// Incident is true for the one decision per GlobalWindow that opened a
 	// cross-session incident (counted once in metrics).
 	Incident bool
+	// Judgement is the judge's verdict this decision consumed, nil if none:
+	// when it was stuck, its semantic_loop detection is in Verdict.
+	Judgement *Judgement
 	// StoreFailed is true when the store could not be read or written and
 	// the decision was made from the request history alone (fail open).
 	// Stale is true when the verdict's loop was left alone because all its
@@ -103,6 +106,36 @@ type Policy struct {
 	store Store
 	log   zerolog.Logger
 	now   func() time.Time // tests replace it
+	// merge adds a judge's detection to a verdict through inspect's
+	// aggregator (SetJudgeMerge); nil: judgements are ignored.
+	merge MergeFunc
+}
+
+// MergeFunc adds d to v and aggregates again under model's thresholds, as
+// inspect.Engine.WithDetection does.
+type MergeFunc func(v inspect.Verdict, d inspect.Detection, model string) inspect.Verdict
+
+// SetJudgeMerge makes the judgements recorded with RecordJudgement count
+// on a session's next request, added to its verdict by merge. It is called
+// once, before the first Decide.
+func (p *Policy) SetJudgeMerge(merge MergeFunc) { p.merge = merge }
+
+// RecordJudgement stores the judge's verdict j on session key, for the
+// session's next request to consume. Errors are the store's; the caller
+// counts them and carries on (the judge fails open).
+func (p *Policy) RecordJudgement(ctx context.Context, key string, j Judgement) error {
+	if j.At.IsZero() {
+		j.At = p.now()
+	}
+	_, err := p.store.Update(ctx, key, func(st *State) error {
+		st.Judgement = &j
+		st.Updated = j.At
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record judgement %s: %w", key, err)
+	}
+	return nil
 }
 
 // New returns a Policy over store. cfg's zero fields take their defaults;
@@ -219,7 +252,7 @@ func (p *Policy) Decide(ctx context.Context, key string, v inspect.Verdict, t *i
 	if storeErr != nil {
 		p.log.Warn().Err(storeErr).Str("session", key).Msg("session store failed; deciding from history alone")
 	}
-	if v.Loop && mode != ModeOff {
+	if d.Verdict.Loop && mode != ModeOff {
 		p.recordGlobal(ctx, key, &d, now)
 	}
 	switch mode {

@@ -49,6 +49,10 @@ type State struct {
 	// MaxRecordItems. It is stored under a record key (RecordKey), not a
 	// session key.
 	Items []string `json:"items,omitempty"`
+	// Judgement is the optional judge's latest verdict, made after a turn
+	// was forwarded and waiting for the session's next request, which
+	// consumes it (Policy.RecordJudgement); nil when none waits.
+	Judgement *Judgement `json:"judgement,omitempty"`
 	// Opening is the Identity.Turn of the run that claimed this derived
 	// session key (Policy.Session); "" for keys a client sent.
 	Opening string `json:"opening,omitempty"`
@@ -94,6 +98,20 @@ type Intervention struct {
 	At       time.Time        `json:"at"`
 }
 
+// Judgement is one verdict of the optional judge on a session's
+// trajectory.
+type Judgement struct {
+	Stuck      bool    `json:"stuck"`
+	Confidence float64 `json:"confidence"`
+	// What names what the judge saw repeating, in its words (shortened).
+	What string `json:"what,omitempty"`
+	// Step is the index of the last step the judge read: a request whose
+	// history ends there is the judged one again (a retry) and leaves the
+	// verdict waiting.
+	Step int       `json:"step"`
+	At   time.Time `json:"at"`
+}
+
 // Cut is a degenerate stream the proxy cut short.
 type Cut struct {
 	Category inspect.Category `json:"category"`
@@ -117,6 +135,10 @@ func (s *State) Clone() State {
 	c.Interventions = append([]Intervention(nil), s.Interventions...)
 	c.Cuts = append([]Cut(nil), s.Cuts...)
 	c.Items = append([]string(nil), s.Items...)
+	if s.Judgement != nil {
+		j := *s.Judgement
+		c.Judgement = &j
+	}
 	return c
 }
 
