@@ -173,11 +173,6 @@ func (d *tableDecoder) decode(md *toml.MetaData, table map[string]toml.Primitive
 	slices.Sort(keys)
 	for _, k := range keys {
 		p := toml.Key(append(append([]string(nil), path...), k))
-		if msg, ok := notBuilt[k]; ok && path == nil {
-			d.errs = append(d.errs, k+": "+msg)
-			d.failed = append(d.failed, p.String())
-			continue
-		}
 		f, ok := fieldByTag(v, k)
 		if !ok {
 			d.unknown = append(d.unknown, p.String())
@@ -198,14 +193,6 @@ func (d *tableDecoder) decode(md *toml.MetaData, table map[string]toml.Primitive
 			d.failed = append(d.failed, p.String())
 		}
 	}
-}
-
-// notBuilt holds the top-level tables that DESIGN.md documents but loopguard
-// does not implement yet, with what to tell a user who sets one: reported as
-// an unknown key, it would read as a typo and send them looking for the
-// right spelling.
-var notBuilt = map[string]string{
-	"judge": "the optional judge is not built yet, so it cannot be turned on; remove the [judge] table",
 }
 
 // fieldByTag returns the field of v (a struct) whose toml tag is name.

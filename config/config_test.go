@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/loopguard/loopguard/judge"
 	"io"
 	"os"
 	"path/filepath"
@@ -31,6 +32,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		{"server", got.Server, want.Server}, {"upstream", got.Upstream, want.Upstream},
 		{"stream", got.Stream, want.Stream}, {"log", got.Log, want.Log}, {"admin", got.Admin, want.Admin},
 		{"detect", got.Detect, want.Detect}, {"policy", got.Policy, want.Policy}, {"inject", got.Inject, want.Inject},
+		{"judge", got.Judge, want.Judge},
 	} {
 		if !reflect.DeepEqual(sec.got, sec.want) {
 			t.Errorf("%s: [%s] does not state the defaults:\n got %+v\nwant %+v", path, sec.name, sec.got, sec.want)
@@ -105,8 +107,8 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 			[]string{"upstream.max_conns", "detect.window", "policy.mode"}},
 		{"several kinds at once", []string{"-config", write("k.toml", "[upstream]\nurl=\"http://x\"\nidle_timeout=\"soon\"\nurll=1\n[detect]\nwindow=\"wide\"\n[detect.tools.bash]\nrepeat_consecutiv=4\n[policy]\nmode=\"loud\"\n[extra]\nx=1\n")}, nil,
 			[]string{"upstream.idle_timeout", "upstream.urll", "detect.window", "detect.tools.bash.repeat_consecutiv", "policy.mode", "extra"}},
-		{"judge is not built", []string{"-config", write("j.toml", "[upstream]\nurl=\"http://x\"\n[judge]\nmodel=\"m\"\ntimeout=\"2s\"\n")}, nil,
-			[]string{"judge: the optional judge is not built yet"}},
+		{"judge without a model", []string{"-config", write("j.toml", "[upstream]\nurl=\"http://x\"\n[judge]\nenabled=true\ntimeout=\"0s\"\n")}, nil,
+			[]string{"judge.model", "judge.timeout"}},
 		{"missing file", []string{"-config", filepath.Join(dir, "nope.toml")}, nil, []string{"nope.toml"}},
 	}
 	for _, tt := range tests {
@@ -124,13 +126,22 @@ func TestLoadErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-// A [judge] table, documented in DESIGN.md but not built, is refused as
-// such: not as unknown keys, which would send the user looking for a typo.
-func TestJudgeIsNotBuilt(t *testing.T) {
+// TestJudgeConfig: the [judge] table is the optional judge's, off by
+// default; turned on with a model it loads with its defaults and the
+// environment's overrides.
+func TestJudgeConfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "j.toml")
-	os.WriteFile(file, []byte("[upstream]\nurl = \"http://x\"\n[judge]\nenabled = true\nmodel = \"m\"\n"), 0o644)
-	_, err := Load("t", []string{"-config", file}, env(nil), io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "judge is not built yet") || strings.Contains(err.Error(), "unknown") {
-		t.Errorf("Load with [judge] = %v; want an error saying the judge is not built yet, and no unknown keys", err)
+	os.WriteFile(file, []byte("[upstream]\nurl = \"http://x\"\n[judge]\nenabled = true\nmodel = \"m\"\ntimeout = \"2s\"\n"), 0o644)
+	cfg, err := Load("t", []string{"-config", file}, env(map[string]string{"LOOPGUARD_JUDGE_EVERY": "3"}), io.Discard)
+	if err != nil {
+		t.Fatalf("Load with [judge] = %v; want it loaded", err)
+	}
+	want := judge.DefaultConfig()
+	want.Enabled, want.Model, want.Timeout, want.Every = true, "m", 2*time.Second, 3
+	if cfg.Judge != want {
+		t.Errorf("Load: judge = %+v; want %+v", cfg.Judge, want)
+	}
+	if d := proxy.DefaultConfig().Judge; d.Enabled {
+		t.Errorf("DefaultConfig().Judge.Enabled = true; want the judge off by default")
 	}
 }

@@ -31,6 +31,10 @@ type Metrics struct {
 	storeLatency   *prometheus.HistogramVec
 	detectDuration prometheus.Histogram
 	recoveries     *prometheus.CounterVec
+	// The optional judge's work, off any request's path.
+	judgeChecks  *prometheus.CounterVec
+	judgeLatency prometheus.Histogram
+	judgeTokens  prometheus.Counter
 	// inspectCache reads the inspect session cache's counters at scrape
 	// time (see Observer.WatchSessionCache); its collectors report 0 until
 	// one is set.
@@ -154,6 +158,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "loopguard_recoveries_total",
 			Help: "What sessions did after an intervention: recovered (the pattern stopped and a new step came) or looped_again, by category and level.",
 		}, []string{"category", "level", "outcome"}),
+		judgeChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loopguard_judge_checks_total",
+			Help: "Checks of the optional judge by outcome: stuck, not_stuck (verdicts), failed, timeout, unparseable (calls that changed nothing), queue_full, over_budget (skipped, no call).",
+		}, []string{"outcome"}),
+		judgeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "loopguard_judge_latency_seconds", Buckets: llmBuckets,
+			Help: "Time of each call to the judge, answered or not.",
+		}),
+		judgeTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loopguard_judge_tokens_total",
+			Help: "Tokens the judge's calls used, as its endpoint reported them (estimated where it did not).",
+		}),
 	}
 	m.cacheHits = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "loopguard_inspect_cache_hits_total",
@@ -202,6 +218,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.requests, m.duration, m.upstream, m.ttfb, m.activeStreams, m.events,
 		m.detections, m.interventions, m.cuts, m.cutDelay, m.tokensSaved, m.terminations, m.incidents,
 		m.failOpen, m.storeLatency, m.detectDuration, m.recoveries,
+		m.judgeChecks, m.judgeLatency, m.judgeTokens,
 		m.cacheHits, m.cacheMisses, m.cacheBytes,
 	}
 }

@@ -207,6 +207,49 @@ func (o *Observer) Response(info ResponseInfo) {
 		Dur("cut_delay", info.CutDelay).Msg("degenerate answer cut")
 }
 
+// JudgeInfo is one check of the optional judge, as the proxy reports it.
+type JudgeInfo struct {
+	Session string
+	// Step is the index of the last step the judge read.
+	Step int
+	// Outcome is the check's outcome (judge.Outcome's labels).
+	Outcome    string
+	Stuck      bool
+	Confidence float64
+	// What is what the judge saw repeating: kept in the timeline as a
+	// brief, logged only with LogContent.
+	What    string
+	Latency time.Duration // 0: no call was made
+	Tokens  int
+}
+
+// Judge counts a check of the optional judge and records it in the
+// session's timeline. Checks skipped before any call (queue full, over
+// budget) are counted but stay out of the timeline: one per turn would
+// crowd out the requests.
+func (o *Observer) Judge(info JudgeInfo) {
+	if o == nil {
+		return
+	}
+	m := o.metrics
+	m.judgeChecks.WithLabelValues(info.Outcome).Inc()
+	if info.Latency > 0 {
+		m.judgeLatency.Observe(info.Latency.Seconds())
+		m.judgeTokens.Add(float64(info.Tokens))
+	}
+	if info.Session == "" || info.Latency == 0 {
+		return
+	}
+	o.rec.judge(&info, o.now())
+	if info.Stuck {
+		ev := o.log.Info().Str("session", info.Session).Float64("confidence", info.Confidence)
+		if o.logContent {
+			ev = ev.Str("what", info.What)
+		}
+		ev.Msg("judge: agent stuck")
+	}
+}
+
 // StreamOpened counts an SSE relay starting; the Response with Streamed
 // set ends it.
 func (o *Observer) StreamOpened() {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/policy"
@@ -41,6 +42,10 @@ const (
 	KindRecovery Kind = "recovery"
 	// KindAdmin is an operator's action: a reset or a mode override.
 	KindAdmin Kind = "admin"
+	// KindJudge is a check of the optional judge: Outcome says how it
+	// ended; a stuck verdict has Category semantic_loop, the judge's
+	// Confidence and, in Brief, what it saw repeating.
+	KindJudge Kind = "judge"
 )
 
 // Fingerprint is a tool call's fingerprint (inspect.Call.Fingerprint); it
@@ -468,6 +473,32 @@ func applyAdmin(s *session, e *Entry) {
 	// A reset forgets the ladder, so pending outcomes can no longer be told.
 	clear(s.pending)
 	s.State, s.Level, s.Action = StateActive, -1, ""
+}
+
+// judge records a check of the optional judge on a session.
+func (r *Recorder) judge(info *JudgeInfo, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.touch(info.Session, now)
+	e := Entry{At: now, Session: s.Key, Kind: KindJudge, Model: s.Model, Steps: info.Step + 1,
+		Outcome: info.Outcome, Confidence: info.Confidence, Level: -1}
+	if info.Stuck {
+		e.Category, e.Brief = inspect.SemanticLoop, clipBrief(info.What)
+	}
+	r.add(s, &e)
+}
+
+// clipBrief cuts s to a brief's length on a rune boundary.
+func clipBrief(s string) string {
+	const n = 80
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
 
 // ingest records an entry another replica recorded (Cluster) as if this

@@ -9,6 +9,7 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 )
 
@@ -23,6 +24,7 @@ type Config struct {
 	Detect   inspect.Config `toml:"detect"`
 	Policy   policy.Config  `toml:"policy"`
 	Inject   inject.Config  `toml:"inject"`
+	Judge    judge.Config   `toml:"judge"`
 }
 
 // ServerConfig is the listening side.
@@ -172,6 +174,7 @@ func DefaultConfig() Config {
 		Detect: inspect.DefaultConfig(),
 		Policy: policy.DefaultConfig(),
 		Inject: inject.DefaultConfig(),
+		Judge:  judge.DefaultConfig(),
 	}
 }
 
@@ -245,7 +248,7 @@ func (c *Config) Validate() error {
 		bad("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
 	}
 	errs = append(errs, section("detect", c.Detect.Validate()), section("policy", c.Policy.Validate()),
-		section("inject", c.Inject.Validate()))
+		section("inject", c.Inject.Validate()), section("judge", c.Judge.Validate()))
 	return errors.Join(errs...)
 }
 

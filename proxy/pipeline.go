@@ -12,6 +12,7 @@ import (
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/rs/zerolog"
@@ -47,6 +48,8 @@ type pipeline struct {
 	// localStore: the session store is in memory and never blocks, so its
 	// calls need no deadline (a context with one costs a timer).
 	localStore bool
+	// judge is the optional judge, nil when off.
+	judge *judge.Judge
 }
 
 func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeline, error) {
@@ -68,7 +71,7 @@ func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeli
 	if cache != nil {
 		obs.WatchSessionCache(cache.Stats)
 	}
-	return &pipeline{
+	p := &pipeline{
 		cfg:          cfg,
 		log:          log,
 		engine:       engine,
@@ -78,11 +81,19 @@ func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeli
 		obs:          obs,
 		storeTimeout: 4 * pol.Config().StoreTimeout,
 		localStore:   local,
-	}, nil
+	}
+	if cfg.Judge.Enabled {
+		pol.SetJudgeMerge(engine.WithDetection)
+		p.judge = judge.New(cfg.Judge, p.judged)
+	}
+	return p, nil
 }
 
-// Close releases the session store.
-func (p *pipeline) Close() error { return p.policy.Close() }
+// Close stops the judge and releases the session store.
+func (p *pipeline) Close() error {
+	p.judge.Close()
+	return p.policy.Close()
+}
 
 // plan is what the pipeline decided for one request.
 type plan struct {
@@ -115,6 +126,9 @@ type plan struct {
 	// changed (no cut, no trimmed or held events).
 	passive bool
 	start   time.Time
+	// check is the judge's check of this turn, submitted once the request
+	// is forwarded; nil when none is due.
+	check *judge.Job
 }
 
 // guard serves one request of a guarded API: it decides, then answers
@@ -168,6 +182,11 @@ func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 	// forward has sent the request (a stream is relayed from here on
 	// without it), so the rewritten body's buffer can serve another.
 	pl.releaseBody()
+	if pl.check != nil {
+		// After the turn, never before it: Submit only queues.
+		p.judge.Submit(*pl.check)
+		pl.check = nil
+	}
 }
 
 // decodeRequest decodes a request body sent with Content-Encoding ce for
@@ -322,6 +341,12 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	if d.StoreFailed {
 		p.failOpen(&pl, "store", nil)
 	}
+	if d.Judgement != nil && d.Verdict.Loop {
+		pl.verdict = d.Verdict // the judge's finding counted
+	}
+	if p.judge != nil && pl.key != "" {
+		p.planCheck(&pl, judged, traj)
+	}
 	// observe logs each detection and intervention (by pattern key and tool,
 	// never the arguments) and counts it.
 	info := observe.RequestInfo{Session: pl.key, Model: pl.model, API: api.name, Steps: len(traj.Steps),
@@ -357,6 +382,40 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 		pl.body = p.rewrite(&pl, body, &d)
 	}
 	return pl
+}
+
+// planCheck prepares the judge's check of this turn when one is due. The
+// digest is built now, while the trajectory is leased (it is released when
+// decide returns); the call waits until the turn is forwarded.
+func (p *pipeline) planCheck(pl *plan, history []byte, traj *inspect.Trajectory) {
+	alert := pl.decision.Would != policy.None && pl.decision.Would != ""
+	if !p.judge.Due(pl.key, len(traj.Steps), alert) {
+		return
+	}
+	pl.check = &judge.Job{
+		Session: pl.key,
+		URL:     p.cfg.Upstream.URL,
+		Digest:  judge.Digest(traj, judge.Task(history), p.judge.Config().MaxDigestBytes),
+		Step:    len(traj.Steps) - 1,
+	}
+}
+
+// judged stores a judge's verdict for the session's next request and
+// reports the check. It runs on the judge's workers.
+func (p *pipeline) judged(r judge.Result) {
+	p.obs.Judge(observe.JudgeInfo{Session: r.Session, Step: r.Step, Outcome: string(r.Outcome),
+		Stuck: r.Outcome == judge.Stuck, Confidence: r.Verdict.Confidence, What: r.Verdict.What,
+		Latency: r.Latency, Tokens: r.Tokens})
+	if r.Outcome != judge.Stuck && r.Outcome != judge.NotStuck {
+		return // fails open: nothing waits for the next request
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	defer cancel()
+	err := p.policy.RecordJudgement(ctx, r.Session, policy.Judgement{Stuck: r.Verdict.Stuck,
+		Confidence: r.Verdict.Confidence, What: r.Verdict.What, Step: r.Step})
+	if err != nil {
+		p.log.Warn().Err(err).Str("session", r.Session).Msg("judge: verdict not stored")
+	}
 }
 
 // storeContext bounds store calls by storeTimeout; a store in memory
