@@ -1,0 +1,259 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopguard/loopguard/fakellm"
+)
+
+// semanticHistory is an agent rewording one failing approach: each turn it
+// tries to get the missing module another way, with another command and
+// another error, so that no rule sees the same call, result or error
+// twice.
+func semanticHistory(steps int) []byte {
+	cmds := []string{
+		"pip install fastjsonx", "pip3 install fastjsonx==2.1", "python -m pip install --user fastjsonx",
+		"conda install -c conda-forge fastjsonx", "pip install git+https://example.org/fastjsonx.git",
+		"poetry add fastjsonx", "pipx install fastjsonx", "easy_install fastjsonx", "uv pip install fastjsonx",
+		"pip download fastjsonx && pip install ./fastjsonx*.whl", "mamba install fastjsonx", "pdm add fastjsonx",
+		"apt-get install -y python3-fastjsonx", "pip install --pre fastjsonx", "pip install fastjsonx --no-deps",
+		"pip install -i https://mirror.example/simple fastjsonx",
+	}
+	errs := []string{
+		"No matching distribution found", "Could not find a version that satisfies the requirement",
+		"HTTP 404 from index", "PackagesNotFoundError", "repository not found", "SolverProblemError",
+		"no such package", "command not found", "package index unreachable", "no files matched",
+		"nothing provides the package", "resolution impossible", "Unable to locate package",
+		"prerelease missing", "wheel build failed", "certificate verify failed",
+	}
+	msgs := []map[string]any{
+		{"role": "system", "content": "You are a coding agent."},
+		{"role": "user", "content": "Make tests/test_parse.py pass; it needs the fastjsonx module."},
+	}
+	for i := 0; i < steps; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		args, _ := json.Marshal(map[string]string{"command": cmds[i%len(cmds)]})
+		msgs = append(msgs,
+			map[string]any{"role": "assistant", "content": fmt.Sprintf("Attempt %d: maybe another installer works.", i+1),
+				"tool_calls": []map[string]any{{"id": id, "type": "function",
+					"function": map[string]string{"name": "bash", "arguments": string(args)}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": fmt.Sprintf("ERROR (%d): %s", 10+i, errs[i%len(errs)])})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "agent-m", "messages": msgs})
+	return b
+}
+
+// judgeVerdict is a scripted judge answering verdict to every check.
+func judgeVerdict(t *testing.T, verdict fakellm.Response) *fakellm.Server {
+	t.Helper()
+	return fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: verdict}}})
+}
+
+// startJudged serves a proxy in front of an upstream that always answers,
+// with the judge at judgeURL checking from the fourth turn, every second
+// turn.
+func startJudged(t *testing.T, judgeURL string, mutate func(*Config)) (*Server, string, *fakellm.Server) {
+	t.Helper()
+	up := fakellm.Start(t, fakellm.Script{Loop: true, Responses: []fakellm.Response{{Content: "trying again"}}})
+	srv, base := startProxy(t, func(c *Config) {
+		c.Upstream.URL = up.URL()
+		if judgeURL == "" {
+			return
+		}
+		c.Judge.Enabled = true
+		c.Judge.URL = judgeURL
+		c.Judge.Model = "judge-m"
+		c.Judge.MinTurns = 4
+		c.Judge.Every = 2
+		c.Judge.EveryDoubtful = 1
+		c.Judge.Timeout = 2 * time.Second
+		c.Judge.SessionCallsPerMinute = 100
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	return srv, base, up
+}
+
+// turn sends one chat request of session key and returns the action and
+// loop headers, and how long the answer took.
+func turn(t *testing.T, base, key string, body []byte) (action, loop string, took time.Duration) {
+	action, loop, took, _ = turnKey(t, base, key, body)
+	return
+}
+
+// turnKey is turn, and the session key loopguard named in its answer.
+func turnKey(t *testing.T, base, key string, body []byte) (action, loop string, took time.Duration, session string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Loopguard-Session", key)
+	t0 := time.Now()
+	resp, err := newClient().Do(req)
+	if err != nil {
+		t.Fatalf("turn: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	took = time.Since(t0)
+	if resp.StatusCode != 200 {
+		t.Fatalf("turn: status %d", resp.StatusCode)
+	}
+	return resp.Header.Get(HeaderAction), resp.Header.Get(HeaderLoop), took, resp.Header.Get(HeaderSession)
+}
+
+// waitJudgement waits until the judge's verdict on step of session key is
+// stored, and fails the test after a few seconds.
+func waitJudgement(t *testing.T, srv *Server, key string, step int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := srv.pipeline.policy.Store().Load(context.Background(), key)
+		if err == nil && st.Judgement != nil && st.Judgement.Step == step {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	st, _ := srv.pipeline.policy.Store().Load(context.Background(), key)
+	t.Fatalf("no judgement on step %d of %s stored (state %+v, judgement %+v)", step, key, st, st.Judgement)
+}
+
+// TestJudgeWarnsThenConstrainsSemanticLoop: an agent rewording one failing
+// approach trips no rule; the judge says it is stuck, and its verdict warns
+// on the next turn, then constrains, with what the judge saw in the block.
+func TestJudgeWarnsThenConstrainsSemanticLoop(t *testing.T) {
+	const what = "installing fastjsonx with one package manager after another"
+	// Without the judge no rule fires on any turn.
+	_, offBase, _ := startJudged(t, "", nil)
+	for n := 1; n <= 8; n++ {
+		if action, loop, _ := turn(t, offBase, "sem", semanticHistory(n)); action != "none" || loop != "" {
+			t.Fatalf("judge off, %d steps: action %q loop %q; want none (the rules must not see this loop)", n, action, loop)
+		}
+	}
+
+	j := judgeVerdict(t, fakellm.Response{Content: `{"stuck":true,"confidence":0.85,"what_repeats":"` + what + `"}`})
+	srv, base, up := startJudged(t, j.URL(), nil)
+	var actions []string
+	for n := 1; n <= 7; n++ {
+		action, loop, _, key := turnKey(t, base, "sem", semanticHistory(n))
+		actions = append(actions, action)
+		if action != "none" && loop != "semantic_loop" {
+			t.Errorf("%d steps: loop header %q; want semantic_loop", n, loop)
+		}
+		if n == 4 || n >= 6 { // due: from min_turns, then every_doubtful after a stuck verdict
+			waitJudgement(t, srv, key, n-1)
+		}
+	}
+	want := []string{"none", "none", "none", "none", "warn", "none", "constrain"}
+	if !slices.Equal(actions, want) {
+		t.Errorf("actions = %v; want %v", actions, want)
+	}
+	reqs := up.Requests()
+	last := string(reqs[len(reqs)-1].Body)
+	if !strings.Contains(last, what) || !strings.Contains(last, "semantic_loop") {
+		t.Errorf("constrained request does not name what the judge saw:\n%.2000s", last)
+	}
+	// The judge was asked well: the model, the schema, a digest with the
+	// task and the calls, never a whole result.
+	jr := j.Requests()
+	if len(jr) != 3 {
+		t.Fatalf("judge got %d requests; want 3", len(jr))
+	}
+	var sent struct {
+		Model          string `json:"model"`
+		ResponseFormat struct {
+			Type string `json:"type"`
+		} `json:"response_format"`
+		Messages []struct{ Content string } `json:"messages"`
+	}
+	if err := json.Unmarshal(jr[0].Body, &sent); err != nil {
+		t.Fatalf("judge request: %v", err)
+	}
+	if sent.Model != "judge-m" || sent.ResponseFormat.Type != "json_schema" || len(sent.Messages) != 2 ||
+		!strings.Contains(sent.Messages[1].Content, "fastjsonx module") || !strings.Contains(sent.Messages[1].Content, "conda install") {
+		t.Errorf("judge request = %+v; want model judge-m, a json_schema response_format, the task and the calls", sent)
+	}
+	if m := metricsText(t, base); !strings.Contains(m, `loopguard_judge_checks_total{outcome="stuck"} 3`) {
+		t.Errorf("metrics lack three stuck checks:\n%s", grepLines(m, "judge"))
+	}
+}
+
+// TestJudgeFailsOpen: a judge that is slow, down, over budget or answers
+// garbage changes no turn and adds no latency to any.
+func TestJudgeFailsOpen(t *testing.T) {
+	slow := judgeVerdict(t, fakellm.Response{Content: `{"stuck":true,"confidence":1,"what_repeats":"x"}`, Delay: 3 * time.Second})
+	garbage := judgeVerdict(t, fakellm.Response{Content: "I think the agent is fine, mostly."})
+	failing := judgeVerdict(t, fakellm.Response{Status: 503})
+	stuck := judgeVerdict(t, fakellm.Response{Content: `{"stuck":true,"confidence":1,"what_repeats":"x"}`})
+	tests := []struct {
+		name    string
+		url     string
+		mutate  func(*Config)
+		outcome string
+	}{
+		{"slow", slow.URL(), func(c *Config) { c.Judge.Timeout = 300 * time.Millisecond }, "timeout"},
+		{"down", "http://127.0.0.1:1", nil, "failed"},
+		{"error status", failing.URL(), nil, "failed"},
+		{"garbage", garbage.URL(), nil, "unparseable"},
+		{"over budget", stuck.URL(), func(c *Config) { c.Judge.SessionCallsPerMinute = 1 }, "over_budget"},
+		{"queue full", slow.URL(), func(c *Config) { c.Judge.Workers, c.Judge.Queue, c.Judge.Every = 1, 1, 1 }, "queue_full"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, base, _ := startJudged(t, tt.url, tt.mutate)
+			for n := 1; n <= 8; n++ {
+				action, _, took := turn(t, base, "s", semanticHistory(n))
+				// The budget lets one stuck verdict through: it may warn once.
+				if action != "none" && !(tt.name == "over budget" && action == "warn") {
+					t.Errorf("%d steps: action %q; want none", n, action)
+				}
+				// Generous: a judge on the path would add its whole timeout.
+				if took > time.Second {
+					t.Errorf("%d steps: turn took %v; the judge must not delay it", n, took)
+				}
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				m := metricsText(t, base)
+				if strings.Contains(m, `loopguard_judge_checks_total{outcome="`+tt.outcome+`"}`) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no %s check counted:\n%s", tt.outcome, grepLines(m, "judge"))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func metricsText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := newClient().Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
