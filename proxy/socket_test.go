@@ -32,7 +32,7 @@ type socketUpstream struct {
 	closed   chan struct{}
 }
 
-func startSocketUpstream(t *testing.T, script func(n int, req string, send func(string) error)) *socketUpstream {
+func startSocketUpstream(t testing.TB, script func(n int, req string, send func(string) error)) *socketUpstream {
 	t.Helper()
 	su := &socketUpstream{closed: make(chan struct{}, 16)}
 	u := websocket.Upgrader{Subprotocols: []string{"v2"}}
@@ -103,7 +103,7 @@ func checkSocketLeaks(t *testing.T) {
 
 // startSocketProxy serves a proxy for up with opts; events are the chat
 // events of its turns.
-func startSocketProxy(t *testing.T, up string, mutate func(*Config)) (base string, events func() []ChatEvent) {
+func startSocketProxy(t testing.TB, up string, mutate func(*Config)) (base string, events func() []ChatEvent) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Upstream.URL = up
