@@ -139,6 +139,9 @@ type ResponseInfo struct {
 	// Usage is the token usage the upstream reported for the answer; zero
 	// when it reported none.
 	Usage Usage
+	// Transport is how the turn came: "" for an HTTP request, "websocket"
+	// for a turn on a Responses WebSocket.
+	Transport string
 }
 
 // Usage is the token usage an upstream reported: prompt_tokens (chat) or

@@ -875,6 +875,9 @@ func (s *Server) respond(obs responseObserver, method, path []byte, cause error,
 	if info.Session != "" {
 		e = e.Str("session", info.Session)
 	}
+	if info.Transport != "" {
+		e = e.Str("transport", info.Transport)
+	}
 	e.AnErr("end", cause).Msg("request")
 }
 

@@ -256,6 +256,15 @@ func (pl *plan) event() ChatEvent {
 // decide runs the pipeline up to the upstream call. It fails open: whatever
 // goes wrong, the plan falls back to sending the original body unchanged.
 func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (pl plan) {
+	pcfg := p.policy.Config()
+	return p.decideFor(sessionID(ctx, &pcfg), ctx.Request.Header.Peek(headerMode), api, body)
+}
+
+// decideFor is decide for a request whose session id (the /s/<id>/
+// prefix's or a session header's, nil if none) and X-Loopguard-Mode were
+// read already: a turn on a WebSocket has no request of its own, and
+// takes both from the handshake.
+func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byte) (pl plan) {
 	pl.api = api
 	pl.body = body
 	pl.decision.Action = policy.None
@@ -268,8 +277,6 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 				maxTok: pl.maxTok, completionTokens: pl.completionTokens, unread: pl.unread}
 		}
 	}()
-	pcfg := p.policy.Config()
-	header := sessionID(ctx, &pcfg)
 	var fields policy.Fields // what names the session, read with the options
 	pl.stream = api.streamByDefault
 	pl.readOptions(body, &fields, policy.Named(header))
@@ -295,7 +302,7 @@ func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (
 	}
 	pl.key = p.policy.Session(rctx, id)
 	cancelRecord()
-	mode := p.policy.RequestMode(string(ctx.Request.Header.Peek(headerMode)))
+	mode := p.policy.RequestMode(string(modeHeader))
 	pl.passive = mode != policy.ModeEnforce
 	if mode == policy.ModeOff {
 		// Nothing of the answer reads the options past the history (it is

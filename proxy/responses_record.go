@@ -34,16 +34,29 @@ const maxChainStart = 4
 // a recorded history. rec is the request's record plan, nil if none; failed
 // reports a store that failed (fail open: body is judged alone).
 func (p *pipeline) prepareRecord(ctx context.Context, body []byte) (judged []byte, rec *recordPlan, failed bool) {
+	return p.prepareRecordOn(ctx, body, false)
+}
+
+// prepareSocketRecord is prepareRecord for a turn on a Responses
+// WebSocket: the upstream keeps the socket's responses in the connection
+// even with store false, and the next turn names them by
+// previous_response_id with only its new items, however long the first
+// input was. Every turn is recorded.
+func (p *pipeline) prepareSocketRecord(ctx context.Context, body []byte) (judged []byte, rec *recordPlan, failed bool) {
+	return p.prepareRecordOn(ctx, body, true)
+}
+
+func (p *pipeline) prepareRecordOn(ctx context.Context, body []byte, socket bool) (judged []byte, rec *recordPlan, failed bool) {
 	m := recordMembersOf(body)
 	conv := m.conversation
 	if conv.IsObject() {
 		conv = conv.Get("id")
 	}
 	continues := m.previous.String() != "" || conv.String() != ""
-	if m.store.Type == gjson.False && conv.String() == "" {
+	if !socket && m.store.Type == gjson.False && conv.String() == "" {
 		return body, nil, false
 	}
-	if !continues && moreItemsThan(m.input, maxChainStart) {
+	if !socket && !continues && moreItemsThan(m.input, maxChainStart) {
 		return body, nil, false
 	}
 	items := inputItems(m.input)

@@ -44,6 +44,8 @@ type Server struct {
 
 	// clients are the client connections open (accept.go).
 	clients connSet
+	// sockets are the Responses WebSockets open (socket.go).
+	sockets sockets
 
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
@@ -216,6 +218,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if werr := waitCtx(ctx, &s.handedOver); err == nil {
 		err = werr
 	}
+	if werr := s.sockets.close(ctx); err == nil {
+		err = werr
+	}
 	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
 	s.peers.close()
 	s.spares.stop()
@@ -278,6 +283,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metrics(ctx)
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
+	case isSocketUpgrade(ctx):
+		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
 		// A coded body cannot be read for "stream" before it is decoded;
 		// it may be a stream (Codex's always are).

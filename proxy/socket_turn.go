@@ -1,0 +1,309 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/observe"
+	"github.com/loopguard/loopguard/sse"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
+)
+
+// socketResponsesAPI is the Responses API as it is spoken on a WebSocket:
+// a response.create message is a request body with a "type" member. Its
+// history is the socket's record (every turn is recorded: the upstream
+// keeps the socket's responses even with store false), its answers are
+// always streamed, as events on the socket.
+var socketResponsesAPI = func() *wireAPI {
+	api := *responsesAPI
+	api.history = (*pipeline).prepareSocketRecord
+	api.terminate = terminateOnSocket
+	api.streamByDefault = true
+	return &api
+}()
+
+// terminateOnSocket renders LOOP_DETECTED as the events of a streamed
+// response, whatever the message's "stream" says: a socket has no other
+// way to answer.
+func terminateOnSocket(in *inject.Injector, body []byte, l inject.Loop) (inject.Response, error) {
+	if !gjson.GetBytes(body, "stream").Bool() {
+		if b, err := sjson.SetBytes(bytes.Clone(body), "stream", true); err == nil {
+			body = b
+		}
+	}
+	return in.TerminateResponses(body, l)
+}
+
+// socketTurn is one response.create on a socket and the answer the
+// upstream streams for it, watched by the same observer as an SSE stream.
+type socketTurn struct {
+	obs   *answerObserver
+	plan  *plan
+	start time.Time
+	// events and bytes count what the client got of the answer.
+	events int
+	bytes  int64
+	// frame and out are reused per event: the event framed as SSE for the
+	// observer, and what the observer makes of it.
+	frame, out []byte
+}
+
+// transportSocket names the transport of a turn on a socket in the log and
+// the metrics.
+const transportSocket = "websocket"
+
+// clientMessage handles one text message from the client: a
+// response.create is a turn, run through the pipeline; the rest pass as
+// they are. It returns what the upstream gets; forward false when
+// loopguard answered the turn itself.
+func (sk *socket) clientMessage(msg []byte) (send []byte, forward bool) {
+	if gjson.GetBytes(msg, "type").String() != "response.create" {
+		return msg, true
+	}
+	p := sk.s.pipeline
+	if g := gjson.GetBytes(msg, "generate"); g.Type == gjson.False {
+		// A prewarm: the upstream only takes the instructions and tools in,
+		// and the agent's first turn continues it by id. It passes as sent;
+		// its input starts the socket's record.
+		_, rec, _ := socketResponsesAPI.history(p, context.Background(), msg)
+		if rec != nil {
+			pl := &plan{api: socketResponsesAPI, record: rec, passive: true, stream: true, start: time.Now()}
+			sk.open(&socketTurn{obs: newAnswerObserver(p, pl, nil), plan: pl, start: pl.start})
+		}
+		return msg, true
+	}
+	pl := new(plan)
+	*pl = p.decideFor(sk.session, sk.mode, socketResponsesAPI, msg)
+	pl.start = time.Now()
+	if pl.answer != nil {
+		sk.answer(pl)
+		return nil, false
+	}
+	sk.open(&socketTurn{obs: newAnswerObserver(p, pl, sk.s.chatDone), plan: pl, start: pl.start})
+	return pl.body, true
+}
+
+// sent is called once the message clientMessage returned was written
+// upstream: a rewritten body's buffer can serve another.
+func (sk *socket) sent() {
+	sk.mu.Lock()
+	if t := sk.turn; t != nil && t.plan.body != nil {
+		t.plan.releaseBody()
+	}
+	sk.mu.Unlock()
+}
+
+// open makes t the socket's turn. A turn still open is over: the client
+// asked for another answer without waiting for its end.
+func (sk *socket) open(t *socketTurn) {
+	sk.mu.Lock()
+	prev := sk.turn
+	sk.turn = t
+	sk.mu.Unlock()
+	if prev != nil {
+		sk.finish(prev, nil)
+	}
+}
+
+// endTurn ends the socket's turn if it is t (any turn when t is nil).
+func (sk *socket) endTurn(t *socketTurn, cause error) {
+	sk.mu.Lock()
+	cur := sk.turn
+	if cur == nil || t != nil && cur != t {
+		sk.mu.Unlock()
+		return
+	}
+	sk.turn = nil
+	sk.mu.Unlock()
+	sk.finish(cur, cause)
+}
+
+// finish accounts for a turn that is over, as respond does for a request.
+func (sk *socket) finish(t *socketTurn, cause error) {
+	t.plan.releaseBody()
+	sk.s.respond(t.obs, []byte(fasthttp.MethodGet), sk.path, cause, observe.ResponseInfo{
+		Status: fasthttp.StatusOK, Duration: time.Since(t.start), Events: t.events, Bytes: t.bytes,
+		Transport: transportSocket})
+}
+
+// answer sends loopguard's own answer to a turn (LOOP_DETECTED) on the
+// socket, event by event as a response would stream; the upstream never
+// sees the turn, and the socket goes on.
+func (sk *socket) answer(pl *plan) {
+	a := pl.answer
+	var n int64
+	var err error
+	if isEventStream([]byte(headerOf(a, "Content-Type"))) {
+		err = eachEvent(a.Body, func(data []byte) error {
+			n += int64(len(data))
+			return sk.write(websocket.TextMessage, data)
+		})
+	} else {
+		// An error answer (inject.terminate_as = "error") is the error
+		// event the socket has for it.
+		ev := []byte(`{"type":"error"}`)
+		ev, _ = sjson.SetBytes(ev, "status", a.Status)
+		if e := gjson.GetBytes(a.Body, "error"); e.Exists() {
+			ev, _ = sjson.SetRawBytes(ev, "error", []byte(e.Raw))
+		}
+		n = int64(len(ev))
+		err = sk.write(websocket.TextMessage, ev)
+	}
+	sk.s.respond(nil, []byte(fasthttp.MethodGet), sk.path, err, observe.ResponseInfo{Session: pl.key, Status: a.Status,
+		Duration: time.Since(pl.start), Bytes: n, Transport: transportSocket})
+	if sk.s.chatDone != nil {
+		ev := pl.event()
+		ev.Terminated, ev.Status = true, a.Status
+		sk.s.chatDone(&ev)
+	}
+}
+
+func headerOf(a *inject.Response, name string) string {
+	for _, h := range a.Header {
+		if h.Name == name {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// eachEvent calls fn with the data of each event of the SSE text b; the
+// comment lines loopguard writes for SSE clients have no place on a socket.
+func eachEvent(b []byte, fn func(data []byte) error) error {
+	rd := sse.NewReader(bytes.NewReader(b), len(b)+1)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return nil
+		}
+		if len(ev.Data) == 0 {
+			continue
+		}
+		if err := fn(ev.Data); err != nil {
+			return err
+		}
+	}
+}
+
+// upstreamMessage relays one text message from the upstream; an event of
+// the open turn's answer goes through its observer first. stop: the answer
+// was cut, and the upstream socket closed.
+func (sk *socket) upstreamMessage(msg []byte) (stop bool) {
+	sk.mu.Lock()
+	t := sk.turn
+	if t == nil {
+		sk.mu.Unlock()
+		if err := sk.write(websocket.TextMessage, msg); err != nil {
+			_ = sk.upstream.NetConn().Close()
+		}
+		return false
+	}
+	// The turn is the upstream reader's until its end; the lock keeps the
+	// client's reader from ending it (a new turn) in the middle of an event.
+	typ := socketEventType(msg)
+	out, stop, ok := sk.observe(t, typ, msg)
+	var err error
+	if !ok || bytes.Equal(out, t.frame) {
+		t.events++
+		t.bytes += int64(len(msg))
+		err = sk.write(websocket.TextMessage, msg)
+	} else {
+		err = eachEvent(out, func(data []byte) error {
+			t.events++
+			t.bytes += int64(len(data))
+			return sk.write(websocket.TextMessage, data)
+		})
+	}
+	if stop {
+		sk.cut = true
+	}
+	sk.mu.Unlock()
+	switch {
+	case stop:
+		// The upstream socket is closed, so the model stops: the Responses
+		// socket has no cancel that every upstream serves. The client got a
+		// terminal event for the response; the close follows it.
+		_ = sk.upstream.NetConn().Close()
+		sk.endTurn(t, errCut)
+		sk.toClient.Lock()
+		_ = sk.client.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseNormalClosure, "loopguard: answer cut"),
+			time.Now().Add(socketControlTimeout))
+		sk.toClient.Unlock()
+		_ = sk.clientConn.SetReadDeadline(time.Now().Add(socketControlTimeout))
+		return true
+	case err != nil:
+		_ = sk.upstream.NetConn().Close()
+	case terminalEvent(typ):
+		sk.endTurn(t, nil)
+	}
+	return false
+}
+
+// cutDone reports whether the upstream socket ended because of a cut.
+func (sk *socket) cutDone() bool {
+	sk.mu.Lock()
+	defer sk.mu.Unlock()
+	return sk.cut
+}
+
+// observe shows the observer one event, framed as the SSE event it would be
+// on HTTP, and returns what the client gets as SSE text (the frame itself
+// when nothing changed). ok false: the observer panicked; the client gets
+// the event as sent and the turn is watched no more.
+func (sk *socket) observe(t *socketTurn, typ string, msg []byte) (out []byte, stop, ok bool) {
+	if t.obs == nil {
+		return nil, false, false
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			sk.s.recovered(t.obs, "event", r)
+			out, stop, ok = nil, false, false
+		}
+	}()
+	t.frame = appendFrame(t.frame[:0], typ, msg)
+	ev := sse.Event{Name: t.frame[len("event: ") : len("event: ")+len(typ)], Data: msg, Raw: t.frame}
+	t.out, stop = t.obs.event(&ev, t.out[:0])
+	if !stop && terminalEvent(typ) {
+		t.out = t.obs.end(t.out)
+	}
+	return t.out, stop, true
+}
+
+// appendFrame appends msg as the SSE event it would be on HTTP; a message
+// with line breaks (JSON whitespace) becomes several data lines, which SSE
+// joins back into the same bytes.
+func appendFrame(b []byte, typ string, msg []byte) []byte {
+	b = append(b, "event: "...)
+	b = append(b, typ...)
+	for {
+		b = append(b, "\ndata: "...)
+		i := bytes.IndexByte(msg, '\n')
+		if i < 0 {
+			b = append(b, msg...)
+			break
+		}
+		b = append(b, msg[:i]...)
+		msg = msg[i+1:]
+	}
+	return append(b, "\n\n"...)
+}
+
+// socketEventType is an event's type member, which servers put first.
+func socketEventType(msg []byte) string {
+	return gjson.GetBytes(msg, "type").String()
+}
+
+// terminalEvent reports an event that ends a response on a socket.
+func terminalEvent(typ string) bool {
+	switch typ {
+	case "response.completed", "response.failed", "response.incomplete", "error":
+		return true
+	}
+	return false
+}
