@@ -5,27 +5,38 @@
 // streams the answer back event by event (an SSE event, or an NDJSON line),
 // inspecting it as it passes and cutting it when it degenerates.
 //
-// Files follow the request: server.go routes and serves loopguard's own
-// endpoints; session.go takes off a /s/<id>/ session prefix and finds the
-// client's session id; pipeline.go decides (session, verdict, ladder,
-// rewrite or LOOP_DETECTED); forward.go relays the request and answer over
+// Files follow the request. Coming in: accept.go (the listener, which
+// waits out a shortage of descriptors), server.go (routing and loopguard's
+// own endpoints), budget.go (the memory all request bodies hold together),
+// path.go (dot-segments resolved before the upstream's base is joined),
+// session.go (the /s/<id>/ prefix and the client's session id),
+// encoding.go (compressed request bodies decoded for inspection), and
+// pipeline.go (session, verdict, ladder, rewrite or LOOP_DETECTED).
+// Going out: forward.go relays the request and the answer over
 // transport.go's exchange with the upstream (upstream.go: its address and
-// connection pool; clientwatch_linux.go: clients that leave); streambody.go
-// and http10.go write streams to the client; failsafe.go keeps the stream
-// path failing open; resumable.go stops llama.cpp's resumable generations
-// that a cut ended.
+// connection pool; chunked.go: its chunked answers; resumable.go: stopping
+// llama.cpp's resumable generations a cut ended). Coming back: streambody.go
+// and http10.go write streams to the client, with sendlimit*.go bounding a
+// write to a client that stopped reading; clientwatch*.go notice clients
+// that leave; spare.go runs a streamed request's pipeline on a spare
+// goroutine so the stream's own keeps a small stack; encoding_stream.go
+// inspects a stream the upstream compressed anyway; failsafe.go keeps the
+// stream path failing open; errors.go writes loopguard's own errors.
+// socket.go and socket_turn.go do the same for the Responses API's
+// WebSocket mode: the relay, and each response.create as a turn.
 //
 // What differs between the guarded APIs lies behind one wireAPI each
 // (api.go): api_chat.go, api_responses.go, api_anthropic.go and
-// api_ollama.go apply
-// rewrites, answer LOOP_DETECTED, read a streamed answer and write the end
-// of a cut one in their API's shape; api_body.go cuts non-streamed answers
-// whose text lies in items. answer_observer.go watches an answer on the
-// way back, composed of parts: answer_cut.go (degeneration and the cut),
-// answer_dedup.go (duplicate tool calls), answer_hold.go
-// (stream.hold_tool_calls), answer_trim.go (tail = "trim") and
-// answer_record.go with responses_record.go (the Responses history record).
-// usage.go reads the tokens answers report.
+// api_ollama.go apply rewrites, answer LOOP_DETECTED, read a streamed
+// answer and write the end of a cut one in their API's shape; api_body.go
+// cuts non-streamed answers whose text lies in items. answer_observer.go
+// watches an answer on the way back, composed of parts: answer_cut.go
+// (degeneration and the cut), answer_dedup.go (duplicate tool calls),
+// answer_hold.go (stream.hold_tool_calls), answer_trim.go (tail = "trim")
+// and answer_record.go with responses_record.go (the Responses history
+// record). usage.go reads the tokens answers report; hooks.go is what the
+// proxy tells observe of each request; config.go is its configuration.
+// Why the stream path is shaped as it is: docs/streams.md.
 //
 // proxy is the only package that speaks HTTP (fasthttp on both sides); a
 // fasthttp.RequestCtx never leaves it. Whatever fails inside the pipeline, the
