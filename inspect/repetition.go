@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // tool_repetition: the same call again and again.
@@ -214,9 +215,11 @@ func (in *inspection) revisions(i, last int) bool {
 }
 
 // shingles returns the hashes of a text's runs of three words (of its
-// words, when it has fewer than three).
+// words, when it has fewer than three). Words are runs of letters, digits
+// and '_', so that compact JSON ({"state":"running","done":45}) has words
+// as prose does.
 func shingles(text string) map[uint64]bool {
-	words := strings.Fields(text)
+	words := strings.FieldsFunc(text, func(r rune) bool { return r < utf8.RuneSelf && !isWordByte(byte(r)) })
 	if len(words) == 0 {
 		return nil
 	}

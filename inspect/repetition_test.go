@@ -53,6 +53,16 @@ func statusPolls(n int, call string) []string {
 	return out
 }
 
+// jsonPolls returns n calls of a job-status tool answered with compact
+// JSON whose progress moves.
+func jsonPolls(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf(`get_job:{"id":"export-7"}=>{"job":"export-7","state":"running","progress":%d,"rows_written":%d}`, 10+i*3, 1000*(i+1)))
+	}
+	return out
+}
+
 // codexResult is a script line of Codex's exec_command answered as Codex
 // 0.169 answers it: a chunk id and a wall time new on every run before
 // the exit status and the output.
@@ -138,6 +148,8 @@ func TestToolRepetition(t *testing.T) {
 		{name: "ls of a growing directory x30", give: growing(30, "bash:ls out/"), want: warned},
 		{name: "ls of a growing directory x9", give: growing(9, "bash:ls out/"), want: silent},
 		{name: "a status poll whose counters move x12", give: statusPolls(12, `job_status:{"job":"build-7"}`), want: warned},
+		{name: "a compact JSON job status, its progress moving, x10", give: jsonPolls(10), want: warned},
+		{name: "a compact JSON job status, its progress moving, x9", give: jsonPolls(9), want: silent},
 		{name: "a status poll that sleeps first x12", give: statusPolls(12, "bash:sleep 30; kubectl get pods"), want: silent},
 		{name: "a status poll that sleeps first x30", give: statusPolls(30, "bash:sleep 30; kubectl get pods"), want: warned},
 		{name: "repetition x2 only", give: rep(2, "bash:git status=>clean"), want: silent},
