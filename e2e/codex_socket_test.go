@@ -127,7 +127,9 @@ func TestRunCodexOverSocket(t *testing.T) {
 		// gets Codex's retries before HTTP.
 		t.Run("refused", func(t *testing.T) {
 			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-				{Match: func(r *fakellm.Request) bool { return r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/responses") },
+				{Match: func(r *fakellm.Request) bool {
+					return r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/responses")
+				},
 					Response: fakellm.Response{Raw: []byte(`{"error":{"message":"not found"}}`), Status: http.StatusNotFound}},
 				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
 					return fakellm.ResponsesAnswer{Text: "The build passes."}
