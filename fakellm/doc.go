@@ -13,7 +13,14 @@
 // notices when a peer closes a stream early, so the e2e tests can prove that
 // loopguard is byte-for-byte transparent and cancels upstream work promptly.
 //
-// fakellm is an ordinary package (net/http only, no test dependencies) so
+// The Responses API's WebSocket mode is served too (GET …/responses with
+// Upgrade: websocket): each response.create message is answered by the
+// script as the POST it stands for, one message per event, with the
+// conversation kept on the socket (previous_response_id); RefuseSockets
+// answers the upgrade 426 instead.
+//
+// fakellm is an ordinary package (net/http and a WebSocket library, no test
+// dependencies) so
 // that `loopguard demo` can use it as its built-in model. It never logs
 // request content.
 package fakellm

@@ -46,6 +46,14 @@ type Request struct {
 	Stream       bool
 	IncludeUsage bool
 	Model        string
+
+	// Socket reports a response.create message on a Responses WebSocket,
+	// recorded as the POST it stands for: Method is POST, Path, Host and
+	// Header are the handshake's, Body is the message without its "type",
+	// with the full input rebuilt when it continued an earlier response of
+	// the socket. Its answer's events went out one message each; the
+	// Exchange's Body holds them one per line.
+	Socket bool
 }
 
 // Exchange is one request and the answer the fake sent to it.
@@ -100,8 +108,10 @@ type Server struct {
 	next     int
 	seq      int
 	noRecord bool
-	log      []*Exchange
-	changed  chan struct{} // closed and replaced on every recorded change
+	// refuseSockets answers the Responses WebSocket upgrade 426.
+	refuseSockets bool
+	log           []*Exchange
+	changed       chan struct{} // closed and replaced on every recorded change
 }
 
 // New returns a server that plays script. It does not listen yet.
@@ -277,6 +287,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if gjson.ValidBytes(body) {
 		res := gjson.GetManyBytes(body, "stream", "stream_options.include_usage", "model")
 		req.Stream, req.IncludeUsage, req.Model = res[0].Bool(), res[1].Bool(), res[2].String()
+	}
+
+	if isSocketUpgrade(r) && !s.socketRuleMatches(&req) {
+		s.serveSocket(w, r, req)
+		return
 	}
 
 	x := &Exchange{Request: req}

@@ -16,6 +16,22 @@ import (
 // Path labels: the OpenAI-compatible endpoints operators care about, and
 // Ollama's own chat and generate, matched by suffix so that prefixes (/v1,
 // /openai/v1) do not multiply series.
+// transportLabels name how a turn came: an HTTP request, or a message on a
+// Responses WebSocket.
+var transportLabels = [...]string{"http", "websocket"}
+
+// TransportWebSocket is ResponseInfo.Transport and RequestInfo.Transport of
+// a turn on a Responses WebSocket; "" is an HTTP request.
+const TransportWebSocket = "websocket"
+
+// transportIndex is the index of transport in transportLabels.
+func transportIndex(transport string) int {
+	if transport == TransportWebSocket {
+		return 1
+	}
+	return 0
+}
+
 var pathLabels = [...]string{"chat_completions", "completions", "embeddings", "models", "responses", "messages", "ollama_chat", "ollama_generate", "other"}
 
 const pathOther = len(pathLabels) - 1

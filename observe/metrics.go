@@ -44,8 +44,8 @@ type Metrics struct {
 	cacheBytes   prometheus.GaugeFunc
 
 	// Cached children. status is 0..599; anything else shares slot 0.
-	byStatus       [len(pathLabels)][600]atomic.Pointer[statusChildren]
-	byPath         [len(pathLabels)]pathChildren
+	byStatus       [len(transportLabels)][len(pathLabels)][600]atomic.Pointer[statusChildren]
+	byPath         [len(transportLabels)][len(pathLabels)]pathChildren
 	detectionsC    [nCat][nAct]atomic.Pointer[counterBox]
 	interventionsC [nCat][nAct][maxLevel + 1]atomic.Pointer[counterBox]
 	cutsC          [nCat]atomic.Pointer[counterBox]
@@ -91,12 +91,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loopguard_requests_total",
-			Help: "Requests answered, by endpoint and HTTP status (loopguard's own answers included).",
-		}, []string{"path", "status"}),
+			Help: "Requests answered, by endpoint, HTTP status and transport (http, or websocket for a turn on a Responses WebSocket; loopguard's own answers included).",
+		}, []string{"path", "status", "transport"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "loopguard_request_duration_seconds", Buckets: llmBuckets,
-			Help: "Time from receiving a request to the end of its answer, streams included.",
-		}, []string{"path"}),
+			Help: "Time from receiving a request to the end of its answer, streams included, by endpoint and transport.",
+		}, []string{"path", "transport"}),
 		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "loopguard_upstream_latency_seconds", Buckets: llmBuckets,
 			Help: "Time until the upstream's response headers arrived, by endpoint and status.",
@@ -183,10 +183,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "loopguard_inspect_cache_bytes",
 		Help: "Memory the inspect session cache holds (estimated), within detect.session_cache_mb.",
 	}, func() float64 { return float64(m.sessionCache().Bytes) })
-	for i := range m.byPath {
-		m.byPath[i] = pathChildren{
-			duration: m.duration.WithLabelValues(pathLabels[i]),
-			ttfb:     m.ttfb.WithLabelValues(pathLabels[i]),
+	for t := range m.byPath {
+		for i := range m.byPath[t] {
+			m.byPath[t][i] = pathChildren{
+				duration: m.duration.WithLabelValues(pathLabels[i], transportLabels[t]),
+				ttfb:     m.ttfb.WithLabelValues(pathLabels[i]),
+			}
 		}
 	}
 	for i := range m.failOpenC {
@@ -236,20 +238,20 @@ func put(slot *atomic.Pointer[counterBox], c prometheus.Counter) prometheus.Coun
 }
 
 // response counts one finished response: status, latencies, events.
-func (m *Metrics) response(path, status int, upstream, ttfb, total time.Duration, events int) {
+func (m *Metrics) response(transport, path, status int, upstream, ttfb, total time.Duration, events int) {
 	if status < 0 || status >= 600 {
 		status = 0
 	}
-	slot := &m.byStatus[path][status]
+	slot := &m.byStatus[transport][path][status]
 	sc := slot.Load()
 	if sc == nil {
-		sc = m.newStatus(path, status)
+		sc = m.newStatus(transport, path, status)
 	}
 	sc.requests.Inc()
 	if upstream > 0 {
 		sc.upstream.Observe(upstream.Seconds())
 	}
-	pc := &m.byPath[path]
+	pc := &m.byPath[transport][path]
 	pc.duration.Observe(total.Seconds())
 	if ttfb > 0 {
 		pc.ttfb.Observe(ttfb.Seconds())
@@ -259,16 +261,16 @@ func (m *Metrics) response(path, status int, upstream, ttfb, total time.Duration
 	}
 }
 
-func (m *Metrics) newStatus(path, status int) *statusChildren {
+func (m *Metrics) newStatus(transport, path, status int) *statusChildren {
 	code := "other"
 	if status >= 100 {
 		code = itoa3(status)
 	}
 	sc := &statusChildren{
-		requests: m.requests.WithLabelValues(pathLabels[path], code),
+		requests: m.requests.WithLabelValues(pathLabels[path], code, transportLabels[transport]),
 		upstream: m.upstream.WithLabelValues(pathLabels[path], code),
 	}
-	slot := &m.byStatus[path][status]
+	slot := &m.byStatus[transport][path][status]
 	if !slot.CompareAndSwap(nil, sc) {
 		sc = slot.Load()
 	}

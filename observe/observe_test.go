@@ -149,6 +149,19 @@ func TestObserverMetrics(t *testing.T) {
 			},
 		},
 		{
+			name: "requests by transport",
+			responses: []ResponseInfo{
+				{Path: "/v1/responses", Status: 200, Duration: time.Second},
+				{Path: "/v1/responses", Status: 200, Duration: time.Second, Transport: TransportWebSocket},
+				{Path: "/v1/responses", Status: 200, Duration: time.Second, Transport: TransportWebSocket},
+			},
+			want: []sample{
+				{"loopguard_requests_total", map[string]string{"path": "responses", "status": "200", "transport": "http"}, 1},
+				{"loopguard_requests_total", map[string]string{"path": "responses", "status": "200", "transport": "websocket"}, 2},
+				{"loopguard_request_duration_seconds", map[string]string{"path": "responses", "transport": "websocket"}, 2},
+			},
+		},
+		{
 			name:      "streams, events and a cut",
 			streams:   2,
 			responses: []ResponseInfo{{Session: "s1", Path: "/v1/chat/completions", Status: 200, Streamed: true, Events: 7, Cut: policy.Cut{Category: inspect.TokenDegeneration, Offset: 512, TokensSaved: 900}, CutStoreDuration: time.Millisecond}},
@@ -378,4 +391,27 @@ func TestNilObserverDoesNothing(t *testing.T) {
 	o.Response(ResponseInfo{Status: 200})
 	o.StreamOpened()
 	o.FailOpen("store")
+}
+
+// TestTimelineTransport: request and cut entries name how the turn came.
+func TestTimelineTransport(t *testing.T) {
+	o, err := New(nil, zerolog.Nop(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Request(RequestInfo{Session: "s1", Model: "m", Decision: &policy.Decision{Action: policy.None, Level: -1}})
+	o.Request(RequestInfo{Session: "s1", Model: "m", Transport: TransportWebSocket, Decision: &policy.Decision{Action: policy.None, Level: -1}})
+	o.Response(ResponseInfo{Session: "s1", Path: "/v1/responses", Status: 200, Transport: TransportWebSocket,
+		Cut: policy.Cut{Category: inspect.TokenDegeneration, Offset: 10, TokensSaved: 5}})
+	_, tl, ok := o.Recorder().Session("s1")
+	if !ok {
+		t.Fatal("no session s1")
+	}
+	var got []string
+	for _, e := range tl {
+		got = append(got, string(e.Kind)+":"+e.Transport)
+	}
+	if strings.Join(got, " ") != "request:http request:websocket cut:websocket" {
+		t.Fatalf("timeline %q", got)
+	}
 }

@@ -95,6 +95,9 @@ type RequestInfo struct {
 	API inspect.API
 	// Steps is the number of assistant turns in the history.
 	Steps int
+	// Transport is how the turn came: "" for an HTTP request,
+	// TransportWebSocket for a message on a Responses WebSocket.
+	Transport string
 	// Tool and Fingerprint name the history's last tool call
 	// (inspect.Call.Name and Fingerprint); never its arguments.
 	Tool        string
@@ -192,7 +195,7 @@ func (o *Observer) Response(info ResponseInfo) {
 		return
 	}
 	m := o.metrics
-	m.response(pathIndex(info.Path), info.Status, info.UpstreamLatency, info.TTFB, info.Duration, info.Events)
+	m.response(transportIndex(info.Transport), pathIndex(info.Path), info.Status, info.UpstreamLatency, info.TTFB, info.Duration, info.Events)
 	if info.Streamed {
 		m.streamClosed()
 	}

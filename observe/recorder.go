@@ -94,6 +94,9 @@ type Entry struct {
 	API inspect.API `json:"api,omitempty"`
 	// Steps is the number of assistant turns in the request's history.
 	Steps int `json:"steps,omitempty"`
+	// Transport is how the turn came (request and cut entries): "http" or
+	// "websocket" (a message on a Responses WebSocket).
+	Transport string `json:"transport,omitempty"`
 	// Tool and Fingerprint name the history's last tool call.
 	Tool        string      `json:"tool,omitempty"`
 	Fingerprint Fingerprint `json:"fingerprint,omitempty"`
@@ -359,7 +362,7 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
 	e := Entry{At: now, Session: s.Key, Kind: KindRequest, Model: r.name(model), API: info.API, Steps: info.Steps,
-		Tool: r.name(info.Tool), Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
+		Transport: transportLabels[transportIndex(info.Transport)], Tool: r.name(info.Tool), Fingerprint: Fingerprint(info.Fingerprint), Level: -1}
 	s.looping = d != nil && d.Verdict.Loop
 	if d != nil {
 		r.recoveries(s, d, now)
@@ -419,7 +422,8 @@ func (r *Recorder) response(info *ResponseInfo, now time.Time) {
 	defer r.mu.Unlock()
 	s := r.touch(info.Session, now)
 	e := Entry{At: now, Session: s.Key, Kind: KindCut, Model: s.Model, Category: info.Cut.Category,
-		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1}
+		Offset: info.Cut.Offset, TokensSaved: info.Cut.TokensSaved, Level: -1,
+		Transport: transportLabels[transportIndex(info.Transport)]}
 	r.tallyCut(s, &e)
 	r.add(s, &e)
 }

@@ -21,6 +21,9 @@ import (
 type wireAPI struct {
 	// name is the API as inspect and policy know it.
 	name inspect.API
+	// transport is how its turns come (observe.ResponseInfo.Transport):
+	// "" for HTTP requests.
+	transport string
 	// apply writes a decision's warnings, constraints and collapse into a
 	// request body (inject.Injector's Apply and its kin).
 	apply func(in *inject.Injector, body []byte, e inject.Edit) (inject.Result, error)

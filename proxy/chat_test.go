@@ -216,7 +216,7 @@ func TestChatStreamDegenerationIsCut(t *testing.T) {
 	for _, want := range []string{
 		`loopguard_streams_cut_total{category="token_degeneration"} 1`,
 		"loopguard_cut_delay_seconds_count 1",
-		`loopguard_requests_total{path="chat_completions",status="200"} 1`,
+		`loopguard_requests_total{path="chat_completions",status="200",transport="http"} 1`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -357,7 +357,7 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 	// observe logs each detection and intervention (by pattern key and tool,
 	// never the arguments) and counts it.
 	info := observe.RequestInfo{Session: pl.key, Model: pl.model, API: api.name, Steps: len(traj.Steps),
-		DetectDuration: t1.Sub(t0), StoreDuration: time.Since(t1)}
+		Transport: api.transport, DetectDuration: t1.Sub(t0), StoreDuration: time.Since(t1)}
 	if n := len(traj.Steps); n > 0 {
 		if calls := traj.Steps[n-1].Calls; len(calls) > 0 {
 			info.Tool, info.Fingerprint = calls[len(calls)-1].Name, calls[len(calls)-1].Fingerprint

@@ -360,9 +360,14 @@ func TestSocketSameActionsAsHTTP(t *testing.T) {
 				}
 				last = readTurn(t, c)
 				prev = gjson.Get(last[len(last)-1], "response.id").String()
-				if evs := wsEvents(); len(evs) > 0 && evs[len(evs)-1].Terminated {
+				// The turn's event is reported after its answer is written:
+				// the answer itself says whether loopguard ended the loop.
+				if strings.Contains(strings.Join(last, ""), "LOOP_DETECTED") {
 					break
 				}
+			}
+			for deadline := time.Now().Add(2 * time.Second); len(wsEvents()) < len(httpEvents()) && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
 			}
 			actions := func(evs []ChatEvent) string {
 				var a []string

@@ -24,6 +24,7 @@ var socketResponsesAPI = func() *wireAPI {
 	api.history = (*pipeline).prepareSocketRecord
 	api.terminate = terminateOnSocket
 	api.streamByDefault = true
+	api.transport = transportSocket
 	return &api
 }()
 
@@ -55,7 +56,7 @@ type socketTurn struct {
 
 // transportSocket names the transport of a turn on a socket in the log and
 // the metrics.
-const transportSocket = "websocket"
+const transportSocket = observe.TransportWebSocket
 
 // clientMessage handles one text message from the client: a
 // response.create is a turn, run through the pipeline; the rest pass as

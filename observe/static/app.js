@@ -175,6 +175,7 @@ function entryItem(e) {
   switch (e.kind) {
     case "request":
       what.append(el("span", { class: "muted" }, "step " + (e.steps || 0)));
+      if (e.transport === "websocket") what.append(el("span", { class: "muted", title: "a turn on a Responses WebSocket" }, "websocket"));
       if (e.tool) what.append(el("span", { class: "mono" }, e.tool + "()"), el("span", { class: "muted mono", title: "call fingerprint" }, (e.fingerprint || "").slice(0, 8)));
       if (e.category) {
         cls.push("k-detect");
