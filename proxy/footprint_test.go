@@ -49,7 +49,6 @@ func TestOpenStreamFootprint(t *testing.T) {
 				}
 			}
 			t.Logf("per open stream: %.1f goroutines, %.1f KiB heap, %.1f KiB stacks", goroutines, heap/1024, stack/1024)
-			t.Logf("per open stream: %.1f goroutines, %.1f KiB heap, %.1f KiB stacks", goroutines, heap/1024, stack/1024)
 			// fasthttp's connection goroutine writes the stream
 			// (streambody.go); one goroutine of the server's watches every
 			// client for leaving (clientwatch_linux.go).
