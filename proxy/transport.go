@@ -279,12 +279,15 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 }
 
 // crossedWindow is how soon after a request was written a close or a reset
-// with no answer means the two crossed on the wire: the upstream closed the
-// idle connection at its keep-alive timeout before the request arrived, and
-// never read it (a reset is the kernel's answer to data for a closed
-// socket). An upstream that read a request and then failed does so later:
-// it parsed the request and began work on it.
-const crossedWindow = 5 * time.Millisecond
+// with no answer is taken to have crossed it on the wire: the upstream
+// closed the idle connection at its keep-alive timeout as the request
+// arrived, and never read it (a reset is the kernel's answer to data for a
+// closed socket). It is measured when loopguard's goroutine sees the
+// failure, which a busy machine delays by tens of milliseconds; an upstream
+// that read a request, began work on it and then failed does so later. One
+// that reads a request and resets at once cannot be told apart from a
+// crossed close, and gets it again.
+const crossedWindow = 100 * time.Millisecond
 
 // replayable reports a request that may be sent twice without harm, as Go's
 // net/http decides: a safe method (RFC 9110 section 9.2.1: GET, HEAD,

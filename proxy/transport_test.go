@@ -156,7 +156,7 @@ func TestReadRequestRetriedOnlyWhenReplayable(t *testing.T) {
 				// Keep the connection open and idle, then read the next
 				// request, begin work on it and drop it.
 				if _, ok := u.readRequest(br); ok {
-					time.Sleep(5 * crossedWindow)
+					time.Sleep(3 * crossedWindow)
 				}
 			})
 			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
