@@ -155,6 +155,9 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 		sp.locate(body, api, prev)
 	}
 	t, err := parseBody(body, meta, walk, sp)
+	if sp.reading != nil {
+		c.unlease(sp.reading)
+	}
 	if err != nil || sp.done == nil {
 		return t, err
 	}
@@ -255,6 +258,11 @@ func roomFor(n int) int { return stepsRoom + n/32 }
 // and the entry it leaves.
 type sessionParse struct {
 	prev *cacheEntry // the history extends it; nil: parse in full
+	// reading is prev while this parse reads its steps as one of its
+	// readers (it copied them, and compares with them until the parse
+	// ends: priorSteps.copied): no other parse may lease prev and write
+	// them meanwhile.
+	reading *cacheEntry
 	// hist and model are the body's history array and model, found by
 	// locate when prev is set.
 	hist, model string
@@ -416,7 +424,7 @@ func (p *parser) restore(prev *cacheEntry) bool {
 	case !own:
 		steps = make([]Step, n, n+stepsRoom)
 		copy(steps, prev.steps)
-		prev.cache.unlease(prev)
+		sp.reading = prev // unleased when the parse ends (ParseSession)
 		sp.prior.copied = prev.steps
 	case cap(steps) == n:
 		steps = make([]Step, n, n+roomFor(n))
