@@ -28,15 +28,16 @@ func growingTurns(turns int) [][]byte {
 	return bodies
 }
 
-// BenchmarkJudgeTurnLatency measures what the judge adds to a turn. Three
+// BenchmarkJudgeTurnLatency measures what the judge adds to a turn. Four
 // proxies run side by side: the judge off, on with a judge that answers at
-// once, and on with one that takes 200ms (its queue fills and checks are
-// dropped). Each iteration plays judgeSessions concurrent agent sessions of
+// once, on with one that takes 200ms (its queue fills and checks are
+// dropped), and on with the fast judge on the default schedule. Each iteration plays judgeSessions concurrent agent sessions of
 // judgeTurns growing turns through each proxy in turn, in a rotating order,
 // so that a shared machine's load falls on all three alike; the p50 and p99
-// of each proxy's turns are reported. The judge checks from the fourth
-// turn, every second one: more often than the defaults, so that a digest is
-// built on many turns.
+// of each proxy's turns are reported. Except in fast-defaults, the judge
+// checks from the fourth turn, every second one: more often than the
+// defaults, so that a digest is built on many turns. The fake judges serve
+// in the benchmark's process, on the same cores as the proxies.
 //
 //	go test -run '^$' -bench JudgeTurnLatency -benchtime 10x ./proxy/
 func BenchmarkJudgeTurnLatency(b *testing.B) {
@@ -47,15 +48,17 @@ func BenchmarkJudgeTurnLatency(b *testing.B) {
 	slowAnswer.Delay = 200 * time.Millisecond
 	up := benchUpstream(b)
 	type target struct {
-		name  string
-		judge *fakellm.Server
-		base  string
-		took  []time.Duration
+		name     string
+		judge    *fakellm.Server
+		defaults bool // the default schedule, not every second turn
+		base     string
+		took     []time.Duration
 	}
 	targets := []*target{
 		{name: "off"},
 		{name: "fast", judge: fakellm.Start(b, fakellm.Script{Rules: []fakellm.Rule{{Response: notStuck}}})},
 		{name: "slow", judge: fakellm.Start(b, fakellm.Script{Rules: []fakellm.Rule{{Response: slowAnswer}}})},
+		{name: "fast-defaults", judge: fakellm.Start(b, fakellm.Script{Rules: []fakellm.Rule{{Response: notStuck}}}), defaults: true},
 	}
 	for _, tg := range targets {
 		_, tg.base = startProxy(b, func(c *Config) {
@@ -64,7 +67,9 @@ func BenchmarkJudgeTurnLatency(b *testing.B) {
 				return
 			}
 			c.Judge.Enabled, c.Judge.URL, c.Judge.Model = true, tg.judge.URL(), "judge-m"
-			c.Judge.MinTurns, c.Judge.Every = 4, 2
+			if !tg.defaults {
+				c.Judge.MinTurns, c.Judge.Every = 4, 2
+			}
 			c.Judge.SessionCallsPerMinute, c.Judge.CallsPerMinute = 1<<20, 1<<20
 			c.Judge.SessionTokensPerMinute, c.Judge.TokensPerMinute = 1<<30, 1<<30
 		})
