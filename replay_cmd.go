@@ -13,7 +13,7 @@ import (
 func runReplay(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loopguard replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	file := fs.String("config", "", "TOML configuration `file` (detector thresholds, ladder, templates)")
+	file := fs.String("config", "", "TOML configuration `file` (detector thresholds, ladder, templates, [judge])")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: loopguard replay [-config FILE] FILE... (JSONL, or JSON object/array; - for stdin)")
 		fs.PrintDefaults()

@@ -250,8 +250,32 @@ func TestDashboardInBrowser(t *testing.T) {
 		decide(loopSession, loopingHistory(n, "npm test", npmError))
 	}
 
+	// The judge's checks of the looping session: one that failed open, one
+	// stuck verdict with what it saw repeating.
+	obs.Judge(observe.JudgeInfo{Session: loopSession, Step: 3, Outcome: "timeout", Latency: 20 * time.Second})
+	obs.Judge(observe.JudgeInfo{Session: loopSession, Step: 5, Outcome: "stuck", Stuck: true, Confidence: 0.85,
+		Latency: 400 * time.Millisecond, What: "rerunning the tests without fixing the missing module"})
+
 	dir := t.TempDir()
 	path := checkDashboard(t, ctx, "http://"+ln.Addr().String()+"/loopguard/", dir)
+
+	// The judge's entries render as the judge's, not as an operator's.
+	var judged string
+	if err := chromedp.Run(ctx, chromedp.Text(`#timeline`, &judged, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"judge timeout", "judge stuck", "step 6", "semantic_loop 85%", "without fixing the missing module"} {
+		if !strings.Contains(judged, want) {
+			t.Errorf("timeline lacks the judge's %q:\n%s", want, judged)
+		}
+	}
+	var stuckKind string
+	if err := chromedp.Run(ctx, chromedp.AttributeValue(`#timeline li [data-outcome="stuck"]`, "class", &stuckKind, nil, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stuckKind, "j-stuck") {
+		t.Errorf("stuck verdict badge class %q; want j-stuck", stuckKind)
+	}
 
 	// The charts and the recovery panel have data too.
 	var recovery string

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 )
 
@@ -32,6 +33,11 @@ type ChatEvent struct {
 	// Start is when the request arrived; Duration is until the answer ended.
 	Start    time.Time
 	Duration time.Duration
+	// JudgeDue: a judge check of this turn was due; it is queued once the
+	// request is forwarded, and its outcome, for step JudgeStep of the
+	// session, goes to the WithJudgeDone hook.
+	JudgeDue  bool
+	JudgeStep int
 }
 
 // Option configures a Server.
@@ -42,4 +48,14 @@ type Option func(*Server)
 // block: it runs on the request path. The event must not be retained.
 func WithChatDone(fn func(*ChatEvent)) Option {
 	return func(s *Server) { s.chatDone = fn }
+}
+
+// WithJudgeDone registers fn to be called with the outcome of each judge
+// check, once a verdict has been stored for the session's next request
+// (or the check failed open). It runs on the judge's workers, or on the
+// request path for a check skipped over budget; fn must not block for long.
+// Replay uses it to let a due check finish before the session's next
+// record, so that a verdict lands on the same turn on every run.
+func WithJudgeDone(fn func(judge.Result)) Option {
+	return func(s *Server) { s.judgeDone = fn }
 }

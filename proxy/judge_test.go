@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/loopguard/loopguard/fakellm"
+	"github.com/tidwall/gjson"
 )
 
 // semanticHistory is an agent rewording one failing approach: each turn it
@@ -255,4 +257,42 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestJudgeChecksSocketTurns: a turn on a WebSocket that is due for a check
+// gets one once it is sent upstream, as a turn over HTTP does.
+func TestJudgeChecksSocketTurns(t *testing.T) {
+	j := judgeVerdict(t, fakellm.Response{Content: `{"stuck":false,"confidence":0.1,"what_repeats":""}`})
+	up := startSocketUpstream(t, textTurn)
+	addr, events := startSocketProxy(t, up.URL+"/v1", func(c *Config) {
+		c.Judge.Enabled, c.Judge.URL, c.Judge.Model = true, j.URL(), "judge-m"
+		c.Judge.MinTurns, c.Judge.Every, c.Judge.SessionCallsPerMinute = 2, 1, 100
+	})
+	c := dialSocket(t, addr, "/s/sock/v1/responses", nil)
+	defer c.Close()
+	prev := ""
+	for n := 1; n <= 4; n++ {
+		msg := fmt.Sprintf(`{"type":"response.create","model":"gpt-4.1","input":[{"role":"user","content":"question %d"}]}`, n)
+		if prev != "" {
+			msg = fmt.Sprintf(`{"type":"response.create","model":"gpt-4.1","previous_response_id":%q,"input":[{"role":"user","content":"question %d"}]}`, prev, n)
+		}
+		if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		got := readTurn(t, c)
+		prev = gjson.Get(got[len(got)-1], "response.id").String()
+	}
+	due := 0
+	for _, ev := range events() {
+		if ev.JudgeDue {
+			due++
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(j.Requests()) < due && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(j.Requests()); due == 0 || n != due {
+		t.Errorf("judge got %d requests for %d due checks; want as many, at least one", n, due)
+	}
 }

@@ -50,6 +50,8 @@ type pipeline struct {
 	localStore bool
 	// judge is the optional judge, nil when off.
 	judge *judge.Judge
+	// judgeDone sees each check's outcome once it is settled (WithJudgeDone).
+	judgeDone func(judge.Result)
 }
 
 func newPipeline(cfg Config, log zerolog.Logger, obs *observe.Observer) (*pipeline, error) {
@@ -127,8 +129,9 @@ type plan struct {
 	passive bool
 	start   time.Time
 	// check is the judge's check of this turn, submitted once the request
-	// is forwarded; nil when none is due.
-	check *judge.Job
+	// is forwarded (checkSent); nil when none is due.
+	check     *judge.Job
+	checkSent bool
 }
 
 // guard serves one request of a guarded API: it decides, then answers
@@ -182,10 +185,16 @@ func (p *pipeline) guard(ctx *fasthttp.RequestCtx, s *Server, api *wireAPI) {
 	// forward has sent the request (a stream is relayed from here on
 	// without it), so the rewritten body's buffer can serve another.
 	pl.releaseBody()
-	if pl.check != nil {
-		// After the turn, never before it: Submit only queues.
+	p.submitCheck(&pl)
+}
+
+// submitCheck queues the judge's check of pl's turn, if one is due, once:
+// after the turn is forwarded, never before it (Submit only queues). The
+// check stays in pl for the turn's event.
+func (p *pipeline) submitCheck(pl *plan) {
+	if pl.check != nil && !pl.checkSent {
+		pl.checkSent = true
 		p.judge.Submit(*pl.check)
-		pl.check = nil
 	}
 }
 
@@ -241,7 +250,7 @@ var bodyBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // event is the ChatEvent of a plan, before the answer is known.
 func (pl *plan) event() ChatEvent {
-	return ChatEvent{
+	ev := ChatEvent{
 		Session:  pl.key,
 		Model:    pl.model,
 		Stream:   pl.stream,
@@ -251,6 +260,10 @@ func (pl *plan) event() ChatEvent {
 		Start:    pl.start,
 		Duration: time.Since(pl.start),
 	}
+	if pl.check != nil {
+		ev.JudgeDue, ev.JudgeStep = true, pl.check.Step
+	}
+	return ev
 }
 
 // decide runs the pipeline up to the upstream call. It fails open: whatever
@@ -413,6 +426,9 @@ func (p *pipeline) judged(r judge.Result) {
 	p.obs.Judge(observe.JudgeInfo{Session: r.Session, Step: r.Step, Outcome: string(r.Outcome),
 		Stuck: r.Outcome == judge.Stuck, Confidence: r.Verdict.Confidence, What: r.Verdict.What,
 		Latency: r.Latency, Tokens: r.Tokens})
+	if p.judgeDone != nil {
+		defer p.judgeDone(r)
+	}
 	if r.Outcome != judge.Stuck && r.Outcome != judge.NotStuck {
 		return // fails open: nothing waits for the next request
 	}

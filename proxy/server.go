@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +33,8 @@ type Server struct {
 	pipeline  *pipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
+	// judgeDone, when set, sees every judge check's outcome (WithJudgeDone).
+	judgeDone func(judge.Result)
 	// resume stops cut resumable streams upstream (resumable.go).
 	resume resumeStopper
 
@@ -96,6 +99,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	s.pipeline.chatEvents = s.chatDone != nil
+	s.pipeline.judgeDone = s.judgeDone
 	admin, err := observe.NewAdmin(s.obs.Recorder(), observe.AdminOptions{
 		Token:   cfg.Admin.Token,
 		Control: s.pipeline.policy,

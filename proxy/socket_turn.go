@@ -93,8 +93,11 @@ func (sk *socket) clientMessage(msg []byte) (send []byte, forward bool) {
 // upstream: a rewritten body's buffer can serve another.
 func (sk *socket) sent() {
 	sk.mu.Lock()
-	if t := sk.turn; t != nil && t.plan.body != nil {
-		t.plan.releaseBody()
+	if t := sk.turn; t != nil {
+		if t.plan.body != nil {
+			t.plan.releaseBody()
+		}
+		sk.s.pipeline.submitCheck(t.plan)
 	}
 	sk.mu.Unlock()
 }

@@ -5,6 +5,15 @@
 // It is the `loopguard replay` subcommand. Because the requests go through
 // proxy.Server over loopback, replay measures exactly the code path of the
 // live proxy: session keys, detectors, the ladder, injection and stream cuts.
+//
+// With the judge on ([judge] enabled) replay calls the configured judge
+// endpoint (judge.url, else the configured upstream.url: the in-process
+// upstream only plays records). A live judge answers after the turn and its
+// verdict counts on whichever request comes next; replay instead waits for a
+// due check to finish, bounded by judge.timeout, before the next record, so
+// a verdict lands on the same record on every run. The judge's per-minute
+// budgets are lifted for the same reason: records carry no time, and replay
+// sends them as fast as it can, one call to the judge at a time.
 package replay
 
 import (
@@ -23,6 +32,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
@@ -55,8 +65,12 @@ type Result struct {
 	Confidence float64 `json:"confidence"`
 	Pattern    string  `json:"pattern,omitempty"`
 	Cut        *Cut    `json:"cut"`
-	Expect     string  `json:"expect,omitempty"`
-	Error      string  `json:"error,omitempty"`
+	// Judge is the outcome of the judge's check of this record's turn
+	// ("stuck", "not_stuck", "timeout", ...), "" when none was due: its
+	// verdict counts on the session's next record.
+	Judge  string `json:"judge,omitempty"`
+	Expect string `json:"expect,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Cut describes a stream loopguard cut.
@@ -154,13 +168,17 @@ type Runner struct {
 	mu      sync.Mutex
 	current *Record
 	events  chan proxy.ChatEvent
+	// judged receives each judge check's outcome; judgeWait bounds the
+	// wait for one (the judge's timeout and some slack for its queue).
+	judged    chan judge.Result
+	judgeWait time.Duration
 }
 
 // New starts the in-process upstream and a proxy configured by cfg in front
 // of it, both on loopback. cfg's upstream and store settings are replaced:
 // replay never talks to a real model or a shared session store.
 func New(cfg proxy.Config) (*Runner, error) {
-	r := &Runner{events: make(chan proxy.ChatEvent, 1)}
+	r := &Runner{events: make(chan proxy.ChatEvent, 1), judged: make(chan judge.Result, 16)}
 	upLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -169,6 +187,25 @@ func New(cfg proxy.Config) (*Runner, error) {
 	r.upstream = &http.Server{Handler: http.HandlerFunc(r.answer), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = r.upstream.Serve(upLn) }()
 
+	if cfg.Judge.Enabled {
+		if cfg.Judge.URL == "" {
+			// The judge asks the session's own upstream by default: here
+			// that is the configured one, not the player of records.
+			cfg.Judge.URL = cfg.Upstream.URL
+		}
+		if cfg.Judge.URL == "" {
+			r.Close()
+			return nil, errors.New("replay: the judge needs judge.url or upstream.url")
+		}
+		const unbounded = 1 << 30
+		cfg.Judge.SessionCallsPerMinute, cfg.Judge.CallsPerMinute = unbounded, unbounded
+		cfg.Judge.SessionTokensPerMinute, cfg.Judge.TokensPerMinute = unbounded, unbounded
+		timeout := cfg.Judge.Timeout
+		if timeout <= 0 {
+			timeout = judge.DefaultConfig().Timeout
+		}
+		r.judgeWait = timeout + 5*time.Second
+	}
 	cfg.Upstream.URL = "http://" + upLn.Addr().String()
 	cfg.Upstream.APIKey = ""
 	cfg.Policy.Store = policy.StoreMemory
@@ -183,6 +220,11 @@ func New(cfg proxy.Config) (*Runner, error) {
 	}
 	r.srv, err = proxy.New(cfg, zerolog.Nop(), proxy.WithChatDone(func(ev *proxy.ChatEvent) {
 		r.events <- *ev
+	}), proxy.WithJudgeDone(func(res judge.Result) {
+		select {
+		case r.judged <- res:
+		default: // nobody waits for it: a check replay did not see due
+		}
 	}))
 	if err != nil {
 		r.Close()
@@ -280,10 +322,31 @@ func (r *Runner) Run(rec Record) Result {
 	select {
 	case ev := <-r.events:
 		res.fill(&ev)
+		if ev.JudgeDue {
+			res.Judge = r.awaitJudge(ev.Session, ev.JudgeStep)
+		}
 	case <-time.After(10 * time.Second):
 		res.Error = "no decision reported by the proxy"
 	}
 	return res
+}
+
+// awaitJudge waits for the outcome of the judge's check of step of session
+// key, so that its verdict is stored before the next record is sent, and
+// returns it; "timeout" when none came within r.judgeWait.
+func (r *Runner) awaitJudge(key string, step int) string {
+	deadline := time.NewTimer(r.judgeWait)
+	defer deadline.Stop()
+	for {
+		select {
+		case res := <-r.judged:
+			if res.Session == key && res.Step == step {
+				return string(res.Outcome)
+			}
+		case <-deadline.C:
+			return string(judge.Timeout)
+		}
+	}
 }
 
 func (res *Result) fill(ev *proxy.ChatEvent) {

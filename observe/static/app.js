@@ -196,6 +196,19 @@ function entryItem(e) {
       what.append(el("span", { class: "badge o-" + e.outcome, "data-outcome": e.outcome }, e.outcome.replace("_", " ")),
         el("span", {}, e.category + " L" + e.level), el("span", { class: "mono muted" }, e.brief || ""));
       break;
+    case "judge": {
+      // A check of the optional judge: its outcome, and for a stuck
+      // verdict what it saw repeating (counted on the session's next turn).
+      const outcome = e.outcome || "?";
+      what.append(el("span", { class: "badge j-" + outcome, "data-outcome": outcome }, "judge " + outcome.replace("_", " ")),
+        el("span", { class: "muted" }, "step " + (e.steps || 0)));
+      if (e.category) {
+        cls.push("k-detect");
+        what.append(el("span", { class: "badge", "data-category": e.category }, e.category + " " + Math.round((e.confidence || 0) * 100) + "%"));
+      }
+      if (e.brief) what.append(el("span", { class: "mono muted" }, e.brief));
+      break;
+    }
     default:
       what.append(el("span", { class: "badge" }, "admin"), el("span", {}, e.note || ""));
   }
