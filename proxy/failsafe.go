@@ -26,21 +26,24 @@ const stageStream = "stream"
 
 // recovered counts and logs a panic that the response path recovered from
 // in the stage named where, and abandons obs (nil when the panic was not in
-// it). Only a runtime error's message is logged (an
-// index, a nil dereference): any other panic value may quote upstream
-// content, so it is named by its type.
+// it), naming the panic by panicText.
 func (s *Server) recovered(obs responseObserver, where string, r any) {
 	if obs != nil {
 		obs.abandon()
 	}
 	s.obs.FailOpen(stageStream)
-	e := s.log.Error().Str("stage", stageStream).Str("in", where)
+	s.log.Error().Str("stage", stageStream).Str("in", where).Str("panic", panicText(r)).
+		Bytes("stack", debug.Stack()).Msg("fail open: the rest of the response passes through unchanged")
+}
+
+// panicText describes a recovered panic value without content: a runtime
+// error's message (an index, a nil dereference), else the value's type,
+// since any other value may quote the request or the answer.
+func panicText(r any) string {
 	if re, ok := r.(runtime.Error); ok {
-		e = e.Str("panic", re.Error())
-	} else {
-		e = e.Str("panic", fmt.Sprintf("%T", r))
+		return re.Error()
 	}
-	e.Bytes("stack", debug.Stack()).Msg("fail open: the rest of the response passes through unchanged")
+	return fmt.Sprintf("%T", r)
 }
 
 // observeHeader runs obs.header; false when it panicked, and obs must see

@@ -284,7 +284,7 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 	defer func() {
 		if r := recover(); r != nil {
 			p.obs.FailOpen("panic")
-			p.log.Error().Str("panic", fmt.Sprint(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
+			p.log.Error().Str("panic", panicText(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
 			pl = plan{api: api, key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
 				stream: pl.stream, usage: pl.usage, model: pl.model, passive: pl.passive,
 				maxTok: pl.maxTok, completionTokens: pl.completionTokens, unread: pl.unread}
