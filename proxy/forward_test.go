@@ -39,6 +39,12 @@ func TestMain(m *testing.M) {
 // startProxy serves a proxy for upstreamURL on a loopback port and returns its base URL.
 func startProxy(t testing.TB, mutate func(*Config)) (*Server, string) {
 	t.Helper()
+	return startProxyWith(t, mutate)
+}
+
+// startProxyWith is startProxy with the server's options.
+func startProxyWith(t testing.TB, mutate func(*Config), opts ...Option) (*Server, string) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Upstream.URL = "http://127.0.0.1:1" // replaced by mutate
 	if mutate != nil {
@@ -47,7 +53,7 @@ func startProxy(t testing.TB, mutate func(*Config)) (*Server, string) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
-	srv, err := New(cfg, zerolog.Nop())
+	srv, err := New(cfg, zerolog.Nop(), opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 	"go.uber.org/goleak"
 )
@@ -105,39 +102,19 @@ func checkSocketLeaks(t *testing.T) {
 // events of its turns.
 func startSocketProxy(t testing.TB, up string, mutate func(*Config)) (base string, events func() []ChatEvent) {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Upstream.URL = up
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var evs []ChatEvent
-	srv, err := New(cfg, zerolog.Nop(), WithChatDone(func(e *ChatEvent) {
+	_, url := startProxyWith(t, func(c *Config) {
+		c.Upstream.URL = up
+		if mutate != nil {
+			mutate(c)
+		}
+	}, WithChatDone(func(e *ChatEvent) {
 		mu.Lock()
 		evs = append(evs, *e)
 		mu.Unlock()
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		<-done
-	})
-	return "127.0.0.1:" + fmt.Sprint(ln.Addr().(*net.TCPAddr).Port), func() []ChatEvent {
+	return strings.TrimPrefix(url, "http://"), func() []ChatEvent {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]ChatEvent(nil), evs...)
