@@ -108,14 +108,8 @@ func (c StreamConfig) normalized() StreamConfig {
 // Reset makes it reusable for another stream, e.g. from a sync.Pool; it
 // keeps what was allocated.
 type Degeneration struct {
-	// The fields every byte reads come first, the loose-cycle rule's
-	// included: with thousands of open streams a stream's detector has
-	// left the cache by its next delta, and each line it touches is a miss
-	// (docs/streams.md). TestDegenerationHotLines holds them to four lines.
-
-	fired  bool
-	class  unitClass
-	warmed byte // what Warm read, never used
+	fired bool
+	class unitClass
 
 	// Markdown structure of the accumulated text.
 	lead       bool // still in the line's leading whitespace
@@ -218,9 +212,6 @@ func (d *Degeneration) Write(p []byte) bool {
 		return true
 	}
 	var dists [degBatch]uint16
-	if d.loose.t == nil {
-		d.loose.pre.warm() // before step's words look it up
-	}
 	for len(p) > 0 {
 		batch := p[:min(len(p), degBatch)]
 		d.lookup(batch, &dists)
@@ -234,44 +225,6 @@ func (d *Degeneration) Write(p []byte) bool {
 	}
 	return false
 }
-
-// Warm loads what the next Write reads first: the detector's own fields,
-// the ring where the text ends and the loose-cycle precheck. With
-// thousands of open streams a detector has left the cache by its next
-// delta, and Write meets its lines one after another, each miss waiting
-// for the pointer the one before brings. A caller with other work to do
-// before the Write (the proxy parses the chunk that carries the delta)
-// calls Warm first: the misses are then in flight together, and under
-// that work (docs/streams.md). Warm changes nothing Write decides.
-func (d *Degeneration) Warm() {
-	x := byte(d.pos) + byte(d.loose.words) + byte(d.cfg.MaxPhrase)
-	// The ring's last bytes: where the delta's k-grams begin, and what a
-	// lock compares them with, up to MaxPhrase+degK bytes back.
-	for back := int64(1); back <= degWarmBack; back += 64 {
-		x += d.buf[(d.pos-back)&d.mask]
-	}
-	// Each byte of the delta looks up a slot of the k-gram table that
-	// only its hash knows: the whole table, 32 lines (64 with 16-bit
-	// positions), costs fewer misses in flight at once than a dozen
-	// met one by one.
-	if d.table8 != nil {
-		for i := 0; i < len(d.table8); i += 64 {
-			x += d.table8[i]
-		}
-	} else {
-		for i := 0; i < len(d.table16); i += 32 {
-			x += byte(d.table16[i])
-		}
-	}
-	if d.loose.t == nil {
-		d.loose.pre.warm()
-	}
-	d.warmed = x // a use, so that the compiler keeps the loads
-}
-
-// degWarmBack is how far back in the ring Warm loads: what a lock with the
-// default MaxPhrase reads.
-const degWarmBack = 256
 
 // degBatch is the most bytes whose k-gram lookups are done together.
 const degBatch = 64

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // The -update flag may already be registered by another test file of this
@@ -482,57 +481,4 @@ func marshalNoEscape(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
-// TestDegenerationHotLines: what a delta of prose reads of its detector,
-// besides the ring and the tables, lies in the first four cache lines
-// (with the cfg's MaxPhrase, which every byte's lookup compares): with
-// thousands of open streams each delta finds its detector out of the
-// cache, and the fields lay over six lines before (docs/streams.md). A detector
-// is in a size class whose objects start on a line.
-func TestDegenerationHotLines(t *testing.T) {
-	var d Degeneration
-	l := unsafe.Offsetof(d.loose)
-	hot := map[string][2]uintptr{
-		"fired":         {unsafe.Offsetof(d.fired), 1},
-		"class":         {unsafe.Offsetof(d.class), 1},
-		"lead":          {unsafe.Offsetof(d.lead), 1},
-		"lineStruct":    {unsafe.Offsetof(d.lineStruct), 1},
-		"fence":         {unsafe.Offsetof(d.fence), 1},
-		"tickChar":      {unsafe.Offsetof(d.tickChar), 1},
-		"json":          {unsafe.Offsetof(d.json), 1},
-		"buf":           {unsafe.Offsetof(d.buf), unsafe.Sizeof(d.buf)},
-		"mask":          {unsafe.Offsetof(d.mask), 8},
-		"table8":        {unsafe.Offsetof(d.table8), 8},
-		"table16":       {unsafe.Offsetof(d.table16), 8},
-		"pos":           {unsafe.Offsetof(d.pos), 8},
-		"hash":          {unsafe.Offsetof(d.hash), 4},
-		"baseK":         {unsafe.Offsetof(d.baseK), 4},
-		"period":        {unsafe.Offsetof(d.period), 8},
-		"indent":        {unsafe.Offsetof(d.indent), 8},
-		"ticks":         {unsafe.Offsetof(d.ticks), 8},
-		"lastStruct":    {unsafe.Offsetof(d.lastStruct), 8},
-		"loose.word":    {l + unsafe.Offsetof(d.loose.word), 4},
-		"loose.span":    {l + unsafe.Offsetof(d.loose.span), 4},
-		"loose.spanOut": {l + unsafe.Offsetof(d.loose.spanOut), 4},
-		"loose.alnum":   {l + unsafe.Offsetof(d.loose.alnum), 1},
-		"loose.suspect": {l + unsafe.Offsetof(d.loose.suspect), 1},
-		"loose.wordLen": {l + unsafe.Offsetof(d.loose.wordLen), 8},
-		"loose.words":   {l + unsafe.Offsetof(d.loose.words), 8},
-		"loose.last":    {l + unsafe.Offsetof(d.loose.last), unsafe.Sizeof(d.loose.last)},
-		"loose.t":       {l + unsafe.Offsetof(d.loose.t), 8},
-		"loose.pre":     {l + unsafe.Offsetof(d.loose.pre), 8},
-		"loose.window":  {l + unsafe.Offsetof(d.loose.window), 8},
-		"cfg.MaxPhrase": {unsafe.Offsetof(d.cfg) + unsafe.Offsetof(d.cfg.MaxPhrase), 8},
-	}
-	for name, f := range hot {
-		if f[0]+f[1] > 256 {
-			t.Errorf("Degeneration.%s at bytes %d-%d: not in the first four lines", name, f[0], f[0]+f[1]-1)
-		}
-	}
-	for range 100 {
-		if at := uintptr(unsafe.Pointer(NewDegeneration(StreamConfig{}))); at%64 != 0 {
-			t.Fatalf("a detector at %#x: %d bytes after a cache line", at, at%64)
-		}
-	}
 }

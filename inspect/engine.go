@@ -255,7 +255,7 @@ type inspection struct {
 	win int
 }
 
-// touchCalls reads a word of each call's hot line (see Call) in a loop
+// touchCalls reads each call's fingerprint in a loop
 // short enough for the CPU to have many of the loads in flight at once:
 // at a session's turn most of its older calls have left the CPU's caches,
 // and collect, which does much more with each, would wait for them one or

@@ -121,10 +121,9 @@ type looseTable struct {
 // loosePrecheck stands in for the table until the text could be a loose
 // cycle (see above).
 type loosePrecheck struct {
-	seen   [1 << looseSeenBits / 64]uint64 // keys stored so far, by looseSeenKey
-	hit    [looseRing / 64]uint64          // per recent word: its span's key was seen before
-	hits   int                             // words with hit set among the last window words
-	warmed uint64                          // what warm read, never used
+	seen [1 << looseSeenBits / 64]uint64 // keys stored so far, by looseSeenKey
+	hit  [looseRing / 64]uint64          // per recent word: its span's key was seen before
+	hits int                             // words with hit set among the last window words
 }
 
 // looseSeenBits is the bits of a key the precheck keeps: the table's
@@ -267,19 +266,6 @@ func (p *loosePrecheck) push(i int64, w, span uint32, window int) bool {
 		p.hits++
 	}
 	return hit && i+1 >= int64(window) && p.hits*5 >= window*3
-}
-
-// warm loads one word of each cache line of seen, and hit. With thousands of open
-// streams a stream's precheck has left the cache by its next delta, whose
-// words then miss on it one after another, each lookup waiting on the
-// one before; these loads do not depend on each other, so the processor
-// has their misses in flight at once (BenchmarkObserveEventOpenStreams).
-func (p *loosePrecheck) warm() {
-	var x uint64
-	for i := 0; i < len(p.seen); i += 64 / 8 {
-		x |= p.seen[i]
-	}
-	p.warmed = x | p.hit[0] // a use, so that the compiler keeps the loads
 }
 
 // see records key h and reports whether a key with the same seen bits was

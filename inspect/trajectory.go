@@ -80,12 +80,6 @@ type Call struct {
 	// shell read commands normalised (`cat f`, `head f` -> `read f`); "" if none.
 	Primary string
 
-	// What the detectors read of every call in their reach, at each turn
-	// of a session, lies in bytes 64 to 119: one cache line, where the
-	// calls of a long history are rarely in the CPU's caches any more,
-	// whether the array of calls starts on a line or 8 bytes after one
-	// (the allocator's header of an array over 512 bytes).
-
 	// extra holds the parts few calls have; nil for most: a SessionCache
 	// keeps a Call per turn of every session.
 	extra *callExtra

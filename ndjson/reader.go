@@ -105,16 +105,6 @@ func (r *Reader) ReadReady() (sse.Event, bool) {
 	return r.scan()
 }
 
-// Warm loads where the next read lands and returns a byte of it (see
-// sse.Reader.Warm).
-func (r *Reader) Warm() byte {
-	at := r.landing()
-	if at >= len(r.buf) {
-		return byte(r.w)
-	}
-	return r.buf[at] + r.buf[min(at+64, len(r.buf)-1)]
-}
-
 // Buffered returns the bytes read but not yet returned in a line.
 func (r *Reader) Buffered() []byte { return r.buf[r.r:r.w] }
 
@@ -144,21 +134,15 @@ func (r *Reader) line(end int, partial bool) sse.Event {
 	return sse.Event{Raw: raw, Data: data, Retry: -1, Partial: partial && data != nil}
 }
 
-// landing is where in buf the next read lands (see sse.Reader).
-func (r *Reader) landing() int {
-	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
-		return r.w - r.r
-	}
-	return r.w
-}
-
 // fill reads more bytes, sliding or growing the buffer first; it reports
 // whether the reader had nothing yet (sse.ErrWouldBlock).
 func (r *Reader) fill() (wouldBlock bool) {
 	if r.buf == nil {
 		r.buf = make([]byte, min(initialBufSize, r.max))
 	}
-	if r.landing() != r.w {
+	// Slide the unfinished line to the front first when it is all that
+	// is left (free) or when the tail is too short for a useful read.
+	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
 		r.w = copy(r.buf, r.buf[r.r:r.w])
 		r.r = 0
 	}

@@ -38,7 +38,7 @@ func TestObserveEventAllocsPerAPI(t *testing.T) {
 		}, "content_block_delta"},
 	} {
 		t.Run(string(tt.api.name), func(t *testing.T) {
-			o := newAnswerObserver(p, &plan{api: tt.api, stream: true}, nil)
+			o := newAnswerObserver(p, &plan{api: tt.api, requestFacts: requestFacts{stream: true}}, nil)
 			defer o.release()
 			event := func(data string) sse.Event {
 				return sse.Event{Raw: []byte("event: " + tt.name + "\ndata: " + data + "\n\n"), Name: []byte(tt.name), Data: []byte(data)}

@@ -25,16 +25,10 @@ type cutWatch struct {
 	// nanoseconds, see monoNow); arrivals count their time from it.
 	since     int64
 	nArrivals int // arrivals recorded, the latest at (nArrivals-1) % len(arrivals)
-	content   [maxWatchedChoices]*inspect.Degeneration
-
-	// The fields above are read for every event of a text answer, and
-	// arrivals (last, as it is large) one entry an event: with thousands
-	// of open streams each event finds its observer out of the cache, so
-	// the few lines it needs are kept together, after the observer's own
-	// (docs/streams.md; TestObserverHotLines).
-
-	cfg    *inspect.StreamConfig
-	reason [maxWatchedChoices]*inspect.Degeneration
+	// content and reason are the detectors of each watched choice's
+	// text and reasoning, made with its first byte of each.
+	content, reason [maxWatchedChoices]*inspect.Degeneration
+	cfg             *inspect.StreamConfig
 	// offset is where in the text the degeneration began.
 	offset int64
 	at     time.Time
@@ -44,8 +38,9 @@ type cutWatch struct {
 
 	// arrivals remembers when recent events came and how far choice 0's
 	// content and reasoning had got, to time a cut from the arrival of the
-	// first degenerate byte. Every inspected open stream holds it: an
-	// arrival is 12 bytes and 120 of them keep the observer within 2 KiB.
+	// first degenerate byte. A cut whose first degenerate byte came more
+	// events back than it holds is timed from the oldest it holds. Every
+	// inspected open stream holds it, 12 bytes an event.
 	arrivals [120]arrival
 }
 
@@ -76,14 +71,6 @@ func (w *cutWatch) add(u answerUpdate) bool {
 		return true
 	}
 	return false
-}
-
-// warm asks for choice 0's text detector ahead of the chunk's parse
-// (inspect.Degeneration.Warm): an event of a text answer writes to it.
-func (w *cutWatch) warm() {
-	if d := w.content[0]; d != nil {
-		d.Warm()
-	}
 }
 
 // arrive notes the time and choice 0's text offsets after an event.
@@ -173,6 +160,5 @@ func (w *cutWatch) reset() {
 			d.Reset()
 		}
 	}
-	w.cfg, w.bytes, w.text, w.reasoning, w.nArrivals = nil, 0, 0, 0, 0
-	w.cut, w.offset, w.at, w.slot = nil, 0, time.Time{}, 0
+	*w = cutWatch{content: w.content, reason: w.reason}
 }

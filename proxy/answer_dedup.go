@@ -61,5 +61,5 @@ func (d *callDedup) compare(name, args []byte, w *cutWatch) {
 
 // reset readies d for another answer, keeping its buffers.
 func (d *callDedup) reset() {
-	d.calls, d.checked, d.scratch = d.calls[:0], 0, d.scratch[:0]
+	*d = callDedup{calls: d.calls[:0], scratch: d.scratch[:0]}
 }

@@ -202,7 +202,5 @@ func (h *callHolder) replace(o *answerObserver, b []byte, t *terminalCall) []byt
 
 // reset readies h for another answer, keeping its buffers.
 func (h *callHolder) reset() {
-	h.terminal, h.held, h.scratch, h.replaced = h.terminal[:0], h.held[:0], h.scratch[:0], false
-	h.tools, h.finish, h.started, h.done, h.sequence = false, false, 0, 0, 0
-	h.checked, h.open, h.at = 0, 0, heldCall{}
+	*h = callHolder{held: h.held[:0], scratch: h.scratch[:0]}
 }

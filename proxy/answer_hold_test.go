@@ -29,7 +29,7 @@ func TestCallHolder(t *testing.T) {
 			{"the stream's call is terminal", "cat Makefile", true},
 		} {
 			t.Run(string(api.name)+"/"+tt.name, func(t *testing.T) {
-				o := newAnswerObserver(p, &plan{api: api, stream: true}, nil)
+				o := newAnswerObserver(p, &plan{api: api, requestFacts: requestFacts{stream: true}}, nil)
 				defer o.release()
 				o.holdCalls(terminal(tt.command))
 				got, stopped := observeStream(t, o, stream.healthy)

@@ -13,10 +13,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// observerHotBytes is the start of an answerObserver that every event
-// reads (TestObserverHotLines).
-const observerHotBytes = 120
-
 // answerObserver watches the answer to one guarded request as it passes:
 // its API's answer reads each event, and small parts, each owning its
 // state, act on what it read:
@@ -30,33 +26,22 @@ const observerHotBytes = 120
 // The API's answer writes the end of a cut stream in its own shape
 // (api_chat.go, api_responses.go, api_anthropic.go). Observers are pooled.
 type answerObserver struct {
-	// What every event reads comes first, the cut watch's hot fields
-	// included: with thousands of open streams an event finds its
-	// observer out of the cache, and each further line it touches is a
-	// miss (docs/streams.md). TestObserverHotLines holds it to two lines.
 	answer answer
 	// endPending: the cut's end waits for an event (deferredEnd).
 	endPending bool
 	encoded    bool // the answer is compressed: forward it uninspected
-	// What the request asks of its answer, fixed when the observer is
-	// made and kept here, so that an event reads neither the plan nor the
-	// parts it does not use: mayCut (see cuts), holding (holdCalls),
-	// trimming (stream.tail = "trim") and recording (record.active).
+	// What the request asks of its answer, fixed when the observer
+	// starts: mayCut (see cuts), holding (holdCalls), trimming
+	// (stream.tail = "trim") and recording (record.active).
 	mayCut, holding, trimming, recording bool
-	// warmed: warm ran since the last event read.
-	warmed bool
 
-	// watch's hot fields come next; its arrivals, one entry of which an
-	// event writes, end it.
-	watch cutWatch
-
-	// What follows is read when the request or the event asks for it.
 	pipeline  *pipeline
 	plan      *plan
 	done      func(*ChatEvent)
 	status    int
 	abandoned bool // a call panicked: not returned to the pool
 
+	watch   cutWatch
 	dedup   callDedup
 	holder  callHolder
 	trimmer trimmer
@@ -69,6 +54,12 @@ var observerPool = sync.Pool{New: func() any { return new(answerObserver) }}
 
 func newAnswerObserver(p *pipeline, pl *plan, done func(*ChatEvent)) *answerObserver {
 	o := observerPool.Get().(*answerObserver)
+	o.start(p, pl, done)
+	return o
+}
+
+// start readies a reset observer for the answer to pl.
+func (o *answerObserver) start(p *pipeline, pl *plan, done func(*ChatEvent)) {
 	o.pipeline, o.plan, o.done = p, pl, done
 	o.answer = pl.api.newAnswer()
 	o.watch.cfg = &p.cfg.Detect.Stream
@@ -79,7 +70,6 @@ func newAnswerObserver(p *pipeline, pl *plan, done func(*ChatEvent)) *answerObse
 	}
 	o.mayCut = p.cfg.Stream.Cut && !pl.passive
 	o.trimming = p.cfg.Stream.Tail == TailTrim && o.mayCut
-	return o
 }
 
 // cuts reports whether this answer may be cut: stream.cut is on and the
@@ -95,33 +85,27 @@ func (o *answerObserver) holdCalls(terminal []terminalCall) {
 
 func (o *answerObserver) abandon() { o.abandoned = true }
 
-// warm loads what reading the next event reads: the answer's state and the
-// cut watch's detector. The relay calls it when the upstream's socket
-// became readable; event calls it before it parses a chunk the relay did
-// not warm for (an event the same read brought, a stream not pumped).
-func (o *answerObserver) warm() {
-	o.answer.warm()
-	o.watch.warm()
-	o.warmed = true
-}
-
 // release returns o, its parts and its answer to their pools, unless a
 // panic left them in a state no other answer should inherit.
 func (o *answerObserver) release() {
 	if o.abandoned {
 		return
 	}
-	o.answer.release()
+	o.reset()
+	observerPool.Put(o)
+}
+
+// reset readies o for another answer: its parts keep what they allocated,
+// everything else starts over.
+func (o *answerObserver) reset() {
+	if o.answer != nil {
+		o.answer.release()
+	}
 	o.watch.reset()
 	o.dedup.reset()
 	o.holder.reset()
 	o.trimmer.reset()
-	o.record.reset()
-	o.pipeline, o.plan, o.done, o.answer = nil, nil, nil, nil
-	o.status, o.endPending, o.encoded, o.warmed = 0, false, false, false
-	o.mayCut, o.holding, o.trimming, o.recording = false, false, false, false
-	o.bodyUsage = observe.Usage{}
-	observerPool.Put(o)
+	*o = answerObserver{watch: o.watch, dedup: o.dedup, holder: o.holder, trimmer: o.trimmer}
 }
 
 func (o *answerObserver) header(status int, h *fasthttp.ResponseHeader) {
@@ -163,10 +147,6 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	// whether the event is one the answer reads first (readFirst, a pure
 	// function of the data), which the cut then replaces: most events
 	// never pay for that scan (docs/streams.md).
-	if !o.warmed {
-		o.warm()
-	}
-	o.warmed = false
 	err := o.answer.add(ev.Data, o)
 	if o.watch.cut == nil || !o.mayCut {
 		return append(out, ev.Raw...), false

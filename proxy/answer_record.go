@@ -67,6 +67,3 @@ func (r *answerRecord) finish() {
 		r.pipeline.saveRecord(r.plan, id, gjson.ParseBytes(r.answer.appendOutput(nil)))
 	}
 }
-
-// reset readies r for another answer.
-func (r *answerRecord) reset() { *r = answerRecord{} }

@@ -30,7 +30,7 @@ func TestAnswerRecord(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pl := &plan{api: tt.api, stream: tt.stream != ""}
+			pl := &plan{api: tt.api, requestFacts: requestFacts{stream: tt.stream != ""}}
 			if tt.record {
 				pl.record = &recordPlan{input: []string{input}}
 			}
@@ -62,8 +62,8 @@ func TestAnswerRecord(t *testing.T) {
 				t.Errorf("record = %v; want the input first and a %s item last", items, tt.wantType)
 			}
 
-			r.reset()
-			if r.active() || r.saved || r.id != "" || r.output != "" {
+			o.reset()
+			if r.active() || r.saved || r.id != "" || r.output != "" || o.plan != nil || o.recording {
 				t.Errorf("after reset: %+v; want an inactive record", *r)
 			}
 		})

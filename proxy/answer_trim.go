@@ -123,5 +123,5 @@ func (t *trimmer) appendTruncated(out []byte, e *trimmed, keep int, path string)
 
 // reset readies t for another answer, keeping its buffers.
 func (t *trimmer) reset() {
-	t.queue, t.buf = t.queue[:0], t.buf[:0]
+	*t = trimmer{queue: t.queue[:0], buf: t.buf[:0]}
 }

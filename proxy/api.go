@@ -59,11 +59,6 @@ type answer interface {
 	// add folds one event's data into the answer and tells to what it
 	// added; data it cannot read returns an error and changes nothing.
 	add(data []byte, to updateSink) error
-	// warm loads what the next add reads of the answer's state, which
-	// with thousands of open streams has left the cache by then (chat:
-	// sse.ChatAccumulator.Warm); the observer calls it first, so that
-	// its misses are in flight beside the detector's (docs/streams.md).
-	warm()
 	// readFirst reports whether an event must be read before it is
 	// forwarded, because a cut it shows replaces it (chat: a chunk that
 	// opens a tool call may show the call before it a duplicate). It

@@ -47,10 +47,6 @@ func (a *anthropicStream) update(u sse.Update) {
 // which is forwarded before the duplicate it shows ends the stream.
 func (a *anthropicStream) readFirst([]byte) bool { return false }
 
-// warm does nothing: the Anthropic accumulator was not measured with
-// thousands of open streams.
-func (a *anthropicStream) warm() {}
-
 func (a *anthropicStream) toolCall(pos int) (name, args []byte, ok bool) {
 	return a.acc.ToolCallBytes(pos)
 }

@@ -43,8 +43,6 @@ func (a *chatStream) add(data []byte, to updateSink) error {
 	return a.acc.Add(data, a.delta)
 }
 
-func (a *chatStream) warm() { a.acc.Warm() }
-
 // delta tells the sink what one chunk added to one choice.
 func (a *chatStream) delta(d sse.Delta) {
 	a.to.update(answerUpdate{

@@ -80,10 +80,6 @@ func (a *ollamaStream) update(u ndjson.Update) {
 	}
 }
 
-// warm does nothing: the Ollama accumulator was not measured with
-// thousands of open streams.
-func (a *ollamaStream) warm() {}
-
 // readFirst: a line that carries tool calls is read before it is
 // forwarded, so that a duplicate call it shows is replaced, never shown.
 func (a *ollamaStream) readFirst(data []byte) bool { return bytes.Contains(data, toolCallsKey) }

@@ -52,10 +52,6 @@ func (a *responsesStream) update(u sse.Update) {
 // which is forwarded before the duplicate it shows ends the stream.
 func (a *responsesStream) readFirst([]byte) bool { return false }
 
-// warm does nothing: the Responses accumulator was not measured with
-// thousands of open streams.
-func (a *responsesStream) warm() {}
-
 func (a *responsesStream) toolCall(pos int) (name, args []byte, ok bool) {
 	return a.acc.ToolCallBytes(pos)
 }

@@ -12,16 +12,18 @@
 // session.go (the /s/<id>/ prefix and the client's session id),
 // encoding.go (compressed request bodies decoded for inspection), and
 // pipeline.go (session, verdict, ladder, rewrite or LOOP_DETECTED).
-// Going out: forward.go relays the request and the answer over
-// transport.go's exchange with the upstream (upstream.go: its address and
-// connection pool; chunked.go: its chunked answers; resumable.go: stopping
-// llama.cpp's resumable generations a cut ended). Coming back: streambody.go
-// and http10.go write streams to the client, with sendlimit*.go bounding a
-// write to a client that stopped reading; clientwatch*.go notice clients
-// that leave; spare.go runs a streamed request's pipeline on a spare
-// goroutine so the stream's own keeps a small stack; encoding_stream.go
-// inspects a stream the upstream compressed anyway; failsafe.go keeps the
-// stream path failing open; errors.go writes loopguard's own errors.
+// Going out: forward.go sends the request and relays a non-streamed answer
+// over transport.go's exchange with the upstream (upstream.go: its address
+// and connection pool; chunked.go: its chunked answers; resumable.go:
+// stopping llama.cpp's resumable generations a cut ended). Coming back:
+// stream.go relays a streamed answer event by event, watches it and cuts
+// it, read top to bottom; streambody.go and http10.go write streams to the
+// client, with sendlimit*.go bounding a write to a client that stopped
+// reading; clientwatch*.go notice clients that leave; spare.go runs a
+// streamed request's pipeline on a spare goroutine so the stream's own
+// keeps a small stack; encoding_stream.go inspects a stream the upstream
+// compressed anyway; failsafe.go keeps the rest of the answer's path
+// failing open; errors.go writes loopguard's own errors.
 // socket.go and socket_turn.go do the same for the Responses API's
 // WebSocket mode: the relay, and each response.create as a turn.
 //

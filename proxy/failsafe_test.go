@@ -15,6 +15,7 @@ import (
 
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/observe"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
@@ -170,7 +171,7 @@ func TestStreamObserverPanicFailsOpen(t *testing.T) {
 			var logs syncBuffer
 			var served atomic.Int32
 			_, base := observedProxy(t, cfg, zerolog.New(&logs), func(s *Server) responseObserver {
-				o := newAnswerObserver(s.pipeline, &plan{api: tt.api, stream: true}, nil)
+				o := newAnswerObserver(s.pipeline, &plan{api: tt.api, requestFacts: requestFacts{stream: true}}, nil)
 				if served.Add(1) > 1 {
 					return o // the request after: a healthy observer
 				}
@@ -237,5 +238,34 @@ func TestStreamRelayReaderPanic(t *testing.T) {
 	}
 	if b := rl.buffered(); string(b) != "data: {\"i\"" {
 		t.Errorf("buffered = %q; want the unfinished event's bytes", b)
+	}
+}
+
+// panickingStore is a session store whose every call panics, as a bug in
+// a store would.
+type panickingStore struct{}
+
+func (panickingStore) Load(context.Context, string) (policy.State, error) { panic("store bug") }
+func (panickingStore) Update(context.Context, string, func(*policy.State) error) (policy.State, error) {
+	panic("store bug")
+}
+
+// TestDecidePanicFailsOpen: a panic while deciding sends the request's own
+// body upstream undecided, and keeps what was read of the request (its
+// session, whether and how it streams, its model), by which the answer is
+// still read.
+func TestDecidePanicFailsOpen(t *testing.T) {
+	p := testPipeline(t)
+	p.policy = policy.New(p.policy.Config(), panickingStore{}, zerolog.Nop())
+	body := []byte(`{"model":"m-1","stream":true,"stream_options":{"include_usage":true},"max_tokens":77,` +
+		`"messages":[{"role":"user","content":"hi"}]}`)
+	pl := p.decideFor([]byte("sess-1"), nil, chatAPI, body)
+	if pl.failOpen != "panic" || pl.decision.Action != policy.None || string(pl.body) != string(body) || pl.answer != nil {
+		t.Fatalf("plan after a panic: fail open %q, action %v, answer %v, body changed %v; want the request passed through undecided",
+			pl.failOpen, pl.decision.Action, pl.answer, string(pl.body) != string(body))
+	}
+	want := requestFacts{key: pl.key, stream: true, usage: true, maxTok: 77, completionTokens: -1, model: "m-1"}
+	if pl.key == "" || pl.requestFacts != want {
+		t.Errorf("request facts after a panic: %+v; want %+v", pl.requestFacts, want)
 	}
 }

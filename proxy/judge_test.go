@@ -282,13 +282,18 @@ func TestJudgeChecksSocketTurns(t *testing.T) {
 		got := readTurn(t, c)
 		prev = gjson.Get(got[len(got)-1], "response.id").String()
 	}
+	// A turn's event comes once its answer is over, after the client got
+	// the answer's last event; its check went out when it was forwarded.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(events()) < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	due := 0
 	for _, ev := range events() {
 		if ev.JudgeDue {
 			due++
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for len(j.Requests()) < due && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -275,7 +275,7 @@ func TestOllamaCallHolder(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			args := `{"command":"` + tt.command + `"}`
 			key, _ := inspect.CallKey(nil, "bash", args)
-			o := newAnswerObserver(p, &plan{api: ollamaAPI, stream: true, model: "qwen3"}, nil)
+			o := newAnswerObserver(p, &plan{api: ollamaAPI, requestFacts: requestFacts{stream: true, model: "qwen3"}}, nil)
 			defer o.release()
 			o.holdCalls([]terminalCall{{key: key, constraint: policy.Constraint{Category: inspect.ToolRepetition,
 				Pattern: "p", Tool: "bash", Args: args, Brief: "bash " + tt.command}}})

@@ -38,7 +38,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 
 		// The upstream's strings reach loopguard's own events through the
 		// accumulators: its stream is valid JSON, quoted correctly.
-		o := newAnswerObserver(p, &plan{api: chatAPI, stream: true, usage: true, model: model}, nil)
+		o := newAnswerObserver(p, &plan{api: chatAPI, requestFacts: requestFacts{stream: true, usage: true, model: model}}, nil)
 		chunk := `{"id":` + q(id) + `,"object":"chat.completion.chunk","created":1,"model":` + q(model) +
 			`,"choices":[{"index":0,"delta":{"content":` + q(text) + `,"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":` + q(name) + `,"arguments":` + q(text) + `}}]}}]}`
 		_ = o.answer.add([]byte(chunk), o)
@@ -51,7 +51,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 
 		// With tail = "trim" the event the repetition begins in is cut
 		// short, anywhere in its text.
-		o = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
+		o = newAnswerObserver(p, &plan{api: chatAPI, requestFacts: requestFacts{stream: true}}, nil)
 		o.trimming = true
 		raw := "data: " + chunk + "\n\n"
 		out, _ := o.trimmer.event(o, &sse.Event{Raw: []byte(raw), Data: []byte(chunk)}, nil)
@@ -63,7 +63,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		}
 		o.release()
 
-		o = newAnswerObserver(p, &plan{api: responsesAPI, stream: true}, nil)
+		o = newAnswerObserver(p, &plan{api: responsesAPI, requestFacts: requestFacts{stream: true}}, nil)
 		for _, ev := range []string{
 			`{"type":"response.created","sequence_number":0,"response":{"id":` + q(id) + `,"object":"response","created_at":1,"status":"in_progress","model":` + q(model) + `,"output":[]}}`,
 			`{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":` + q(id) + `,"type":"message","status":"in_progress","role":"assistant","content":[]}}`,
@@ -76,7 +76,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		written["responses cut"], _ = o.appendEnd(nil)
 		o.release()
 
-		o = newAnswerObserver(p, &plan{api: anthropicAPI, stream: true}, nil)
+		o = newAnswerObserver(p, &plan{api: anthropicAPI, requestFacts: requestFacts{stream: true}}, nil)
 		for _, ev := range []string{
 			`{"type":"message_start","message":{"id":` + q(id) + `,"type":"message","role":"assistant","content":[],"model":` + q(model) + `,"usage":{"input_tokens":1,"output_tokens":1}}}`,
 			`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":` + q(name) + `,"input":{}}}`,
@@ -106,7 +106,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 
 		// Ollama's streams are NDJSON: every line loopguard writes is JSON.
 		lines := map[string][]byte{}
-		o = newAnswerObserver(p, &plan{api: ollamaAPI, stream: true, model: model}, nil)
+		o = newAnswerObserver(p, &plan{api: ollamaAPI, requestFacts: requestFacts{stream: true, model: model}}, nil)
 		line := `{"model":` + q(model) + `,"created_at":` + q(id) + `,"message":{"role":"assistant","content":` + q(text) +
 			`,"tool_calls":[{"function":{"name":` + q(name) + `,"arguments":{"a":` + q(text) + `}}}]},"done":false}`
 		_ = o.answer.add([]byte(line), o)
@@ -116,7 +116,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		lines["ollama held call replaced"] = o.holder.replace(o, nil, &terminalCall{constraint: policy.Constraint{
 			Category: inspect.ToolRepetition, Brief: text, Tool: name, Args: text, Pattern: "p"}})
 		o.release()
-		o = newAnswerObserver(p, &plan{api: ollamaAPI, stream: true}, nil)
+		o = newAnswerObserver(p, &plan{api: ollamaAPI, requestFacts: requestFacts{stream: true}}, nil)
 		o.trimming = true
 		if out, _ := o.trimmer.event(o, &sse.Event{Raw: []byte(line + "\n"), Data: []byte(line)}, nil); len(out) > 0 {
 			t.Fatalf("trim released %q; want the line held", out)

@@ -99,39 +99,46 @@ func (p *pipeline) Close() error {
 
 // plan is what the pipeline decided for one request.
 type plan struct {
-	api      *wireAPI // the request's wire API
-	key      string
+	api *wireAPI // the request's wire API
+	requestFacts
 	decision policy.Decision
 	body     []byte           // the body to send upstream
 	answer   *inject.Response // loopguard's own answer; the upstream is not called
-	stream   bool
-	usage    bool // stream_options.include_usage
-	maxTok   int64
-	// completionTokens is max_completion_tokens, which wins over
-	// max_tokens once all options are read; -1 when absent.
-	completionTokens int64
-	// unread, when not 0, is where the history's value starts in the body:
-	// readOptions stopped there, and the members after it are read by
-	// finishOptions when something needs them.
-	unread  int
-	model   string
-	verdict inspect.Verdict
-	record  *recordPlan    // Responses API: the server-side history record, nil if none
-	layout  inspect.Layout // where the messages lie in body (chat completions)
+	verdict  inspect.Verdict
+	record   *recordPlan    // Responses API: the server-side history record, nil if none
+	layout   inspect.Layout // where the messages lie in body (chat completions)
 	// ownHistory: the judged history is body's own (not a Responses record
 	// prepended to it), so the evidence's indices point into body.
 	ownHistory bool
 	buf        *[]byte    // pooled buffer body was built in, nil if none
 	failOpen   string     // the stage that failed open, "" if none
 	resume     *resumable // how to stop a resumable stream on a cut, nil if none
-	// passive: policy mode shadow or off; the answer is watched, never
-	// changed (no cut, no trimmed or held events).
-	passive bool
-	start   time.Time
+	start      time.Time
 	// check is the judge's check of this turn, submitted once the request
 	// is forwarded (checkSent); nil when none is due.
 	check     *judge.Job
 	checkSent bool
+}
+
+// requestFacts is what a plan reads of the request itself: its session and
+// the options that shape its answer. A decision that failed keeps them, so
+// that the answer is still read as the request asked.
+type requestFacts struct {
+	key    string
+	stream bool
+	usage  bool // stream_options.include_usage
+	maxTok int64
+	// completionTokens is max_completion_tokens, which wins over
+	// max_tokens once all options are read; -1 when absent.
+	completionTokens int64
+	// unread, when not 0, is where the history's value starts in the body:
+	// readOptions stopped there, and the members after it are read by
+	// finishOptions when something needs them.
+	unread int
+	model  string
+	// passive: policy mode shadow or off; the answer is watched, never
+	// changed (no cut, no trimmed or held events).
+	passive bool
 }
 
 // guard serves one request of a guarded API: it decides, then answers
@@ -285,9 +292,8 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 		if r := recover(); r != nil {
 			p.obs.FailOpen("panic")
 			p.log.Error().Str("panic", panicText(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
-			pl = plan{api: api, key: pl.key, body: body, decision: policy.Decision{Action: policy.None}, failOpen: "panic",
-				stream: pl.stream, usage: pl.usage, model: pl.model, passive: pl.passive,
-				maxTok: pl.maxTok, completionTokens: pl.completionTokens, unread: pl.unread}
+			pl = plan{api: api, requestFacts: pl.requestFacts, body: body,
+				decision: policy.Decision{Action: policy.None}, failOpen: "panic"}
 		}
 	}()
 	var fields policy.Fields // what names the session, read with the options

@@ -291,7 +291,7 @@ func BenchmarkObserveEventOpenStreams(b *testing.B) {
 			obs := make([]*answerObserver, streams)
 			next := make([]int, streams)
 			for i := range obs {
-				obs[i] = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
+				obs[i] = newAnswerObserver(p, &plan{api: chatAPI, requestFacts: requestFacts{stream: true}}, nil)
 				next[i] = i * 7 % len(events)
 			}
 			seen := make([]int, streams)
@@ -313,7 +313,7 @@ func BenchmarkObserveEventOpenStreams(b *testing.B) {
 				}
 				if seen[s]++; seen[s] == openStreamEvents {
 					obs[s].release()
-					obs[s], seen[s] = newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil), 0
+					obs[s], seen[s] = newAnswerObserver(p, &plan{api: chatAPI, requestFacts: requestFacts{stream: true}}, nil), 0
 				}
 			}
 			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
@@ -339,7 +339,7 @@ func testPipeline(tb testing.TB) *pipeline {
 func observerAndEvents(tb testing.TB) (*answerObserver, []sse.Event) {
 	p := testPipeline(tb)
 	events := proseEvents()
-	o := newAnswerObserver(p, &plan{api: chatAPI, stream: true}, nil)
+	o := newAnswerObserver(p, &plan{api: chatAPI, requestFacts: requestFacts{stream: true}}, nil)
 	for i := range 64 {
 		o.event(&events[i], nil)
 	}
@@ -398,7 +398,7 @@ func BenchmarkDecideAndInject(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				// 64 sessions in turn: after the first round each request is
 				// a retry that re-applies its warning, as agents retry.
-				pl := plan{api: chatAPI, key: sessionKeys[i%len(sessionKeys)], model: "m", layout: traj.Layout}
+				pl := plan{api: chatAPI, requestFacts: requestFacts{key: sessionKeys[i%len(sessionKeys)], model: "m"}, layout: traj.Layout}
 				d, err := p.policy.Decide(ctx, pl.key, v, traj, policy.ModeEnforce)
 				if err != nil || d.Action != policy.Warn {
 					b.Fatalf("Decide = %v, %v; want warn", d.Action, err)

@@ -151,7 +151,7 @@ func (s *Server) stopGeneration(r *resumable) {
 // the stream inspection of chat answers: it has no request history, so no
 // ladder applies, but a degenerate answer is cut as on its first delivery.
 func (p *pipeline) serveResume(ctx *fasthttp.RequestCtx, s *Server) {
-	pl := plan{api: chatAPI, stream: true, decision: policy.Decision{Action: policy.None}, start: time.Now()}
+	pl := plan{api: chatAPI, requestFacts: requestFacts{stream: true}, decision: policy.Decision{Action: policy.None}, start: time.Now()}
 	pl.resume = s.resumableOf(ctx)
 	s.forward(ctx, nil, newAnswerObserver(p, &pl, s.chatDone))
 }

@@ -69,6 +69,9 @@ type Server struct {
 	stop     context.CancelFunc
 }
 
+// serverWriteBuf is the server's write buffer, one per connection.
+const serverWriteBuf = 2 << 10
+
 // New builds a proxy for cfg, which must have passed Validate. Nothing listens
 // until Serve is called.
 func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {

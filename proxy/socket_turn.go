@@ -73,7 +73,7 @@ func (sk *socket) clientMessage(msg []byte) (send []byte, forward bool) {
 		// its input starts the socket's record.
 		_, rec, _ := socketResponsesAPI.history(p, context.Background(), msg)
 		if rec != nil {
-			pl := &plan{api: socketResponsesAPI, record: rec, passive: true, stream: true, start: time.Now()}
+			pl := &plan{api: socketResponsesAPI, requestFacts: requestFacts{passive: true, stream: true}, record: rec, start: time.Now()}
 			sk.open(&socketTurn{obs: newAnswerObserver(p, pl, nil), plan: pl, start: pl.start})
 		}
 		return msg, true

@@ -25,8 +25,7 @@ func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) *strea
 	if cc, ok := conn.(*clientConn); ok {
 		conn = cc.Conn // one gathering write reaches the socket (rawsock) only unwrapped
 	}
-	// The socket itself writes buffers (rawsock.Conn): one object fewer
-	// for every chunk to reach, and one the stream's hot lines list.
+	// The socket itself writes buffers (rawsock.Conn), one sendmsg a chunk.
 	bw, ok := conn.(buffersWriter)
 	if !ok {
 		bw = connBuffers{conn}

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/loopguard/loopguard/internal/hotlines"
 	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -338,11 +337,10 @@ type upstreamBody struct {
 	eof bool
 	// pumped: Read is called within pump's step, on the goroutine that
 	// pumps; it never waits.
-	pumped   bool
-	idleStep idleStep // pump's
-	n        int64
-	closed   atomic.Bool
-	once     sync.Once
+	pumped bool
+	n      int64
+	closed atomic.Bool
+	once   sync.Once
 }
 
 // Read reads the body, starting the idle timeout anew (trackedConn) and
@@ -379,80 +377,6 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		err = errIdle
 	}
 	return n, err
-}
-
-// pumper is a connection that can be pumped: rawsock.Conn on Linux.
-type pumper interface {
-	Pump(step rawsock.Stepper, lines *hotlines.List) error
-}
-
-// pump runs step as rawsock.Conn.Pump does, while Read returns
-// sse.ErrWouldBlock rather than wait, for a chunked body read from a plain
-// TCP connection; false, without calling step, for any other. The body's
-// idle timeout counts from when step last returned false; pump ends with
-// errIdle once it passed, or with what else ended the wait (the connection
-// closed). lines lists what step reads first (rawsock.Conn.Pump).
-func (b *upstreamBody) pump(step rawsock.Stepper, lines *hotlines.List) (pumped bool, err error) {
-	cb, chunked := b.r.(*chunkedBody)
-	p, ok := b.conn.Conn.(pumper)
-	if !chunked || cb.own == nil || !ok || b.raw != net.Conn(b.conn) || b.closed.Load() {
-		return false, nil
-	}
-	b.pumped = true
-	b.idleStep = idleStep{b: b, step: step, read: b.conn.read.Load()}
-	for {
-		err = p.Pump(&b.idleStep, lines)
-		if err == nil || b.idle == 0 || !isTimeout(err) {
-			break
-		}
-		due := b.conn.waitFrom.Add(b.idle)
-		if !time.Now().Before(due) {
-			err = errIdle
-			break
-		}
-		// The deadline was armed an idle period before: the relay was busy
-		// since (trackedConn.Read).
-		_ = b.conn.Conn.SetReadDeadline(due)
-	}
-	b.pumped, b.idleStep = false, idleStep{}
-	return true, err
-}
-
-// idleStep is the step upstreamBody.pump pumps: the relay's, then the idle
-// timeout's bookkeeping. It is a part of the body, which the pump's hot
-// lines list (rawsock.Stepper).
-type idleStep struct {
-	b    *upstreamBody
-	step rawsock.Stepper
-	read int64 // the connection's bytes read when step last waited
-}
-
-func (s *idleStep) Step() bool {
-	if s.step.Step() {
-		return true
-	}
-	// The wait starts now if bytes came since the last; a call that found
-	// nothing (the first after a deadline was moved) goes on waiting from
-	// when it was.
-	if b := s.b; b.idle > 0 && b.conn.read.Load() != s.read {
-		s.read = b.conn.read.Load()
-		b.conn.waitFrom = time.Now()
-	}
-	return false
-}
-
-// warm loads what the body's next Read reads (streamRelay.warm): its
-// state, the chunked body's and its reader's, the bytes the reader holds
-// where it will read, and the connection's.
-func (b *upstreamBody) warm() byte {
-	x := byte(b.n) + byte(b.conn.read.Load())
-	if cb, ok := b.r.(*chunkedBody); ok {
-		x += byte(cb.left) + byte(cb.br.Buffered())
-		if held, _ := cb.br.Peek(min(cb.br.Buffered(), 1)); len(held) > 0 {
-			x += held[0]
-		}
-	}
-	return x
 }
 
 // Ready reports whether a Read returns bytes at once, without waiting on

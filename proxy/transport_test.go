@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
 )
@@ -575,7 +574,7 @@ func TestUpstreamBodyIdleTimeout(t *testing.T) {
 				}
 				if !pumped {
 					read()
-				} else if ok, perr := body.pump(rawsock.StepFunc(read), nil); !ok {
+				} else if ok, perr := body.pump(read); !ok {
 					t.Fatal("a chunked body on a TCP connection was not pumped")
 				} else if perr != nil {
 					err = perr

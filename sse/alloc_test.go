@@ -52,7 +52,6 @@ func TestAccumulatorAllocs(t *testing.T) {
 	whole := func() {
 		a.Reset()
 		for _, d := range datas {
-			a.Warm()
 			_ = a.Add(d, fn)
 		}
 		for range 20 {

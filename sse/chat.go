@@ -116,8 +116,6 @@ type ChatAccumulator struct {
 	// the entry is matched to a call.
 	tmpID, tmpName []byte
 
-	warmed byte // what Warm read, never used
-
 	// DropText, when set, makes Add pass each chunk's content and reasoning
 	// text to its callback without keeping it: Choices then reports both
 	// empty. A proxy that inspects the text delta by delta sets it, so that
@@ -132,25 +130,6 @@ func (a *ChatAccumulator) Reset() {
 	a.created, a.usage, a.hasUsage, a.done = 0, Usage{}, false, false
 	a.errRaw = a.errRaw[:0]
 	a.choices = a.choices[:0]
-}
-
-// Warm loads what the next Add reads of a besides the chunk: the stream's
-// id, model and created, and the first choice with the end of its text.
-// With thousands of open streams an accumulator has left the cache by its
-// next chunk, and Add meets these lines one after another, each miss
-// waiting for the pointer the one before brings; called before Add (or
-// before other work) it has them in flight together, while Add validates
-// the chunk, which needs none of them (docs/streams.md). It changes nothing.
-func (a *ChatAccumulator) Warm() {
-	x := byte(len(a.id)) + byte(len(a.model)) + byte(len(a.fingerprint)) + byte(a.created)
-	if len(a.choices) > 0 {
-		cs := &a.choices[0]
-		x += byte(cs.index)
-		if c := cs.content[:cap(cs.content)]; len(c) > 0 {
-			x += c[0] // with DropText, where the next text goes
-		}
-	}
-	a.warmed = x // a use, so that the compiler keeps the loads
 }
 
 // Add folds one event's data into a and calls fn (if not nil) once for each

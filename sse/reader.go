@@ -208,32 +208,6 @@ func (r *Reader) NextBuffered() (Event, bool) {
 	return r.scan()
 }
 
-// Warm loads what the next Next reads first, the reader's state and the
-// buffer where the next read lands, and returns a byte of it for the
-// caller to keep (a use, so that the loads stay). A proxy with thousands
-// of open streams calls it when a stream's socket became readable, so that
-// these cache misses are in flight together with its others.
-func (r *Reader) Warm() byte {
-	at := r.landing()
-	if at >= len(r.buf) {
-		return byte(r.w)
-	}
-	// An event of a model's stream, a delta in JSON, is a few hundred
-	// bytes: the line where it lands and the next.
-	return r.buf[at] + r.buf[min(at+64, len(r.buf)-1)] + byte(r.line)
-}
-
-// landing is where in buf the next read lands: fill slides the unfinished
-// event to the front first when it is all that is left (free) or when the
-// tail is too short for a useful read. Most often the last event was read
-// whole, and the next lands at the front.
-func (r *Reader) landing() int {
-	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
-		return r.w - r.r
-	}
-	return r.w
-}
-
 // Ready reports whether ReadReady would read: the underlying reader is a
 // Readier that holds bytes, and no error ended the stream.
 func (r *Reader) Ready() bool {
@@ -465,8 +439,9 @@ func (r *Reader) fill() (wouldBlock bool) {
 	if r.buf == nil {
 		r.buf = make([]byte, min(initialBufSize, r.max))
 	}
-	// Slide the unfinished event to the front first (landing).
-	if r.landing() != r.w {
+	// Slide the unfinished event to the front first when it is all that
+	// is left (free) or when the tail is too short for a useful read.
+	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
 		r.shift(r.r)
 		r.w = copy(r.buf, r.buf[r.r:r.w])
 		r.r = 0

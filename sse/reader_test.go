@@ -588,35 +588,6 @@ func TestReaderWouldBlock(t *testing.T) {
 	}
 }
 
-// TestReaderLanding: landing, which Warm loads, is where fill's read lands,
-// for every fixture read in pieces that split events anywhere, also where
-// the tail left is short (a slide) or the buffer is full (it grows).
-func TestReaderLanding(t *testing.T) {
-	for _, file := range fixtures(t) {
-		in, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sizes := range [][]int{{1}, {7, 3}, {200, 900}, {4096}} {
-			src := &countingReader{r: &chunkReader{b: in, sizes: sizes}}
-			r := NewReader(src, 0)
-			for reads := 0; r.err == nil; reads++ {
-				want := r.landing()
-				src.n = 0
-				r.fill()
-				if src.n > 0 && r.w-src.n != want {
-					t.Fatalf("%s, reads of %v, read %d: landed at %d; landing said %d", file, sizes, reads, r.w-src.n, want)
-				}
-				for {
-					if _, ok := r.NextBuffered(); !ok {
-						break
-					}
-				}
-			}
-		}
-	}
-}
-
 // countingReader notes how many bytes its last Read returned.
 type countingReader struct {
 	r io.Reader

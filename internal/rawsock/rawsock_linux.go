@@ -9,7 +9,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/loopguard/loopguard/internal/hotlines"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,9 +37,7 @@ type Conn struct {
 	// Pump's: its step, the socket while step runs, whether the last read
 	// there took all the socket held, when step last returned false to
 	// wait, and whether that wait was short (ahead).
-	step    Stepper
-	lines   *hotlines.List
-	loaded  byte // what lines held: a use, so that the loads stay
+	step    func() bool
 	pumpf   func(fd uintptr) bool
 	pumpFD  uintptr
 	pumping bool
@@ -77,10 +74,6 @@ func Wrap(c net.Conn) net.Conn {
 	rc.readf, rc.writef, rc.writevf, rc.pumpf = rc.read, rc.write, rc.writev, rc.pump
 	return rc
 }
-
-// AddLines lists the connection's own state in l, for a stream whose
-// events read it (package hotlines).
-func (c *Conn) AddLines(l *hotlines.List) { l.Add(unsafe.Pointer(c), unsafe.Sizeof(*c)) }
 
 // SyscallConn returns the socket's raw connection: the wrapper must not hide
 // it from those who watch the socket (the proxy's peer watcher).
@@ -201,16 +194,11 @@ func (c *Conn) read(fd uintptr) bool {
 // costs a park, a poll and a wake where a read would have found them. So
 // after a wait shorter than aheadWait, Read reads on after a short read,
 // until a read finds nothing.
-//
-// lines, when not nil, lists what step reads first; Pump loads it each
-// time the socket became readable, before it calls step: that is the
-// first the relay learns of an event, a pointer or two earlier than step
-// could (package hotlines).
-func (c *Conn) Pump(step Stepper, lines *hotlines.List) error {
+func (c *Conn) Pump(step func() bool) error {
 	c.rmu.Lock()
-	c.step, c.lines, c.pumping = step, lines, true
+	c.step, c.pumping = step, true
 	err := c.raw.Read(c.pumpf)
-	c.step, c.lines, c.pumping = nil, nil, false
+	c.step, c.pumping = nil, false
 	c.rmu.Unlock()
 	if err != nil {
 		return c.opError("read", err)
@@ -221,12 +209,9 @@ func (c *Conn) Pump(step Stepper, lines *hotlines.List) error {
 // pump is raw's callback for Pump: the socket became readable (or this is
 // the first call), so Read reads again.
 func (c *Conn) pump(fd uintptr) bool {
-	if c.lines != nil {
-		c.loaded = c.lines.Load()
-	}
 	c.pumpFD, c.drained = fd, false
 	c.ahead = c.waitAt != 0 && monotonic()-c.waitAt < aheadWait
-	if c.step.Step() {
+	if c.step() {
 		return true
 	}
 	c.waitAt = monotonic()

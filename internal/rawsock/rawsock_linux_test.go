@@ -11,9 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
-	"github.com/loopguard/loopguard/internal/hotlines"
 	"golang.org/x/sys/unix"
 )
 
@@ -223,7 +221,7 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 			}()
 			buf := make([]byte, 64)
 			read := 0
-			err := c.Pump(StepFunc(func() bool {
+			err := c.Pump(func() bool {
 				for {
 					n, err := c.Read(buf)
 					if err == ErrWouldBlock {
@@ -239,7 +237,7 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 					}
 					got <- read
 				}
-			}), nil)
+			})
 			if err != nil {
 				t.Fatalf("Pump = %v", err)
 			}
@@ -252,38 +250,6 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 			}
 		})
 	}
-	t.Run("lines loaded before each step", func(t *testing.T) {
-		w, r := tcpPair(t)
-		c := Wrap(r).(*Conn)
-		mem := make([]byte, 2*hotlines.LineSize)
-		var lines hotlines.List
-		lines.Add(unsafe.Pointer(&mem[0]), uintptr(len(mem)))
-		buf := make([]byte, 64)
-		steps := 0
-		err := c.Pump(StepFunc(func() bool {
-			steps++
-			if want := byte(steps - 1); c.loaded != want {
-				t.Errorf("step %d found %d loaded; want %d", steps, c.loaded, want)
-			}
-			mem[0]++ // what the next load finds
-			for {
-				if _, err := c.Read(buf); err != ErrWouldBlock {
-					continue
-				}
-				if steps == 3 {
-					return true
-				}
-				if _, err := w.Write([]byte("x")); err != nil {
-					t.Error(err)
-					return true
-				}
-				return false
-			}
-		}), &lines)
-		if err != nil || steps < 3 {
-			t.Errorf("Pump = %v after %d steps", err, steps)
-		}
-	})
 	t.Run("closed under the wait", func(t *testing.T) {
 		_, a := tcpPair(t)
 		c := Wrap(a).(*Conn)
@@ -292,10 +258,10 @@ func TestPumpOneReadAnEvent(t *testing.T) {
 			c.Close()
 		}()
 		buf := make([]byte, 64)
-		err := c.Pump(StepFunc(func() bool {
+		err := c.Pump(func() bool {
 			_, err := c.Read(buf)
 			return err != ErrWouldBlock
-		}), nil)
+		})
 		if !errors.Is(err, net.ErrClosed) {
 			t.Errorf("Pump on a socket closed under it = %v; want net.ErrClosed", err)
 		}

@@ -1,0 +1,554 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loopguard/loopguard/ndjson"
+	"github.com/loopguard/loopguard/observe"
+	"github.com/loopguard/loopguard/sse"
+	"github.com/valyala/fasthttp"
+)
+
+// A streamed answer (SSE, or Ollama's NDJSON) goes back to the client here,
+// read top to bottom:
+//
+//   - relayStream sets the stream up once the upstream's headers came: the
+//     observer sees them, and the connection's own goroutine becomes the
+//     stream's writer (streambody.go).
+//   - openStream.relay runs the stream; relayBody relays it within the
+//     upstream socket's pump (upstreamBody.pump, at the end of this file),
+//     or with plain reads where there is no pump.
+//   - streamRelay.relay is the event loop: read an event, ask the observer
+//     what the client gets and whether the stream stops (answerObserver,
+//     answer_observer.go; the cut itself: answer_cut.go and the API's
+//     appendEnd), write it, flush.
+//   - streamRelay's next, event and end run the parser and the observer
+//     under a recover: a panic there passes the rest through unparsed
+//     (fail open, failsafe.go).
+//   - A cut, a client gone or the request deadline end in
+//     openStream.abort, which shuts the upstream's connection at once so
+//     the model stops generating; openStream.end writes what is left (held
+//     events, an in-band error) and accounts for the stream.
+//
+// docs/streams.md says why the stream path is shaped as it is.
+
+// relayStream forwards an SSE response event by event, or with lines an
+// NDJSON one line by line, flushing after each, and owns resp until the
+// stream ends.
+func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration, lines bool) {
+	status := ctx.Response.StatusCode()
+	// nginx and similar proxies in front of us must not buffer the stream
+	// (docs/streams.md: buffering).
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
+	// The request went upstream whole, and an agent's history (often
+	// hundreds of kilobytes) would stay in memory for the stream's whole
+	// life. SwapBody hands its buffer over instead of pooling it: whatever
+	// might still view the bytes keeps them valid.
+	ctx.Request.SwapBody(nil)
+	// What the stream writer needs is copied out now: RequestCtx must not be
+	// touched once the handler has returned.
+	// An observer whose header panicked sees nothing of the stream.
+	dropped := obs != nil && !observed
+	// An event stream the upstream coded with one coding loopguard reads is
+	// inspected decoded (relayCoded); a list of codings, or coded NDJSON,
+	// passes uninspected.
+	var coded coding
+	if _, ok := obs.(codedObserver); ok && observed && !lines {
+		if cs, err := parseCodings(ctx.Response.Header.ContentEncoding()); err == nil && cs.n == 1 {
+			coded = cs.list[0]
+		}
+	}
+	st := &openStream{
+		s: s, ub: ub, conn: ctx.Conn(), status: status, start: start, headerLatency: headerLatency,
+		method: append([]byte(nil), ctx.Method()...), path: append([]byte(nil), ctx.Path()...),
+		// A coded stream's observer holds nothing back: nothing is left
+		// to end.
+		rl:    streamRelay{s: s, obs: obs, raw: dropped, ended: dropped || coded != 0},
+		coded: coded,
+	}
+	if lines {
+		st.rl.nd = ndjson.NewReader(ub, s.cfg.Stream.MaxEventBytes)
+	} else {
+		st.rl.rd = sse.NewReader(ub, s.cfg.Stream.MaxEventBytes)
+	}
+	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
+		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
+	}
+	s.obs.StreamOpened()
+	st.body = s.setStreamWriter(ctx, st.relay)
+}
+
+// openStream is one stream that relayStream relays. It lives on the heap,
+// not in the frame of the writer's function: the relay's goroutine waits
+// for every event with the detectors' deepest calls on top of its frames,
+// and thousands of open streams each keep the stack that made (docs/streams.md).
+type openStream struct {
+	s      *Server
+	ub     *upstreamBody
+	conn   net.Conn
+	status int
+	start  time.Time
+	// headerLatency is the time to the upstream's response headers.
+	headerLatency time.Duration
+	method, path  []byte
+	timer         *time.Timer // the request deadline
+	// cause is why the stream ended early (client gone, cut, deadline);
+	// the first wins.
+	cause atomic.Pointer[error]
+	rl    streamRelay
+	stats relayStats
+	body  *streamBody // nil for HTTP/1.0, which writes no chunks
+	// coded is the upstream's content coding of a stream inspected
+	// decoded (relayCoded); 0 for the others.
+	coded coding
+}
+
+// abort ends the stream early, from any goroutine (the peer watcher's,
+// the request deadline's), and never waits: the relay may be blocked in a
+// write to a client that stopped reading, and closing the upstream
+// connection would wait for the pump that runs the relay. So the upstream
+// connection is shut, which the model sees at once, and a client that left
+// has its connection closed, which ends a write stuck on it; the relay then
+// ends the stream and closes what it owns (end).
+func (st *openStream) abort(err error) {
+	if st.cause.CompareAndSwap(nil, &err) {
+		st.ub.interrupt()
+		if err == errClientGone {
+			_ = st.conn.Close()
+		}
+	}
+}
+
+// relay is the stream's body writer.
+func (st *openStream) relay(w *bufio.Writer) {
+	watch := st.s.peers.watch(st.conn, func() { st.abort(errClientGone) })
+	var stop error
+	if st.coded != 0 {
+		stop = st.relayCoded(w, newCodedStream(st.coded, st.rl.obs.(codedObserver), st.s.cfg.Stream.MaxEventBytes))
+	} else {
+		stop = st.rl.relayBody(w, st.ub, st.start, &st.stats)
+	}
+	if stop != nil {
+		st.abort(stop)
+	}
+	st.end(w, watch)
+}
+
+// end writes what is left once the upstream's stream is over, and accounts
+// for the stream. Its frame is on the stack only then.
+//
+//go:noinline
+func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
+	written, readErr := st.stats.written, st.stats.readErr
+	// The stream is over: what the observer held back (tail = "trim",
+	// held tool calls) goes out before anything of loopguard's own.
+	if tail := st.rl.end(); len(tail) > 0 {
+		n, _ := w.Write(tail)
+		written += int64(n)
+		_ = w.Flush()
+	}
+	c := st.cause.Load()
+	if readErr != nil && (c == nil || *c == errDeadline) && st.coded == 0 {
+		// The upstream failed mid-stream: tell the client in-band, the
+		// only way left once the status line is sent (docs/streams.md:
+		// errors inside a 200 stream). A coded stream cannot take plain
+		// bytes: its client sees the coded stream end unfinished.
+		reason := readErr
+		if c != nil {
+			reason = *c
+		}
+		if st.rl.nd != nil {
+			_, _ = w.Write(ndjsonErrorLine(reason))
+		} else {
+			_, _ = w.Write(sseErrorEvent(reason))
+		}
+		_ = w.Flush()
+	}
+	watch.stop()
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	final := readErr
+	if c != nil {
+		final = *c
+	}
+	st.ub.Close(final)
+	st.s.respond(st.rl.obs, st.method, st.path, final, observe.ResponseInfo{Status: st.status, Streamed: true,
+		UpstreamLatency: st.headerLatency, TTFB: st.stats.ttfb, Duration: time.Since(st.start), Events: st.stats.events, Bytes: written})
+}
+
+// relayStats is what relay counts of a stream.
+type relayStats struct {
+	events  int
+	written int64
+	ttfb    time.Duration // from start to the first event's flush
+	readErr error         // the upstream failed mid-stream
+}
+
+// relayBody relays ub's stream with relay. A body that can be pumped
+// (upstreamBody.pump) is relayed within the pump, where the read after an
+// event that finds nothing yet costs no system call.
+func (r *streamRelay) relayBody(w *bufio.Writer, ub *upstreamBody, start time.Time, st *relayStats) (stop error) {
+	at := relayWait
+	pumped, err := ub.pump(func() bool {
+		at, stop = r.relay(w, ub, start, st, true)
+		return at != relayWait
+	})
+	switch {
+	case !pumped:
+	case at == relayWait: // what ended the pump's wait: idle, closed
+		st.readErr = err
+		return nil
+	case at == relayEnded:
+		return stop
+	}
+	_, stop = r.relay(w, ub, start, st, false)
+	return stop
+}
+
+// relayed is where relay left a stream.
+type relayed uint8
+
+const (
+	relayEnded  relayed = iota // the stream is over: stop and st.readErr say how
+	relayWait                  // pumped: a read would wait; relay again once the upstream sent more
+	relayUnpump                // pumped: the rest is copied unparsed, with reads that wait; relay again unpumped
+)
+
+// relay copies the stream from r.rd to w until it ends: event by event,
+// each flushed as it comes, or the rest as it comes when it cannot be
+// parsed. src is r.rd's reader. It returns errClientGone when a flush
+// failed and errCut when the observer stopped the stream, nil when the
+// upstream ended it (st.readErr says how).
+//
+// pumped says that src's reads never wait (sse.ErrWouldBlock): relay then
+// returns relayWait once it relayed all that came, and relayUnpump rather
+// than copy the rest with reads that wait.
+//
+// An event costs one read, one scan for its end, one write and one flush,
+// and no allocation (TestRelayEventAllocs); inspection adds the observer's
+// event call. Events that one read brought together (an upstream ahead of
+// its client, and what it sent ahead of that read, which the next reads
+// return at once) go out in one write and one flush, as they came.
+func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st *relayStats, pumped bool) (at relayed, stop error) {
+	var batch *[]byte // events read together and not yet written; pooled
+	ready := false    // r.ev is an event NextBuffered returned
+	for {
+		var err error
+		if !ready {
+			// Nothing is held in batch here, so relay may return and be
+			// called again.
+			if r.ev, err = r.next(); err == sse.ErrWouldBlock {
+				return relayWait, nil
+			}
+		}
+		ready = false
+		if len(r.ev.Raw) > 0 {
+			st.events++
+			out, cut := r.event(&r.ev)
+			batched := 0
+			if batch != nil {
+				batched = len(*batch)
+			}
+			if !cut && err == nil && !r.raw && batched+len(out) <= batchMax {
+				// out may alias the observer's buffer, which the next event
+				// reuses, or the reader's, which reading moves: keep a copy
+				// before either.
+				next, ok := r.nextBuffered(false)
+				if !ok && !r.raw && r.ready() {
+					batch = appendBatch(batch, out)
+					out = nil
+					next, ok = r.nextBuffered(true)
+				}
+				if ok {
+					if out != nil {
+						batch = appendBatch(batch, out)
+					}
+					r.ev, ready = next, true
+					continue
+				}
+			}
+			held := batch
+			if held != nil {
+				batch = nil
+				if len(*held)+len(out) <= cap(*held) {
+					out = append(*held, out...)
+				} else {
+					// A large event after a burst: the burst goes first.
+					n, _ := w.Write(*held)
+					st.written += int64(n)
+				}
+			}
+			n, _ := w.Write(out)
+			st.written += int64(n)
+			if held != nil {
+				*held = (*held)[:0]
+				batchBufs.Put(held)
+			}
+			if ferr := w.Flush(); ferr != nil {
+				return relayEnded, errClientGone
+			}
+			if st.ttfb == 0 {
+				st.ttfb = time.Since(start)
+			}
+			if cut {
+				return relayEnded, errCut
+			}
+		}
+		if (err == sse.ErrEventTooLarge || r.raw) && pumped {
+			return relayUnpump, nil
+		}
+		if err == sse.ErrEventTooLarge || r.raw {
+			// One event beyond stream.max_event_bytes (docs/streams.md: long lines),
+			// or a panic while parsing or observing (fail open): stop
+			// parsing and pass the rest through as it comes, after what
+			// the observer held back.
+			n, err := w.Write(r.end())
+			st.written += int64(n)
+			if err == nil {
+				n, err = w.Write(r.buffered())
+				st.written += int64(n)
+			}
+			if err == nil {
+				buf := copyBufs.Get().(*[]byte)
+				var m int64
+				m, err = io.CopyBuffer(flushWriter{w}, src, *buf)
+				copyBufs.Put(buf)
+				st.written += m
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				st.readErr = err
+			}
+			return relayEnded, nil
+		}
+		if err != nil {
+			if err != io.EOF {
+				st.readErr = err
+			}
+			return relayEnded, nil
+		}
+	}
+}
+
+// batchMax bounds the events relay sends in one write. A burst larger than
+// the server's write buffer is framed as one chunk by streamBody's writer
+// (chunkWriter) and sent in one write all the same.
+const batchMax = 8 << 10
+
+// batchBufs hold the events of one read until they are written; a stream
+// holds one only while it relays a burst.
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, batchMax); return &b }}
+
+// appendBatch appends out to batch, taking one from batchBufs first if nil.
+func appendBatch(batch *[]byte, out []byte) *[]byte {
+	if batch == nil {
+		batch = batchBufs.Get().(*[]byte)
+	}
+	*batch = append(*batch, out...)
+	return batch
+}
+
+// streamRelay is what relayStream's event loop calls to parse and observe
+// a stream, with a recover around each call. After a panic, raw is set:
+// the loop stops parsing and copies the rest of the stream as it comes.
+type streamRelay struct {
+	s   *Server
+	obs responseObserver // nil: events are forwarded as they are
+	rd  *sse.Reader
+	// nd, when not nil, reads an NDJSON stream (Ollama's) in rd's place:
+	// one line an event.
+	nd *ndjson.Reader
+	// ev is the current event: one for the whole stream, as &ev goes to
+	// the observer and a fresh variable per event would escape each time.
+	ev    sse.Event
+	out   []byte // what the client gets for the current event; reused
+	raw   bool   // parsing or observing failed: pass the rest through
+	ended bool   // obs.end was called, or event stopped the stream
+}
+
+// fail counts and logs the first panic of the stream and sets raw; obs is
+// the observer the panic was in, nil for the reader.
+func (r *streamRelay) fail(obs responseObserver, where string, p any) {
+	if obs != nil {
+		obs.abandon()
+	}
+	if !r.raw {
+		r.s.recovered(nil, where, p)
+	}
+	r.raw = true
+}
+
+// next reads the next event. A panic in the reader leaves the event's
+// bytes in rd.Buffered and sets raw.
+func (r *streamRelay) next() (ev sse.Event, err error) {
+	if r.raw {
+		return sse.Event{}, nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(nil, "sse", p)
+			ev, err = sse.Event{}, nil
+		}
+	}()
+	if r.nd != nil {
+		return r.nd.Next()
+	}
+	return r.rd.Next()
+}
+
+// nextBuffered returns the next event when the reader holds all of it;
+// false when it must read first, or it panicked (then raw is set). With
+// read, it first reads what the upstream sent ahead and holds ready
+// (sse.Reader.ReadReady): that moves the reader's buffer, and the events
+// returned before are invalid after it.
+func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
+	if r.raw {
+		return sse.Event{}, false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(nil, "sse", p)
+			ev, ok = sse.Event{}, false
+		}
+	}()
+	if r.nd != nil {
+		if read {
+			return r.nd.ReadReady()
+		}
+		return r.nd.NextBuffered()
+	}
+	if read {
+		return r.rd.ReadReady()
+	}
+	return r.rd.NextBuffered()
+}
+
+// event returns what the client gets for ev and whether the stream stops
+// after it. When the observer panics, the client gets what it held, then
+// ev as the upstream sent it, and raw is set. That is every byte when the
+// panic came, as it does in sse/ and the detectors, before the observer
+// took ev in; the observer is not trusted to say more.
+func (r *streamRelay) event(ev *sse.Event) (out []byte, stop bool) {
+	if r.obs == nil {
+		return ev.Raw, false
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(r.obs, "event", p)
+			r.out = append(r.end(), ev.Raw...)
+			out, stop = r.out, false
+		}
+	}()
+	r.out, stop = r.obs.event(ev, r.out[:0])
+	r.ended = stop
+	return r.out, stop
+}
+
+// end returns what the observer still holds back, once: nil after a stop,
+// or when the observer panics again.
+func (r *streamRelay) end() (out []byte) {
+	if r.obs == nil || r.ended {
+		return nil
+	}
+	r.ended = true
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(r.obs, "end", p)
+			out = nil
+		}
+	}()
+	r.out = r.obs.end(r.out[:0])
+	return r.out
+}
+
+// buffered is what the reader read past the last event it returned; nil if
+// even that panics.
+func (r *streamRelay) buffered() (b []byte) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(nil, "sse", p)
+			b = nil
+		}
+	}()
+	if r.nd != nil {
+		return r.nd.Buffered()
+	}
+	return r.rd.Buffered()
+}
+
+// ready reports that the reader's source holds bytes it can read at once.
+func (r *streamRelay) ready() bool {
+	if r.nd != nil {
+		return r.nd.Ready()
+	}
+	return r.rd.Ready()
+}
+
+// pumper is a connection that can be pumped: rawsock.Conn on Linux.
+type pumper interface {
+	Pump(step func() bool) error
+}
+
+// pump runs step as rawsock.Conn.Pump does, while Read returns
+// sse.ErrWouldBlock rather than wait, for a chunked body read from a plain
+// TCP connection; false, without calling step, for any other. The body's
+// idle timeout counts from when step last returned false having read
+// something; pump ends with errIdle once it passed, or with what else
+// ended the wait (the connection closed).
+func (b *upstreamBody) pump(step func() bool) (pumped bool, err error) {
+	cb, chunked := b.r.(*chunkedBody)
+	p, ok := b.conn.Conn.(pumper)
+	if !chunked || cb.own == nil || !ok || b.raw != net.Conn(b.conn) || b.closed.Load() {
+		return false, nil
+	}
+	b.pumped = true
+	read := b.conn.read.Load() // the connection's bytes read when step last waited
+	idleStep := func() bool {
+		if step() {
+			return true
+		}
+		// The wait starts now if bytes came since the last; a call that
+		// found nothing (the first after a deadline was moved) goes on
+		// waiting from when it was.
+		if b.idle > 0 && b.conn.read.Load() != read {
+			read = b.conn.read.Load()
+			b.conn.waitFrom = time.Now()
+		}
+		return false
+	}
+	for {
+		err = p.Pump(idleStep)
+		if err == nil || b.idle == 0 || !isTimeout(err) {
+			break
+		}
+		due := b.conn.waitFrom.Add(b.idle)
+		if !time.Now().Before(due) {
+			err = errIdle
+			break
+		}
+		// The deadline was armed an idle period before: the relay was busy
+		// since (trackedConn.Read).
+		_ = b.conn.Conn.SetReadDeadline(due)
+	}
+	b.pumped = false
+	return true, err
+}
+
+// flushWriter flushes after every write, for raw pass-through of a stream
+// that could not be parsed.
+type flushWriter struct{ w *bufio.Writer }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		err = f.w.Flush()
+	}
+	return n, err
+}
