@@ -587,17 +587,3 @@ func TestReaderWouldBlock(t *testing.T) {
 		}
 	}
 }
-
-// countingReader notes how many bytes its last Read returned.
-type countingReader struct {
-	r io.Reader
-	n int
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if n > 0 {
-		c.n = n
-	}
-	return n, err
-}
