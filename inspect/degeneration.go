@@ -195,12 +195,9 @@ func (d *Degeneration) Reset() {
 	} else {
 		*d.table16 = [1 << degTableBits]uint16{}
 	}
-	d.pos, d.hash = 0, 0
-	d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
-	d.lead, d.indent, d.lineStruct, d.ticks, d.tickChar = true, 0, false, 0, 0
-	d.fence, d.json, d.lastStruct = false, 0, 0
-	d.fired, d.shape, d.cycle, d.offset, d.count, d.threshold, d.elemLen = false, false, false, 0, 0, 0, 0
 	d.loose.reset()
+	*d = Degeneration{cfg: d.cfg, buf: d.buf, mask: d.mask, table8: d.table8, table16: d.table16, baseK: d.baseK,
+		loose: d.loose, lead: true}
 }
 
 // Write feeds the next text delta. It reports true once the stream is

@@ -145,15 +145,12 @@ func (l *looseCycles) init(window int) {
 }
 
 func (l *looseCycles) reset() {
-	l.word, l.wordLen, l.alnum = looseFNVInit, 0, false
-	l.words, l.span, l.novel, l.recurring, l.count = 0, 0, 0, 0, 0
-	l.last = [looseSpan]uint32{}
-	l.suspect = false
 	if l.t != nil {
 		l.t.keys = [1 << looseTableBits]uint32{}
 	} else {
 		*l.pre = loosePrecheck{}
 	}
+	*l = looseCycles{t: l.t, pre: l.pre, window: l.window, spanOut: l.spanOut, word: looseFNVInit}
 }
 
 // grow makes the table and forgets the text, which the caller replays.

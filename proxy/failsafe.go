@@ -14,10 +14,10 @@ import (
 // and the chat observer read bytes the upstream chose, and a bug there that
 // panics must neither kill the process nor cost the client a byte
 // (docs/streams.md: a healthy stream arrives whole). Each stage that runs
-// them recovers here: the stage is left out of the rest of the response,
-// which passes through as the upstream sent it,
-// and the failure is counted in loopguard_fail_open_total{stage="stream"}
-// and logged, without content.
+// them recovers, here or, for a stream's events, in stream.go's
+// streamRelay: the stage is left out of the rest of the response, which
+// passes through as the upstream sent it, and the failure is counted in
+// loopguard_fail_open_total{stage="stream"} and logged, without content.
 
 // stageStream is the fail-open stage of a panic on the response path.
 const stageStream = "stream"

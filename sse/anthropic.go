@@ -32,10 +32,7 @@ type AnthropicAccumulator struct {
 
 // Reset empties a, keeping its buffers for reuse.
 func (a *AnthropicAccumulator) Reset() {
-	a.id, a.model, a.stop = a.id[:0], a.model[:0], a.stop[:0]
-	a.usage, a.hasUsage, a.done = Usage{}, false, false
-	a.errRaw = a.errRaw[:0]
-	a.blocks = a.blocks[:0]
+	*a = AnthropicAccumulator{id: a.id[:0], model: a.model[:0], stop: a.stop[:0], errRaw: a.errRaw[:0], blocks: a.blocks[:0]}
 }
 
 // Add folds one event's data into a and calls fn (if not nil) with what it

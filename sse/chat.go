@@ -124,12 +124,10 @@ type ChatAccumulator struct {
 	DropText bool
 }
 
-// Reset empties a, keeping its buffers for reuse.
+// Reset empties a, keeping its buffers for reuse, and DropText.
 func (a *ChatAccumulator) Reset() {
-	a.id, a.model, a.fingerprint = a.id[:0], a.model[:0], a.fingerprint[:0]
-	a.created, a.usage, a.hasUsage, a.done = 0, Usage{}, false, false
-	a.errRaw = a.errRaw[:0]
-	a.choices = a.choices[:0]
+	*a = ChatAccumulator{id: a.id[:0], model: a.model[:0], fingerprint: a.fingerprint[:0], errRaw: a.errRaw[:0],
+		choices: a.choices[:0], tmpID: a.tmpID[:0], tmpName: a.tmpName[:0], DropText: a.DropText}
 }
 
 // Add folds one event's data into a and calls fn (if not nil) once for each

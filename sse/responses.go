@@ -46,7 +46,7 @@ type respItem struct {
 type ResponsesAccumulator struct {
 	id, model, status []byte
 	createdAt         int64
-	seq               int // highest sequence_number seen, -1 before any
+	seq               int // highest sequence_number seen, 0 before any
 	usage             Usage
 	hasUsage          bool
 	done              bool
@@ -56,10 +56,7 @@ type ResponsesAccumulator struct {
 
 // Reset empties a, keeping its buffers for reuse.
 func (a *ResponsesAccumulator) Reset() {
-	a.id, a.model, a.status = a.id[:0], a.model[:0], a.status[:0]
-	a.createdAt, a.seq, a.usage, a.hasUsage, a.done = 0, 0, Usage{}, false, false
-	a.errRaw = a.errRaw[:0]
-	a.items = a.items[:0]
+	*a = ResponsesAccumulator{id: a.id[:0], model: a.model[:0], status: a.status[:0], errRaw: a.errRaw[:0], items: a.items[:0]}
 }
 
 // Add folds one event's data into a and calls fn (if not nil) with what it
