@@ -599,7 +599,7 @@ func TestSessionCacheBytesPerSession(t *testing.T) {
 		t.Errorf("a session holds %d bytes for a %d-byte history: more than half of it", g, n)
 	}
 	// What a long session costs the cache, a turn (one call and its
-	// result) at a time: about 240 bytes today.
+	// result) at a time.
 	if turns := int64(len(h.msgs)-2) / 2; g/turns > 320 {
 		t.Errorf("a session holds %d bytes a turn; want at most 320", g/turns)
 	}
