@@ -48,8 +48,10 @@ func chatgptAuthFile(t *testing.T, home, account string) {
 
 // TestRunCodexSignedInWithChatGPT runs the real Codex CLI signed in with
 // ChatGPT under `loopguard run`, against the fake serving the ChatGPT Codex
-// backend's path: Codex sends its turns zstd-coded to .../responses with its
-// account header, loopguard reads them, a looping session ends with
+// backend's path, over both of its transports: its default, the Responses
+// WebSocket (the upgrade carries its account header and token), and HTTP
+// when the upgrade is refused, where it sends its turns zstd-coded.
+// loopguard reads them either way: a looping session ends with
 // LOOP_DETECTED and a healthy one is untouched.
 func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 	bin := os.Getenv("LOOPGUARD_E2E_CODEX")
@@ -59,21 +61,26 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 	loopguard, _ := buildRunBinaries(t)
 	const account = "acct_e2e"
 	const backend = "/backend-api/codex"
-	for _, looping := range []bool{false, true} {
-		t.Run(map[bool]string{false: "healthy", true: "looping"}[looping], func(t *testing.T) {
+	for _, tc := range []struct {
+		transport string
+		looping   bool
+	}{{"websocket", false}, {"websocket", true}, {"http", false}, {"http", true}} {
+		looping := tc.looping
+		t.Run(tc.transport+"/"+map[bool]string{false: "healthy", true: "looping"}[looping], func(t *testing.T) {
 			answer := fakellm.ResponsesAnswer{Text: "The build passes."}
 			if looping {
 				answer = loopAnswerResponses
 			}
-			fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-				// No Responses WebSocket here: 426 sends Codex to HTTP at once
-				// (any other refusal costs it seven retries).
-				{Match: func(r *fakellm.Request) bool {
+			rules := []fakellm.Rule{fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return answer })}
+			if tc.transport == "http" {
+				// 426 sends Codex to HTTP at once (any other refusal costs
+				// it seven retries).
+				rules = append([]fakellm.Rule{{Match: func(r *fakellm.Request) bool {
 					return r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/responses")
 				},
-					Response: fakellm.Response{Raw: []byte{}, Status: http.StatusUpgradeRequired}},
-				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return answer }),
-			}})
+					Response: fakellm.Response{Raw: []byte{}, Status: http.StatusUpgradeRequired}}}, rules...)
+			}
+			fake := fakellm.Start(t, fakellm.Script{Rules: rules})
 			home := t.TempDir()
 			chatgptAuthFile(t, home, account)
 			jsonPath := filepath.Join(home, "summary.json")
@@ -109,10 +116,36 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 			if err := json.Unmarshal(b, &sum); err != nil {
 				t.Fatal(err)
 			}
-			calls := 0
-			for _, r := range fake.Requests() {
+			calls, upgrades := 0, 0
+			for _, x := range fake.Exchanges() {
+				r := x.Request
+				if r.Method == http.MethodGet && r.Path == backend+"/responses" && !r.Socket {
+					upgrades++
+					if tc.transport == "websocket" {
+						if x.Status != http.StatusSwitchingProtocols {
+							t.Errorf("upgrade answered %d; want 101", x.Status)
+						}
+						if r.Header.Get("Chatgpt-Account-Id") != account || !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+							t.Errorf("the upgrade reached the upstream without Codex's account header and token")
+						}
+					}
+					continue
+				}
+				if r.Socket {
+					if tc.transport != "websocket" {
+						t.Errorf("a socket turn after the upgrade was refused")
+					}
+					if r.Path != backend+"/responses" {
+						t.Errorf("socket turn on %s", r.Path)
+					}
+					calls++
+					continue
+				}
 				if r.Method != http.MethodPost || r.Path != backend+"/responses" {
 					continue
+				}
+				if tc.transport == "websocket" {
+					t.Errorf("a POST on the socket run: Codex left the socket")
 				}
 				calls++
 				if calls == 1 {
@@ -134,8 +167,12 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 					t.Errorf("turn %d: no bearer token passed through", calls)
 				}
 			}
+			t.Logf("%s: %d upgrade(s), %d model call(s) upstream", tc.transport, upgrades, calls)
 			if calls == 0 {
 				t.Fatalf("no turn reached %s/responses; the fake saw %d requests", backend, len(fake.Requests()))
+			}
+			if tc.transport == "websocket" && (upgrades == 0 || upgrades > 2) {
+				t.Errorf("%d upgrades; want Codex on one socket, with no retries", upgrades)
 			}
 			want := calls
 			if looping {
