@@ -71,7 +71,14 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 			if looping {
 				answer = loopAnswerResponses
 			}
-			rules := []fakellm.Rule{fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return answer })}
+			rules := []fakellm.Rule{
+				// ChatGPT's apps (plugins, their MCP server) are not served:
+				// answered as the fake's default, Codex waits 30 s on the MCP
+				// server before its first turn.
+				{Match: func(r *fakellm.Request) bool { return strings.HasPrefix(r.Path, "/backend-api/ps/") },
+					Response: fakellm.Response{Raw: []byte(`{"detail":"Not Found"}`), Status: http.StatusNotFound}},
+				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return answer }),
+			}
 			if tc.transport == "http" {
 				// 426 sends Codex to HTTP at once (any other refusal costs
 				// it seven retries).
