@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,10 @@ type realAgent struct {
 	args func(home, prompt string) []string
 	// environ is what the agent needs besides the base URL (keys, homes).
 	environ func(home string) []string
+	// login, when set, signs the agent in inside home before it runs.
+	login func(t *testing.T, home string)
+	// checkCall, when set, checks each model call the upstream got.
+	checkCall func(r *fakellm.Request) error
 	// looping and healthy are the fake model's scripts.
 	looping, healthy fakellm.Rule
 	// wantPath is the upstream path of its model calls (POST).
@@ -67,6 +72,32 @@ func realAgents() []realAgent {
 		}),
 		wantPath: "/v1/messages",
 	}, {
+		// Claude Code as most of its users run it: signed in with a
+		// Claude.ai subscription, not an API key. Its OAuth token goes to
+		// the upstream as a bearer token with the oauth beta.
+		name: "claude-subscription",
+		env:  "LOOPGUARD_E2E_CLAUDE",
+		args: func(home, prompt string) []string {
+			return []string{"-p", prompt, "--model", "claude-fake", "--max-turns", "12"}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1"}
+		},
+		login: claudeSubscriptionLogin,
+		checkCall: func(r *fakellm.Request) error {
+			if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "+claudeOAuthToken) || r.Header.Get("X-Api-Key") != "" ||
+				!strings.Contains(r.Header.Get("Anthropic-Beta"), "oauth-") {
+				return fmt.Errorf("Authorization %q, X-Api-Key %q, anthropic-beta %q; want the subscription's bearer token and the oauth beta",
+					r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.Header.Get("Anthropic-Beta"))
+			}
+			return nil
+		},
+		looping: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic }),
+		healthy: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1/messages",
+	}, {
 		name: "qwen",
 		env:  "LOOPGUARD_E2E_QWEN",
 		args: func(home, prompt string) []string { return []string{"-p", prompt} },
@@ -77,6 +108,29 @@ func realAgents() []realAgent {
 		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
 		wantPath: "/v1/chat/completions",
 	}}
+}
+
+// claudeOAuthToken is the access token of the emulated Claude.ai sign-in.
+const claudeOAuthToken = "sk-ant-oat01-e2e"
+
+// claudeSubscriptionLogin signs Claude Code in with a Claude.ai
+// subscription inside home, as `claude /login` leaves it on Linux: its
+// OAuth tokens in ~/.claude/.credentials.json, far from expiry so that no
+// refresh is tried.
+func claudeSubscriptionLogin(t *testing.T, home string) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"claudeAiOauth": map[string]any{
+		"accessToken": claudeOAuthToken, "refreshToken": "sk-ant-ort01-e2e",
+		"expiresAt": time.Now().Add(24 * time.Hour).UnixMilli(),
+		"scopes":    []string{"user:inference", "user:profile", "user:sessions:claude_code"}, "subscriptionType": "max",
+	}})
+	dir := filepath.Join(home, ".claude")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".credentials.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // maxLoopCalls bounds the model calls a real agent's loop may take before
@@ -104,6 +158,9 @@ func TestRunRealAgents(t *testing.T) {
 				}
 				fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{rule}})
 				home := t.TempDir()
+				if a.login != nil {
+					a.login(t, home)
+				}
 				jsonPath := filepath.Join(home, "summary.json")
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
@@ -134,6 +191,11 @@ func TestRunRealAgents(t *testing.T) {
 					}
 					if r.Method == "POST" && r.Path == a.wantPath {
 						calls++
+						if a.checkCall != nil {
+							if err := a.checkCall(&r); err != nil {
+								t.Errorf("model call %d: %v", calls, err)
+							}
+						}
 					}
 				}
 				want := calls
