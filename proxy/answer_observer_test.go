@@ -12,10 +12,15 @@ import (
 // stream o did not stop is ended with o.end.
 func observeStream(t *testing.T, o *answerObserver, stream string) (string, bool) {
 	t.Helper()
-	rd := sse.NewReader(strings.NewReader(stream), 0)
+	return observeEvents(o, sse.NewReader(strings.NewReader(stream), 0).Next)
+}
+
+// observeEvents feeds o the events next reads until it fails, as the relay
+// does, and returns what the client gets and whether o stopped the stream.
+func observeEvents(o *answerObserver, next func() (sse.Event, error)) (string, bool) {
 	var out []byte
 	for {
-		ev, err := rd.Next()
+		ev, err := next()
 		if err != nil {
 			return string(o.end(out)), false
 		}

@@ -243,18 +243,7 @@ func TestOllamaSessions(t *testing.T) {
 // does, and returns what the client gets and whether o stopped it.
 func observeLines(t *testing.T, o *answerObserver, stream string) (string, bool) {
 	t.Helper()
-	rd := ndjson.NewReader(strings.NewReader(stream), 0)
-	var out []byte
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			return string(o.end(out)), false
-		}
-		var stop bool
-		if out, stop = o.event(&ev, out); stop {
-			return string(out), true
-		}
-	}
+	return observeEvents(o, ndjson.NewReader(strings.NewReader(stream), 0).Next)
 }
 
 // TestOllamaCallHolder: with held tool calls, a call the policy would end
