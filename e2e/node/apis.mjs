@@ -20,6 +20,7 @@
 // "usage" in chat terms (prompt/completion/total). Errors are reported,
 // never thrown, so the Go side always gets JSON.
 import OpenAI from 'openai';
+import { functionCalls, instructions, messageText, newInput, runTurns, tools } from './responses_agent.mjs';
 
 const [baseURL, mode, session, maxTurnsArg] = process.argv.slice(2);
 if (!baseURL || !mode || !session) {
@@ -45,15 +46,7 @@ const client = new OpenAI({
   },
 });
 
-const tools = [{
-  type: 'function',
-  name: 'bash',
-  description: 'Run a shell command',
-  parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
-  strict: false,
-}];
-const failing = "make: *** No rule to make target 'build'.  Stop.\nexit code 2";
-const input = [{ role: 'user', content: 'Build the project and fix any error.' }];
+const input = newInput();
 
 function describeError(err) {
   return {
@@ -68,7 +61,7 @@ async function turn() {
   const out = { body: '', action: null, loop: null, session: null, status: null, content: '', finish_reason: null, tool_calls: [], usage: null, error: null };
   const before = bodies.length;
   try {
-    const params = { model: 'fake-model', instructions: 'You are a coding agent. Use the bash tool.', input, tools, stream };
+    const params = { model: 'fake-model', instructions, input, tools, stream };
     const { data, response } = await client.responses.create(params).withResponse();
     out.status = response.status;
     out.action = response.headers.get('x-loopguard-action');
@@ -83,8 +76,7 @@ async function turn() {
         if (ev.type === 'error') throw new Error(`stream error event: ${ev.message}`);
       }
       if (!final) throw new Error('stream ended without response.completed');
-      const done = final.output.filter((it) => it.type === 'message')
-        .flatMap((it) => it.content).filter((p) => p.type === 'output_text').map((p) => p.text).join('');
+      const done = messageText(final);
       if (done !== text) throw new Error(`streamed text ${JSON.stringify(text)} differs from the completed response's ${JSON.stringify(done)}`);
       out.content = text;
     } else {
@@ -93,8 +85,7 @@ async function turn() {
       out.content = data.output_text ?? '';
     }
     out.finish_reason = final.status;
-    out.tool_calls = final.output.filter((it) => it.type === 'function_call')
-      .map((it) => ({ id: it.call_id, name: it.name, arguments: it.arguments }));
+    out.tool_calls = functionCalls(final);
     if (final.usage) {
       out.usage = { prompt_tokens: final.usage.input_tokens, completion_tokens: final.usage.output_tokens, total_tokens: final.usage.total_tokens };
     }
@@ -105,14 +96,5 @@ async function turn() {
   return out;
 }
 
-const turns = [];
-for (let i = 0; i < maxTurns; i++) {
-  const t = await turn();
-  turns.push(t);
-  if (t.error || t.tool_calls.length === 0) break;
-  for (const c of t.tool_calls) {
-    input.push({ type: 'function_call', call_id: c.id, name: c.name, arguments: c.arguments });
-    input.push({ type: 'function_call_output', call_id: c.id, output: failing });
-  }
-}
+const turns = await runTurns(turn, input, maxTurns);
 process.stdout.write(JSON.stringify({ turns, fetches }) + '\n');

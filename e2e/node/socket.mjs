@@ -19,6 +19,7 @@
 // Go side always gets JSON.
 import OpenAI from 'openai';
 import { ResponsesWS } from 'openai/resources/responses/ws';
+import { functionCalls, instructions, messageText, newInput, runTurns, tools } from './responses_agent.mjs';
 
 const [baseURL, session, maxTurnsArg] = process.argv.slice(2);
 if (!baseURL || !session) {
@@ -32,15 +33,7 @@ const ws = new ResponsesWS(client, { headers: { 'X-Session-ID': session } });
 const messages = ws.stream();
 let closed = null;
 
-const tools = [{
-  type: 'function',
-  name: 'bash',
-  description: 'Run a shell command',
-  parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
-  strict: false,
-}];
-const failing = "make: *** No rule to make target 'build'.  Stop.\nexit code 2";
-const input = [{ role: 'user', content: 'Build the project and fix any error.' }];
+const input = newInput();
 
 // next returns the next server event, null once the socket closed.
 async function next() {
@@ -62,7 +55,7 @@ async function next() {
 async function turn() {
   const out = { status: null, content: '', tool_calls: [], error: null };
   try {
-    ws.send({ type: 'response.create', model: 'fake-model', instructions: 'You are a coding agent. Use the bash tool.', input, tools });
+    ws.send({ type: 'response.create', model: 'fake-model', instructions, input, tools });
     let text = '';
     for (;;) {
       const ev = await next();
@@ -75,12 +68,10 @@ async function turn() {
       }
       if (ev.type === 'response.completed') {
         const final = ev.response;
-        const done = final.output.filter((it) => it.type === 'message')
-          .flatMap((it) => it.content).filter((p) => p.type === 'output_text').map((p) => p.text).join('');
+        const done = messageText(final);
         if (done !== text) throw new Error(`streamed text ${JSON.stringify(text)} differs from the completed response's ${JSON.stringify(done)}`);
         out.status = final.status;
-        out.tool_calls = final.output.filter((it) => it.type === 'function_call')
-          .map((it) => ({ id: it.call_id, name: it.name, arguments: it.arguments }));
+        out.tool_calls = functionCalls(final);
         break;
       }
     }
@@ -91,16 +82,7 @@ async function turn() {
   return out;
 }
 
-const turns = [];
-for (let i = 0; i < maxTurns; i++) {
-  const t = await turn();
-  turns.push(t);
-  if (t.error || t.tool_calls.length === 0) break;
-  for (const c of t.tool_calls) {
-    input.push({ type: 'function_call', call_id: c.id, name: c.name, arguments: c.arguments });
-    input.push({ type: 'function_call_output', call_id: c.id, output: failing });
-  }
-}
+const turns = await runTurns(turn, input, maxTurns);
 ws.close({ code: 1000, reason: 'done' });
 process.stdout.write(JSON.stringify({ turns, closed }) + '\n');
 process.exit(0);
