@@ -1,6 +1,7 @@
 package agentrun
 
 import (
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"slices"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func TestUpstreams(t *testing.T) {
 		"ANTHROPIC_API_BASE": "https://litellm.example",
 	}
 	got := Upstreams(func(k string) string { return env[k] })
-	if got[OpenAI] != "http://first:8000/v1" || got[Anthropic] != "https://litellm.example" {
+	if got[wireapi.OpenAI] != "http://first:8000/v1" || got[wireapi.AnthropicWire] != "https://litellm.example" {
 		t.Fatalf("Upstreams = %v; want OPENAI_BASE_URL first, ANTHROPIC_API_BASE for anthropic", got)
 	}
 	if got := Upstreams(func(string) string { return "" }); len(got) != 0 {
@@ -96,7 +97,7 @@ func TestOllamaURL(t *testing.T) {
 }
 
 func TestResolveUpstreams(t *testing.T) {
-	fromEnv := map[Wire]string{OpenAI: "http://vllm:8000/v1"}
+	fromEnv := map[Wire]string{wireapi.OpenAI: "http://vllm:8000/v1"}
 	tests := []struct {
 		name    string
 		flag    string
@@ -106,18 +107,18 @@ func TestResolveUpstreams(t *testing.T) {
 		anthrop string
 	}{
 		{"the flag wins for both", "http://flag:1", fromEnv, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://flag:1", "http://flag:1"},
-		{"the environment, then the vendor", "", fromEnv, proxy.UpstreamConfig{}, "http://vllm:8000/v1", PublicUpstream[Anthropic]},
+		{"the environment, then the vendor", "", fromEnv, proxy.UpstreamConfig{}, "http://vllm:8000/v1", PublicUpstream[wireapi.AnthropicWire]},
 		{"the environment before the config", "", fromEnv, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://vllm:8000/v1", "http://cfg:1"},
 		{"the config's anthropic_url", "", nil, proxy.UpstreamConfig{URL: "http://cfg:1", AnthropicURL: "http://ant:1"}, "http://cfg:1", "http://ant:1"},
-		{"nothing: the vendors' APIs", "", nil, proxy.UpstreamConfig{}, PublicUpstream[OpenAI], PublicUpstream[Anthropic]},
-		{"OLLAMA_HOST when no OpenAI variable names one", "", map[Wire]string{Ollama: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
-			"http://127.0.0.1:11434", PublicUpstream[Anthropic]},
-		{"an OpenAI variable before OLLAMA_HOST", "", map[Wire]string{OpenAI: "http://vllm:8000/v1", Ollama: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
-			"http://vllm:8000/v1", PublicUpstream[Anthropic]},
+		{"nothing: the vendors' APIs", "", nil, proxy.UpstreamConfig{}, PublicUpstream[wireapi.OpenAI], PublicUpstream[wireapi.AnthropicWire]},
+		{"OLLAMA_HOST when no OpenAI variable names one", "", map[Wire]string{wireapi.OllamaWire: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
+			"http://127.0.0.1:11434", PublicUpstream[wireapi.AnthropicWire]},
+		{"an OpenAI variable before OLLAMA_HOST", "", map[Wire]string{wireapi.OpenAI: "http://vllm:8000/v1", wireapi.OllamaWire: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
+			"http://vllm:8000/v1", PublicUpstream[wireapi.AnthropicWire]},
 	}
 	for _, tt := range tests {
 		got := ResolveUpstreams(tt.flag, tt.env, tt.cfg)
-		if got[OpenAI] != tt.openai || got[Anthropic] != tt.anthrop {
+		if got[wireapi.OpenAI] != tt.openai || got[wireapi.AnthropicWire] != tt.anthrop {
 			t.Errorf("%s: ResolveUpstreams = %v; want openai %s, anthropic %s", tt.name, got, tt.openai, tt.anthrop)
 		}
 	}

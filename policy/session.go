@@ -10,6 +10,7 @@ import (
 
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -45,7 +46,7 @@ const (
 //
 // body is untrusted: SessionKey never panics and does not keep body.
 func SessionKey(header, body []byte) string {
-	return SessionKeyFor(inspect.ChatCompletions, header, body)
+	return SessionKeyFor(wireapi.Chat, header, body)
 }
 
 // SessionKeyFor is SessionKey for a request of any API loopguard guards: the
@@ -102,17 +103,19 @@ func IdentifyFields(api inspect.API, header []byte, f *Fields) Identity {
 	if k := clientKey(stringBytes(f.metadata.Get("session_id"))); k != "" {
 		return Identity{Key: k}
 	}
-	shape := conversationShapeOf(api)
+	shape, name := conversationShapeOf(api)
 	if shape.userID != nil {
 		if k := clientKey(shape.userID(f.metadata.Get("user_id"))); k != "" {
 			return Identity{Key: k}
 		}
 	}
-	return derivedIdentity(shape.opening(f.history, f.system), f)
+	o := shape.opening(f.history, f.system)
+	o.api = name
+	return derivedIdentity(o, f)
 }
 
-// conversationShape is how the requests of one API carry what identifies
-// their conversation.
+// conversationShape is how the requests of one form of history carry what
+// identifies their conversation.
 type conversationShape struct {
 	// opening reads the conversation's first turns from the history and
 	// the system member (the values, not *Fields: a pointer handed to a
@@ -123,21 +126,24 @@ type conversationShape struct {
 	userID func(gjson.Result) []byte
 }
 
-// conversationShapes holds the shape of each API loopguard guards.
-var conversationShapes = map[inspect.API]conversationShape{
-	inspect.ChatCompletions:   {opening: chatOpening},
-	inspect.Responses:         {opening: responsesOpening},
-	inspect.AnthropicMessages: {opening: anthropicOpening, userID: claudeSession},
-	inspect.OllamaChat:        {opening: chatOpening},
+// conversationShapes holds the reader of each form of history the
+// registry's APIs write (internal/wireapi: API.Turns).
+var conversationShapes = [...]conversationShape{
+	wireapi.Messages: {opening: chatOpening},
+	wireapi.Items:    {opening: responsesOpening},
+	wireapi.Blocks:   {opening: anthropicOpening, userID: claudeSession},
 }
 
-// conversationShapeOf returns api's shape; chat's for an API it does not
-// know.
-func conversationShapeOf(api inspect.API) conversationShape {
-	if shape, ok := conversationShapes[api]; ok {
-		return shape
+// conversationShapeOf returns the shape of api's history, and the name its
+// derived keys hash: "" for histories of chat messages, whose keys hash no
+// name, as they always have, so that keys stored by earlier versions go on
+// naming their sessions. An API the registry does not know reads as chat.
+func conversationShapeOf(api inspect.API) (conversationShape, string) {
+	a := wireapi.Lookup(api)
+	if a == nil || a.Turns == wireapi.Messages {
+		return conversationShapes[wireapi.Messages], ""
 	}
-	return conversationShapes[inspect.ChatCompletions]
+	return conversationShapes[a.Turns], string(a.Name)
 }
 
 // claudeSession returns the session id in Claude Code's metadata.user_id,
@@ -171,19 +177,41 @@ type Fields struct {
 }
 
 // Add keeps the top-level member key, whose value is raw, when it is one
-// that names the session.
+// that names the session: user, metadata, model, or a registry API's
+// history or system member (internal/wireapi); the members of one that
+// wraps the request are read as top-level ones.
 func (f *Fields) Add(key, raw string) {
 	switch key {
 	case "user":
 		f.user = gjson.Parse(raw)
+		return
 	case "metadata":
 		f.metadata = gjson.Parse(raw)
+		return
 	case "model":
 		f.model = gjson.Parse(raw).String()
-	case "messages", "input":
-		f.history = gjson.Parse(raw)
-	case "system", "instructions":
-		f.system = gjson.Parse(raw)
+		return
+	case "":
+		return
+	}
+	for i := range wireapi.APIs {
+		a := &wireapi.APIs[i]
+		switch key {
+		case a.History:
+			f.history = gjson.Parse(raw)
+			return
+		case a.System:
+			f.system = gjson.Parse(raw)
+			return
+		case a.Wrap:
+			rawjson.Members(raw, func(k, v string) bool {
+				if k != key {
+					f.Add(k, v)
+				}
+				return true
+			})
+			return
+		}
 	}
 }
 
@@ -317,7 +345,6 @@ func chatOpening(history, _ gjson.Result) (o opening) {
 }
 
 func anthropicOpening(history, system gjson.Result) (o opening) {
-	o.api = string(inspect.AnthropicMessages)
 	o.system, o.haveSystem = contentText(system), true
 	history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
@@ -347,7 +374,6 @@ func anthropicOpening(history, system gjson.Result) (o opening) {
 }
 
 func responsesOpening(input, system gjson.Result) (o opening) {
-	o.api = string(inspect.Responses)
 	o.system, o.haveSystem = system.String(), true
 	if input.Type == gjson.String {
 		o.user = input.String()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 func TestIdentifyOtherAPIs(t *testing.T) {
@@ -24,12 +25,12 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 		a, b     string
 		wantSame bool
 	}{
-		{"responses: the run goes on", inspect.Responses, responses("call_1", ""),
+		{"responses: the run goes on", wireapi.Responses, responses("call_1", ""),
 			responses("call_1", `,{"type":"function_call","call_id":"call_2","name":"bash","arguments":"{}"}`), true},
-		{"responses: another run", inspect.Responses, responses("call_1", ""), responses("call_9", ""), false},
-		{"anthropic: the run goes on", inspect.AnthropicMessages, anthropic("toolu_1", ""),
+		{"responses: another run", wireapi.Responses, responses("call_1", ""), responses("call_9", ""), false},
+		{"anthropic: the run goes on", wireapi.Anthropic, anthropic("toolu_1", ""),
 			anthropic("toolu_1", `,{"role":"assistant","content":"done"}`), true},
-		{"anthropic: another run", inspect.AnthropicMessages, anthropic("toolu_1", ""), anthropic("toolu_2", ""), false},
+		{"anthropic: another run", wireapi.Anthropic, anthropic("toolu_1", ""), anthropic("toolu_2", ""), false},
 	}
 	for _, tt := range tests {
 		a, b := Identify(tt.api, nil, []byte(tt.a)), Identify(tt.api, nil, []byte(tt.b))
@@ -40,11 +41,11 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 	}
 	// Claude Code's legacy user_id ends with the session id its header sends.
 	claude := `{"model":"claude","metadata":{"user_id":"user_abc_account__session_42"},"messages":[]}`
-	if k := SessionKeyFor(inspect.AnthropicMessages, nil, []byte(claude)); k != "42" {
+	if k := SessionKeyFor(wireapi.Anthropic, nil, []byte(claude)); k != "42" {
 		t.Errorf("anthropic metadata.user_id key = %q", k)
 	}
 	other := `{"model":"claude","metadata":{"user_id":"team-7"},"messages":[]}`
-	if k := SessionKeyFor(inspect.AnthropicMessages, nil, []byte(other)); k != "team-7" {
+	if k := SessionKeyFor(wireapi.Anthropic, nil, []byte(other)); k != "team-7" {
 		t.Errorf("anthropic metadata.user_id key = %q; want the user_id as it is", k)
 	}
 }
