@@ -369,10 +369,6 @@ func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
 	return s.up
 }
 
-func hasSuffixBytes(b []byte, s string) bool {
-	return len(b) >= len(s) && string(b[len(b)-len(s):]) == s
-}
-
 // ready answers 200 when the upstream accepts a TCP connection.
 func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 	timeout := s.cfg.Upstream.ConnectTimeout
