@@ -1,5 +1,5 @@
 // Package wireapi is the one registry of the wire APIs loopguard guards:
-// each API is declared once, in apis.go, with the paths it answers, how its
+// each API is declared once, in apis.go (with the upstream wires), with the paths it answers, how its
 // requests carry their conversation, its metrics label, how it asks for and
 // frames a stream, and the upstream family (Wire) whose base URL serves it.
 //
