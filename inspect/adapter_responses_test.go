@@ -65,7 +65,7 @@ func TestAdaptersMatchChat(t *testing.T) {
 			t.Fatalf("%s: Parse: %v", name, err)
 		}
 		wantV := e.Inspect(want)
-		for _, api := range []API{wireapi.Responses, wireapi.Anthropic, wireapi.Ollama} {
+		for _, api := range []API{wireapi.Responses, wireapi.Anthropic, wireapi.Ollama, wireapi.Gemini, wireapi.CodeAssist} {
 			t.Run(name+"/"+string(api), func(t *testing.T) {
 				body, err := os.ReadFile(strings.TrimSuffix(chatFile, "chat.json") + string(api) + ".json")
 				if err != nil {

@@ -132,6 +132,7 @@ var conversationShapes = [...]conversationShape{
 	wireapi.Messages: {opening: chatOpening},
 	wireapi.Items:    {opening: responsesOpening},
 	wireapi.Blocks:   {opening: anthropicOpening, userID: claudeSession},
+	wireapi.Parts:    {opening: geminiOpening},
 }
 
 // conversationShapeOf returns the shape of api's history, and the name its
@@ -399,6 +400,43 @@ func responsesOpening(input, system gjson.Result) (o opening) {
 			case "assistant":
 				if !o.haveAssistant {
 					o.assistant, o.haveAssistant = contentText(it.Get("content")), true
+				}
+			}
+		}
+		return !o.complete()
+	})
+	return o
+}
+
+// geminiOpening reads Gemini contents: systemInstruction's parts, the first
+// user content, and the first model content, identified by its calls (ids
+// when it has them; Gemini CLI's have none, so name and arguments) or its
+// text.
+func geminiOpening(contents, system gjson.Result) (o opening) {
+	o.system, o.haveSystem = contentText(system.Get("parts")), true
+	contents.ForEach(func(_, c gjson.Result) bool {
+		switch c.Get("role").String() {
+		case "user", "":
+			if !o.haveUser {
+				o.user, o.haveUser = contentText(c.Get("parts")), true
+			}
+		case "model":
+			if !o.haveAssistant {
+				var calls strings.Builder
+				c.Get("parts").ForEach(func(_, p gjson.Result) bool {
+					if fc := p.Get("functionCall"); fc.Exists() {
+						if id := fc.Get("id"); id.Exists() {
+							calls.WriteString(id.String())
+						} else {
+							calls.WriteString(fc.Get("name").String() + "\x00" + fc.Get("args").Raw)
+						}
+						calls.WriteByte(0)
+					}
+					return true
+				})
+				o.assistant, o.haveAssistant = calls.String(), true
+				if o.assistant == "" {
+					o.assistant = contentText(c.Get("parts"))
 				}
 			}
 		}

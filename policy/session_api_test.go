@@ -19,6 +19,14 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 			`{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"bash","input":{}}]},` +
 			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + id + `","content":"x"}]}` + extra + `]}`
 	}
+	gemini := func(args string, extra string) string {
+		return `{"systemInstruction":{"parts":[{"text":"be brief"}]},"contents":[{"role":"user","parts":[{"text":"fix it"}]},` +
+			`{"role":"model","parts":[{"functionCall":{"name":"bash","args":` + args + `}}]},` +
+			`{"role":"user","parts":[{"functionResponse":{"name":"bash","response":{"output":"x"}}}]}` + extra + `]}`
+	}
+	codeAssist := func(args string, extra string) string {
+		return `{"model":"gemini-2.5-pro","project":"p","request":` + gemini(args, extra) + `}`
+	}
 	tests := []struct {
 		name     string
 		api      inspect.API
@@ -31,6 +39,11 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 		{"anthropic: the run goes on", wireapi.Anthropic, anthropic("toolu_1", ""),
 			anthropic("toolu_1", `,{"role":"assistant","content":"done"}`), true},
 		{"anthropic: another run", wireapi.Anthropic, anthropic("toolu_1", ""), anthropic("toolu_2", ""), false},
+		{"gemini: the run goes on", wireapi.Gemini, gemini(`{"c":"ls"}`, ""),
+			gemini(`{"c":"ls"}`, `,{"role":"model","parts":[{"text":"done"}]}`), true},
+		{"gemini: another run", wireapi.Gemini, gemini(`{"c":"ls"}`, ""), gemini(`{"c":"pwd"}`, ""), false},
+		{"code assist: the run goes on", wireapi.CodeAssist, codeAssist(`{"c":"ls"}`, ""),
+			codeAssist(`{"c":"ls"}`, `,{"role":"model","parts":[{"text":"done"}]}`), true},
 	}
 	for _, tt := range tests {
 		a, b := Identify(tt.api, nil, []byte(tt.a)), Identify(tt.api, nil, []byte(tt.b))
@@ -38,6 +51,10 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 		if a.Key != b.Key || (a.Turn == b.Turn) != tt.wantSame || a.Turn == "" || !strings.HasPrefix(a.Key, derivedPrefix) {
 			t.Errorf("%s: identities %+v and %+v; want one key, same turn=%v", tt.name, a, b, tt.wantSame)
 		}
+	}
+	// The same opening on Gemini and on Code Assist is two runs' keys.
+	if g, c := SessionKeyFor(wireapi.Gemini, nil, []byte(gemini("{}", ""))), SessionKeyFor(wireapi.CodeAssist, nil, []byte(codeAssist("{}", ""))); g == c {
+		t.Errorf("gemini and code assist share key %q; want one per API", g)
 	}
 	// Claude Code's legacy user_id ends with the session id its header sends.
 	claude := `{"model":"claude","metadata":{"user_id":"user_abc_account__session_42"},"messages":[]}`

@@ -19,6 +19,13 @@ const (
 	// OllamaGenerate is Ollama's generate API: a prompt, no history; only
 	// its answer is watched.
 	OllamaGenerate Name = "ollama_generate"
+	// Gemini is Google's Gemini API (generateContent): request.contents
+	// with parts, the model in the path.
+	Gemini Name = "gemini"
+	// CodeAssist is Gemini behind Google's Code Assist, as Gemini CLI
+	// signed in with Google calls it: Gemini's request wrapped as
+	// {model, project, request}, its answers as {response}.
+	CodeAssist Name = "code_assist"
 )
 
 // Turns is how a history writes its turns.
@@ -31,6 +38,9 @@ const (
 	Items
 	// Blocks: Anthropic messages of content blocks (tool_use, tool_result).
 	Blocks
+	// Parts: Gemini contents of parts (text, functionCall,
+	// functionResponse), the model's turns with role "model".
+	Parts
 )
 
 // Stream is how a request asks to be answered with a stream.
@@ -122,6 +132,15 @@ var APIs = [...]API{
 		Paths: []Path{{Pattern: "*/api/chat"}}, History: "messages", Marks: []string{"options", "keep_alive", "think"}},
 	{Name: OllamaGenerate, Label: "ollama_generate", Wire: OllamaWire, Stream: StreamUnlessFalse, Framing: NDJSON,
 		Paths: []Path{{Pattern: "*/api/generate"}}, History: "prompt"},
+	// The model is in the path, under /v1beta/ or /v1/ (and Vertex AI's
+	// /v1/projects/.../publishers/google/models/).
+	{Name: Gemini, Label: "generate_content", Wire: GeminiWire, Stream: StreamMethod, Framing: JSONArray,
+		Paths: []Path{{Pattern: "/v1beta/models/{model}:generateContent"},
+			{Pattern: "*/models/{model}:streamGenerateContent", Stream: true}, {Pattern: "*/models/{model}:generateContent"}},
+		History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"contents", "systemInstruction"}},
+	{Name: CodeAssist, Label: "code_assist", Wire: CodeAssistWire, Stream: StreamMethod, Framing: JSONArray,
+		Paths: []Path{{Pattern: "*/v1internal:streamGenerateContent", Stream: true}, {Pattern: "*/v1internal:generateContent"}},
+		Wrap:  "request", History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"request", "project"}},
 }
 
 // Lookup returns the API named n, nil if there is none.
@@ -251,6 +270,10 @@ const (
 	AnthropicWire WireName = "anthropic"
 	// OllamaWire is Ollama's own API, whose server also answers /v1.
 	OllamaWire WireName = "ollama"
+	// GeminiWire is Gemini's API with an API key.
+	GeminiWire WireName = "gemini"
+	// CodeAssistWire is Google's Code Assist, Gemini signed in with Google.
+	CodeAssistWire WireName = "code_assist"
 )
 
 // Wire is one upstream family.
@@ -307,6 +330,17 @@ var Wires = [...]Wire{
 		{Name: "OLLAMA_HOST",
 			Readers: "Ollama's Python and JS libraries, LangChain's ChatOllama, LlamaIndex, LiteLLM's ollama_chat/ models (aider)"},
 	}},
+	// Gemini CLI appends /v1beta/models/...; its API key rides in
+	// x-goog-api-key (or ?key=).
+	{Name: GeminiWire, Public: "https://generativelanguage.googleapis.com", Header: "x-goog-api-key",
+		Prefixes: []string{"/v1beta/"}, Variables: []Variable{
+			{Name: "GOOGLE_GEMINI_BASE_URL", Readers: "Gemini CLI (API-key mode)"},
+		}},
+	// Gemini CLI signed in with Google appends /v1internal:<method>.
+	{Name: CodeAssistWire, Public: "https://cloudcode-pa.googleapis.com", Prefixes: []string{"/v1internal:"},
+		Variables: []Variable{
+			{Name: "CODE_ASSIST_ENDPOINT", Readers: "Gemini CLI (signed in with Google)"},
+		}},
 }
 
 // LookupWire returns the wire named n, nil if there is none.

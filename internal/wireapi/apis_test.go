@@ -22,6 +22,15 @@ func TestMatch(t *testing.T) {
 		{"/api/chat", Ollama, false},
 		{"/ollama/api/generate", OllamaGenerate, false},
 		{"/v1/models", "", false},
+		{"/v1beta/models/gemini-2.5-pro:streamGenerateContent", Gemini, true},
+		{"/v1beta/models/gemini-2.5-pro:generateContent", Gemini, false},
+		{"/v1/models/gemini-2.5-flash:generateContent", Gemini, false},
+		{"/gemini/v1beta/models/m:streamGenerateContent", Gemini, true},
+		{"/v1beta/models/m:countTokens", "", false},
+		{"/v1beta/models", "", false},
+		{"/v1internal:streamGenerateContent", CodeAssist, true},
+		{"/v1internal:generateContent", CodeAssist, false},
+		{"/v1internal:loadCodeAssist", "", false},
 		{"", "", false},
 		{"/", "", false},
 	}
@@ -84,8 +93,26 @@ func TestWireOf(t *testing.T) {
 	if w := WireOf("/v1/messages/count_tokens", has); w == nil || w.Name != AnthropicWire {
 		t.Errorf("WireOf(count_tokens, anthropic-version) = %v; want anthropic", w)
 	}
+	if w := WireOf("/v1internal:loadCodeAssist", func(string) bool { return false }); w == nil || w.Name != CodeAssistWire {
+		t.Errorf("WireOf(loadCodeAssist) = %v; want code_assist", w)
+	}
+	if w := WireOf("/v1beta/models", func(string) bool { return false }); w == nil || w.Name != GeminiWire {
+		t.Errorf("WireOf(/v1beta/models) = %v; want gemini", w)
+	}
 	if w := WireOf("/v1/models", func(string) bool { return false }); w != nil {
 		t.Errorf("WireOf(/v1/models, no header) = %v; want nil", w.Name)
+	}
+}
+
+func TestModel(t *testing.T) {
+	if got := Model("/v1beta/models/gemini-2.5-pro:streamGenerateContent"); got != "gemini-2.5-pro" {
+		t.Errorf("Model = %q; want gemini-2.5-pro", got)
+	}
+	if got := Model("/v1/chat/completions"); got != "" {
+		t.Errorf("Model(chat) = %q; want none", got)
+	}
+	if got := Lookup(Gemini).ReplayPath("m"); got != "/v1beta/models/m:generateContent" {
+		t.Errorf("ReplayPath = %q", got)
 	}
 }
 
