@@ -121,7 +121,7 @@ type StreamConfig struct {
 	LooseWindow int `toml:"loose_window"`
 }
 
-// DefaultConfig returns the thresholds of DESIGN.md section 3.
+// DefaultConfig returns the thresholds of docs/design.md section 3.
 func DefaultConfig() Config {
 	return Config{
 		Single:            0.9,
