@@ -112,8 +112,9 @@ func (o *answerObserver) header(status int, h *fasthttp.ResponseHeader) {
 	o.status = status
 	setLoopHeaders(h, o.plan)
 	// We asked for identity; an answer the upstream compresses anyway is
-	// never parsed as it comes (docs/streams.md: compression): a stream is
-	// read through its decoder (codedEvent), a body decoded whole (body).
+	// never parsed as it comes (docs/streams.md: compression): a stream in
+	// a coding loopguard reads arrives here decoded (relayStream), a body
+	// is decoded whole (body), and any other passes as sent.
 	if ce := h.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !asciiEqualFold(ce, "identity") {
 		o.encoded = true
 	}
@@ -159,54 +160,6 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 		return out, false // an upstream error event or a chunk we cannot read: forward only
 	}
 	return o.appendEnd(out)
-}
-
-// codedEvent reads ev of a stream the upstream compressed (codedStream):
-// the client got the event, coded as the upstream sent it, before it was
-// decoded, so nothing can be held back or replaced, and a cut ends the
-// stream after the events the client has. Those that came after the cut
-// are read into the answer all the same, so that the end reports the
-// stream as the client got it (sequence numbers, open blocks). ready: the
-// answer is cut and its end (codedEnd) may follow now.
-func (o *answerObserver) codedEvent(ev *sse.Event) (ready bool) {
-	if len(ev.Data) == 0 || ev.Data[0] != '{' {
-		return o.watch.cut != nil && !o.endPending
-	}
-	if o.watch.cut != nil {
-		_ = o.answer.add(ev.Data, o)
-		// The event an end waited for (deferredEnd) has come, or another
-		// that will not wait with it.
-		o.endPending = false
-		return true
-	}
-	if o.recording && o.record.completes(ev) {
-		o.recordAnswer(ev, nil)
-		return false
-	}
-	if !o.mayCut && !o.recording {
-		return false
-	}
-	if err := o.answer.add(ev.Data, o); err != nil || o.watch.cut == nil || !o.mayCut {
-		return false
-	}
-	// The end is written later, for the events the client will have by
-	// then; asked now only whether it waits for one more event.
-	_, stop := o.answer.appendEnd(nil, o.ending())
-	o.endPending = !stop
-	return stop
-}
-
-// codedEnd appends the end of a cut coded stream, for the events read so
-// far. An end that waited for one more event (deferredEnd) and did not get
-// it is written without it.
-func (o *answerObserver) codedEnd(out []byte) []byte {
-	out, stop := o.answer.appendEnd(out, o.ending())
-	if !stop {
-		if d, ok := o.answer.(deferredEnd); ok {
-			out = d.appendDeferredEnd(&sse.Event{}, out, o.ending())
-		}
-	}
-	return out
 }
 
 // recordAnswer reads the event that completes a recorded answer and saves
@@ -335,6 +288,5 @@ func (o *answerObserver) finish(cause error, info *observe.ResponseInfo) {
 
 var (
 	_ responseObserver = (*answerObserver)(nil)
-	_ codedObserver    = (*answerObserver)(nil)
 	_ updateSink       = (*answerObserver)(nil)
 )

@@ -21,9 +21,10 @@
 // client, with sendlimit*.go bounding a write to a client that stopped
 // reading; clientwatch*.go notice clients that leave; spare.go runs a
 // streamed request's pipeline on a spare goroutine so the stream's own
-// keeps a small stack; encoding_stream.go inspects a stream the upstream
-// compressed anyway; failsafe.go keeps the rest of the answer's path
-// failing open; errors.go writes loopguard's own errors.
+// keeps a small stack; encoding_stream.go decodes a stream the upstream
+// compressed anyway, which is then relayed decoded like any other;
+// failsafe.go keeps the rest of the answer's path failing open; errors.go
+// writes loopguard's own errors.
 // socket.go and socket_turn.go do the same for the Responses API's
 // WebSocket mode: the relay, and each response.create as a turn.
 //
