@@ -31,14 +31,19 @@
 // What differs between the guarded APIs lies behind one wireAPI each
 // (api.go): api_chat.go, api_responses.go, api_anthropic.go and
 // api_ollama.go apply rewrites, answer LOOP_DETECTED, read a streamed
-// answer and write the end of a cut one in their API's shape; api_body.go
-// cuts non-streamed answers whose text lies in items. answer_observer.go
-// watches an answer on the way back, composed of parts: answer_cut.go
-// (degeneration and the cut), answer_dedup.go (duplicate tool calls),
-// answer_hold.go (stream.hold_tool_calls), answer_trim.go (tail = "trim")
-// and answer_record.go with responses_record.go (the Responses history
-// record). usage.go reads the tokens answers report; hooks.go is what the
-// proxy tells observe of each request; config.go is its configuration.
+// answer (their answer's add returns what each event added) and write the
+// end of a cut one in their API's shape; api_body.go cuts non-streamed
+// answers whose text lies in items. answer_observer.go watches an answer
+// on the way back and decides: it pulls each event's updates from the
+// API's answer, feeds the text to the degeneration detectors (its
+// cutWatch) and asks the API for the end of a cut stream; its parts act on
+// the tool calls and on what is held back: answer_dedup.go (duplicate tool
+// calls), answer_hold.go (stream.hold_tool_calls), answer_trim.go
+// (tail = "trim") and answer_record.go with responses_record.go (the
+// Responses history record). So a Responses stream is cut in stream.go,
+// answer_observer.go, api_responses.go and inject/responses.go. usage.go
+// reads the tokens answers report; hooks.go is what the proxy tells
+// observe of each request; config.go is its configuration.
 // Why the stream path is shaped as it is: docs/streams.md.
 //
 // proxy is the only package that speaks HTTP (fasthttp on both sides); a

@@ -26,8 +26,10 @@ import (
 //     or with plain reads where there is no pump.
 //   - streamRelay.relay is the event loop: read an event, ask the observer
 //     what the client gets and whether the stream stops (answerObserver,
-//     answer_observer.go; the cut itself: answer_cut.go and the API's
-//     appendEnd), write it, flush.
+//     answer_observer.go, which reads the event through the API's answer
+//     and writes a cut's end with it), write it, flush. A stream the
+//     upstream compressed anyway takes the same loop, decoded
+//     (encoding_stream.go).
 //   - streamRelay's next, event and end run the parser and the observer
 //     under a recover: a panic there passes the rest through unparsed
 //     (fail open, failsafe.go).
