@@ -9,7 +9,8 @@
 // waits out a shortage of descriptors), server.go (routing and loopguard's
 // own endpoints), budget.go (the memory all request bodies hold together),
 // path.go (dot-segments resolved before the upstream's base is joined),
-// session.go (the /s/<id>/ prefix and the client's session id),
+// session_id.go (the /s/<id>/ prefix and the session id the client names,
+// from which policy/identity.go derives the session's identity),
 // encoding.go (compressed request bodies decoded for inspection), and
 // pipeline.go (session, verdict, ladder, rewrite or LOOP_DETECTED).
 // Going out: forward.go sends the request and relays a non-streamed answer
