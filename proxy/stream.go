@@ -54,11 +54,9 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// passes as sent, uninspected (the observer sees its Content-Encoding).
 	var dec *decodedStream
 	if ce := ctx.Response.Header.ContentEncoding(); obs != nil && len(ce) > 0 {
-		if cs, err := parseCodings(ce); err == nil {
+		if cs, err := parseCodings(ce); err == nil && !cs.empty() {
 			ctx.Response.Header.Del(fasthttp.HeaderContentEncoding)
-			if !cs.empty() {
-				dec = newDecodedStream(ub, cs)
-			}
+			dec = newDecodedStream(ub, cs)
 		}
 	}
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
