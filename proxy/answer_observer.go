@@ -35,7 +35,8 @@ type answerObserver struct {
 	endPending bool
 	encoded    bool // the answer is compressed: forward it uninspected
 	// What the request asks of its answer, fixed when the observer
-	// starts: mayCut (see cuts), holding (holdCalls), trimming
+	// starts: mayCut (stream.cut is on and the request's policy mode is
+	// enforce: shadow and off change nothing), holding (holdCalls), trimming
 	// (stream.tail = "trim") and recording (record.active).
 	mayCut, holding, trimming, recording bool
 
@@ -75,10 +76,6 @@ func (o *answerObserver) start(p *pipeline, pl *plan, done func(*ChatEvent)) {
 	o.mayCut = p.cfg.Stream.Cut && !pl.passive
 	o.trimming = p.cfg.Stream.Tail == TailTrim && o.mayCut
 }
-
-// cuts reports whether this answer may be cut: stream.cut is on and the
-// request's policy mode is enforce (shadow and off change nothing).
-func (o *answerObserver) cuts() bool { return o.mayCut }
 
 // holdCalls makes the holder hold tool calls while one of terminal is in
 // play (stream.hold_tool_calls); none holds nothing.
@@ -245,7 +242,7 @@ func (o *answerObserver) body(status int, b []byte, decoded bool) []byte {
 	}
 	o.bodyUsage = answerUsage(b)
 	var out []byte
-	if o.cuts() {
+	if o.mayCut {
 		out = o.plan.api.cutBody(&o.watch, b, o.pipeline.cfg.Stream.FinishReason)
 	}
 	// The record holds the output as the agent got it.
