@@ -7,6 +7,7 @@ import (
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
+	"github.com/valyala/fasthttp"
 )
 
 // wireAPI is what the request flow needs to know about one wire API that
@@ -63,6 +64,15 @@ type wireAPI struct {
 	// as a stream (Ollama's native API); register sets it from the
 	// registry.
 	streamByDefault bool
+	// framing is how its streams are framed; register sets it from the
+	// registry unless a variant named another.
+	framing wireapi.Framing
+	// reg is its registry entry, which register sets.
+	reg *wireapi.API
+	// variant, if not nil, returns the flow of one request of the API as
+	// its path and query ask to be answered: streamed or not (the path,
+	// wireapi.StreamMethod), as SSE or not (alt=sse). Gemini's.
+	variant func(stream, sse bool) *wireAPI
 }
 
 // wireAPIs holds the registered flow of each registry API, at the API's
@@ -72,8 +82,27 @@ var wireAPIs [len(wireapi.APIs)]*wireAPI
 // register makes api the flow of its registry entry, and returns it.
 func register(api *wireAPI) *wireAPI {
 	reg := wireapi.Lookup(api.name)
+	api.reg = reg
 	api.streamByDefault = reg.Stream == wireapi.StreamUnlessFalse
+	if api.framing == wireapi.SSE {
+		api.framing = reg.Framing
+	}
 	wireAPIs[reg.Index()] = api
+	return api
+}
+
+// guardedRequest is guardedAPI for a request: the variant of its API
+// that its path and query ask for (Gemini's streamGenerateContent,
+// alt=sse); nil for a request no API guards.
+func guardedRequest(ctx *fasthttp.RequestCtx) *wireAPI {
+	r := wireapi.Match(ctx.Path())
+	if r.API == nil {
+		return nil
+	}
+	api := wireAPIs[r.API.Index()]
+	if api != nil && api.variant != nil {
+		api = api.variant(r.Stream, string(ctx.QueryArgs().Peek("alt")) == "sse")
+	}
 	return api
 }
 
