@@ -107,7 +107,59 @@ func realAgents() []realAgent {
 		looping:  agentModel(true),
 		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
 		wantPath: "/v1/chat/completions",
+	}, {
+		// Gemini CLI with an API key: Gemini's own API, streamed as SSE,
+		// its base URL from GOOGLE_GEMINI_BASE_URL. Its own loop detection
+		// is off, so that loopguard's is the one that ends the loop.
+		name: "gemini",
+		env:  "LOOPGUARD_E2E_GEMINI",
+		args: func(home, prompt string) []string {
+			return []string{"-p", prompt, "-m", "gemini-fake", "--approval-mode", "yolo"}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "GEMINI_API_KEY=" + geminiKey, "GEMINI_CLI_NO_RELAUNCH=true", "GEMINI_CLI_TRUST_WORKSPACE=true", "NO_COLOR=1"}
+		},
+		login: geminiSettings("gemini-api-key"),
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("X-Goog-Api-Key") != geminiKey || !strings.Contains(r.RawQuery, "alt=sse") {
+				return fmt.Errorf("x-goog-api-key %q, query %q; want the agent's key and alt=sse", r.Header.Get("X-Goog-Api-Key"), r.RawQuery)
+			}
+			return nil
+		},
+		looping: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer { return loopAnswerGemini }),
+		healthy: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer {
+			return fakellm.GeminiAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1beta/models/gemini-fake:streamGenerateContent",
 	}}
+}
+
+// geminiKey is Gemini CLI's API key in the e2e runs.
+const geminiKey = "AIza-e2e"
+
+// loopAnswerGemini is a model that runs the same failing command forever.
+var loopAnswerGemini = fakellm.GeminiAnswer{Calls: []fakellm.ToolCall{{Name: "run_shell_command", Arguments: `{"command":"cat missing_file.txt"}`}}}
+
+// geminiSettings writes Gemini CLI's settings inside home: the sign-in
+// chosen (auth), its own loop detection, usage statistics and update
+// checks off.
+func geminiSettings(auth string) func(t *testing.T, home string) {
+	return func(t *testing.T, home string) {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{
+			"security": map[string]any{"auth": map[string]any{"selectedType": auth}},
+			"model":    map[string]any{"disableLoopDetection": true},
+			"privacy":  map[string]any{"usageStatisticsEnabled": false},
+			"general":  map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true},
+		})
+		dir := filepath.Join(home, ".gemini")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "settings.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // claudeOAuthToken is the access token of the emulated Claude.ai sign-in.
@@ -168,11 +220,22 @@ func TestRunRealAgents(t *testing.T) {
 				cmd := exec.CommandContext(ctx, loopguard, args...)
 				cmd.WaitDelay = 10 * time.Second // the agent may outlive a killed loopguard holding the pipes
 				cmd.Env = append(os.Environ(), append(a.environ(home),
-					"OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL(), "TMPDIR="+home)...)
+					"OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL(), "GOOGLE_GEMINI_BASE_URL="+fake.URL(),
+					"CODE_ASSIST_ENDPOINT="+fake.URL(), "TMPDIR="+home)...)
 				var stdout, stderr bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
 				err := cmd.Run()
 				t.Logf("%s stdout:\n%s\nstderr:\n%s", a.name, &stdout, &stderr)
+				if err != nil || t.Failed() {
+					for _, x := range fake.Exchanges() {
+						t.Logf("upstream got %s %s?%s: %d, %d bytes answered", x.Request.Method, x.Request.Path, x.Request.RawQuery, x.Status, len(x.Body))
+					}
+					logs, _ := filepath.Glob(filepath.Join(home, "loopguard-*.log"))
+					for _, l := range logs {
+						b, _ := os.ReadFile(l)
+						t.Logf("%s:\n%s", l, b[max(0, len(b)-6000):])
+					}
+				}
 				if err != nil {
 					t.Fatalf("loopguard run -- %s: %v", a.name, err)
 				}
