@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/fakellm"
+	"github.com/tidwall/gjson"
 )
 
 // realAgent is an agent CLI from npm, run headless under `loopguard run`
@@ -33,6 +35,9 @@ type realAgent struct {
 	checkCall func(r *fakellm.Request) error
 	// looping and healthy are the fake model's scripts.
 	looping, healthy fakellm.Rule
+	// setup, when set, answers the agent's calls beside the model's
+	// (Code Assist's loadCodeAssist), tried first.
+	setup []fakellm.Rule
 	// wantPath is the upstream path of its model calls (POST).
 	wantPath string
 }
@@ -131,8 +136,56 @@ func realAgents() []realAgent {
 			return fakellm.GeminiAnswer{Text: "The build passes."}
 		}),
 		wantPath: "/v1beta/models/gemini-fake:streamGenerateContent",
+	}, {
+		// Gemini CLI signed in with Google: Code Assist's wrapping of
+		// Gemini's API, its endpoint from CODE_ASSIST_ENDPOINT, the
+		// account's bearer token. The token comes as Cloud Shell hands it
+		// over (GOOGLE_GENAI_USE_GCA, GOOGLE_CLOUD_ACCESS_TOKEN): cached
+		// OAuth credentials would first be checked at
+		// oauth2.googleapis.com/tokeninfo, which a test cannot reach.
+		name: "gemini-google",
+		env:  "LOOPGUARD_E2E_GEMINI",
+		args: func(home, prompt string) []string {
+			return []string{"-p", prompt, "-m", "gemini-fake", "--approval-mode", "yolo"}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "GOOGLE_GENAI_USE_GCA=true", "GOOGLE_CLOUD_ACCESS_TOKEN=" + googleToken,
+				"GEMINI_CLI_NO_RELAUNCH=true", "GEMINI_CLI_TRUST_WORKSPACE=true", "NO_COLOR=1"}
+		},
+		login: geminiSettings("oauth-personal"),
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("Authorization") != "Bearer "+googleToken || !strings.Contains(r.RawQuery, "alt=sse") ||
+				gjson.GetBytes(r.Body, "project").String() != "e2e-project" {
+				return fmt.Errorf("Authorization %q, query %q, project %s; want the account's token, alt=sse and the Code Assist project",
+					r.Header.Get("Authorization"), r.RawQuery, gjson.GetBytes(r.Body, "project").Raw)
+			}
+			return nil
+		},
+		setup:   codeAssistSetup,
+		looping: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer { return loopAnswerGemini }),
+		healthy: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer {
+			return fakellm.GeminiAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1internal:streamGenerateContent",
 	}}
 }
+
+// googleToken is the access token of the emulated Google sign-in.
+const googleToken = "ya29.e2e"
+
+// codeAssistSetup answers Code Assist's calls beside the model's: the
+// account's tier and project (loadCodeAssist), and an empty object for the
+// others (quota, experiments, metrics).
+var codeAssistSetup = []fakellm.Rule{{
+	Match: func(r *fakellm.Request) bool { return strings.HasSuffix(r.Path, "/v1internal:loadCodeAssist") },
+	Response: fakellm.Response{Raw: []byte(`{"currentTier":{"id":"standard-tier","name":"Gemini Code Assist","hasOnboardedPreviously":true},` +
+		`"cloudaicompanionProject":"e2e-project"}`), Header: http.Header{"Content-Type": {"application/json"}}},
+}, {
+	Match: func(r *fakellm.Request) bool {
+		return strings.Contains(r.Path, "/v1internal:") && r.API() == ""
+	},
+	Response: fakellm.Response{Raw: []byte(`{}`), Header: http.Header{"Content-Type": {"application/json"}}},
+}}
 
 // geminiKey is Gemini CLI's API key in the e2e runs.
 const geminiKey = "AIza-e2e"
@@ -208,7 +261,7 @@ func TestRunRealAgents(t *testing.T) {
 				if looping {
 					rule = a.looping
 				}
-				fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{rule}})
+				fake := fakellm.Start(t, fakellm.Script{Rules: append(append([]fakellm.Rule(nil), a.setup...), rule)})
 				home := t.TempDir()
 				if a.login != nil {
 					a.login(t, home)
