@@ -12,8 +12,8 @@ import (
 
 // Gemini's API (generateContent and streamGenerateContent, the model in
 // the path) is what Gemini CLI with an API key and the Google GenAI SDKs
-// speak; Code Assist is the same wrapped as Code Assist's ({"request": ...}, {"response": ...}), which
-// Gemini CLI signed in with Google speaks. Every request carries the whole
+// speak; Code Assist, which Gemini CLI signed in with Google speaks, wraps
+// the same requests and answers (the registry's Wrap and AnswerWrap). Every request carries the whole
 // history in "contents". The path says whether a request streams, the
 // query how (alt=sse: SSE events; else one JSON array sent element by
 // element): each API has a variant for each, the LOOP_DETECTED answer and
@@ -29,7 +29,7 @@ func init() {
 func registerGemini(name wireapi.Name, wrapped bool) *wireAPI {
 	textPath := "candidates.0.content.parts.0.text"
 	if wrapped {
-		textPath = "response." + textPath
+		textPath = wireapi.Lookup(name).AnswerWrap + "." + textPath
 	}
 	var variants [3]*wireAPI // not streamed; streamed as a JSON array; as SSE
 	for i := range variants {
@@ -170,8 +170,8 @@ func (a *geminiStream) release() {
 // (MAX_TOKENS for stream.finish_reason "length").
 func cutGeminiBody(w *cutWatch, b []byte, finish string) []byte {
 	prefix := ""
-	if gjson.GetBytes(b, "response").IsObject() {
-		prefix = "response."
+	if wrap := wireapi.Lookup(wireapi.CodeAssist).AnswerWrap; gjson.GetBytes(b, wrap).IsObject() {
+		prefix = wrap + "."
 	}
 	reason := "STOP"
 	if strings.EqualFold(finish, "length") {

@@ -6,7 +6,8 @@
 // final assistant message. ArrayReader splits a stream that is one JSON
 // array (Google's streamed answers without alt=sse) into the same Events.
 // sse never touches the network and imports none of loopguard's other
-// packages but the leaf internal/rawjson.
+// packages but leaf ones under internal/ (rawjson, and wireapi, the
+// registry of wire APIs).
 //
 // Transparency comes first: every byte read comes back in exactly one
 // Event.Raw, in order, so a proxy forwards Raw untouched and the client sees

@@ -1,5 +1,11 @@
 package sse
 
+import "github.com/loopguard/loopguard/internal/wireapi"
+
+// codeAssistAnswer is the member Code Assist wraps each chunk in, as the
+// registry declares it.
+var codeAssistAnswer = wireapi.Lookup(wireapi.CodeAssist).AnswerWrap
+
 // geminiCall is one functionCall part of a Gemini stream: each comes
 // whole, in one chunk.
 type geminiCall struct{ name, args []byte }
@@ -49,7 +55,7 @@ func (a *GeminiAccumulator) Add(data []byte) (Update, error) {
 	it := newObjIter(s)
 	for it.next() {
 		switch it.key {
-		case "response":
+		case codeAssistAnswer:
 			if isObject(it.val) {
 				a.wrapped = true
 				a.addResponse(it.val, &u)
@@ -200,21 +206,8 @@ func (a *GeminiAccumulator) ToolCallBytes(pos int) (name, args []byte, ok bool) 
 	return a.calls[pos].name, a.calls[pos].args, true
 }
 
-// ToolCalls returns copies of the function calls so far.
-func (a *GeminiAccumulator) ToolCalls() []ToolCall {
-	out := make([]ToolCall, len(a.calls))
-	for i, c := range a.calls {
-		out[i] = ToolCall{Index: i, Type: "function", Name: string(c.name), Arguments: string(c.args)}
-	}
-	return out
-}
-
 // Text returns the answer's text so far, thoughts left out.
 func (a *GeminiAccumulator) Text() string { return string(a.all) }
-
-// DropText takes the last n bytes off the answer's text: the client never
-// got them.
-func (a *GeminiAccumulator) DropText(n int) { a.all = a.all[:max(0, len(a.all)-n)] }
 
 // Model returns the modelVersion the stream named, "" before it did.
 func (a *GeminiAccumulator) Model() string { return string(a.model) }

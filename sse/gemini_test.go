@@ -115,3 +115,23 @@ func FuzzGeminiAccumulator(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkGeminiAccumulator folds Code Assist's stream, chunk by chunk.
+func BenchmarkGeminiAccumulator(b *testing.B) {
+	chunks := geminiChunks(b, "code-assist.sse")
+	n := 0
+	for _, c := range chunks {
+		n += len(c)
+	}
+	var a GeminiAccumulator
+	b.SetBytes(int64(n))
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Reset()
+		for _, c := range chunks {
+			if _, err := a.Add(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,5 +1,7 @@
 package wireapi
 
+import "strings"
+
 // Name is a wire API as inspect, policy and replay records know it (a
 // record's optional "api" field).
 type Name string
@@ -90,10 +92,10 @@ type API struct {
 	// Paths are the request paths it answers (POST), in the order they
 	// are tried; the first is where replay sends its records.
 	Paths []Path
-	// Wrap is the member that wraps the request ({"request": {...}}) and,
-	// in the answers, the member that wraps each answer ({"response":
-	// {...}}); "" when neither is wrapped.
-	Wrap string
+	// Wrap is the member that wraps the request ({"request": {...}}), ""
+	// when it is not wrapped; AnswerWrap the member that wraps each answer
+	// and each streamed chunk ({"response": {...}}).
+	Wrap, AnswerWrap string
 	// History is the member holding the conversation (inside Wrap's,
 	// when set).
 	History string
@@ -140,7 +142,7 @@ var APIs = [...]API{
 		History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"contents", "systemInstruction"}},
 	{Name: CodeAssist, Label: "code_assist", Wire: CodeAssistWire, Stream: StreamMethod, Framing: JSONArray,
 		Paths: []Path{{Pattern: "*/v1internal:streamGenerateContent", Stream: true}, {Pattern: "*/v1internal:generateContent"}},
-		Wrap:  "request", History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"request", "project"}},
+		Wrap:  "request", AnswerWrap: "response", History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"request", "project"}},
 }
 
 // Lookup returns the API named n, nil if there is none.
@@ -173,12 +175,9 @@ type Route struct {
 // Match returns the route of a request path (no query; dot-segments
 // resolved), Route{} when no API answers it. It allocates nothing.
 func Match[P ~string | ~[]byte](path P) Route {
-	for i := range APIs {
-		a := &APIs[i]
-		for _, p := range a.Paths {
-			if ok, _, _ := match(p.Pattern, path); ok {
-				return Route{API: a, Stream: p.Stream}
-			}
+	for i := range patterns {
+		if ok, _, _ := matchPath(&patterns[i], path); ok {
+			return Route{API: patterns[i].api, Stream: patterns[i].stream}
 		}
 	}
 	return Route{}
@@ -187,11 +186,9 @@ func Match[P ~string | ~[]byte](path P) Route {
 // Model returns the model a request path names ({model}), "" when its
 // API's paths name none.
 func Model(path string) string {
-	for i := range APIs {
-		for _, p := range APIs[i].Paths {
-			if ok, from, to := match(p.Pattern, path); ok {
-				return path[from:to]
-			}
+	for i := range patterns {
+		if ok, from, to := matchPath(&patterns[i], path); ok {
+			return path[from:to]
 		}
 	}
 	return ""
@@ -200,34 +197,61 @@ func Model(path string) string {
 // ReplayPath is where replay sends a record of a: its first path, with the
 // prefix wildcard dropped and model in place of {model}.
 func (a *API) ReplayPath(model string) string {
-	p := a.Paths[0].Pattern
-	if len(p) > 0 && p[0] == '*' {
-		p = p[1:]
+	p := compile(a, a.Paths[0])
+	if p.model {
+		return p.before + model + p.after
 	}
-	if before, after, ok := cut(p, "{model}"); ok {
-		return before + model + after
-	}
-	return p
+	return p.after
 }
 
-// match reports whether path fits pattern, and where in path the model it
-// names lies (from == to when it names none).
-func match[P ~string | ~[]byte](pattern string, path P) (ok bool, from, to int) {
-	anyPrefix := len(pattern) > 0 && pattern[0] == '*'
-	if anyPrefix {
-		pattern = pattern[1:]
-	}
-	before, after, hasModel := cut(pattern, "{model}")
-	if !hasModel {
-		if anyPrefix {
-			return hasSuffix(path, pattern), 0, 0
+// pattern is a Path taken apart once, so that Match only compares.
+type pattern struct {
+	api    *API
+	stream bool
+	// anyPrefix: the pattern began with "*". model: it names the model
+	// between before and after; without one, after is the whole rest.
+	anyPrefix, model bool
+	before, after    string
+}
+
+// patterns are every API's paths, in the order Match tries them.
+var patterns = func() []pattern {
+	var ps []pattern
+	for i := range APIs {
+		for _, p := range APIs[i].Paths {
+			ps = append(ps, compile(&APIs[i], p))
 		}
-		return string(path) == pattern, 0, 0
 	}
-	if !hasSuffix(path, after) {
+	return ps
+}()
+
+func compile(a *API, p Path) pattern {
+	c := pattern{api: a, stream: p.Stream}
+	rest := p.Pattern
+	if len(rest) > 0 && rest[0] == '*' {
+		c.anyPrefix, rest = true, rest[1:]
+	}
+	if i := strings.Index(rest, "{model}"); i >= 0 {
+		c.model, c.before, c.after = true, rest[:i], rest[i+len("{model}"):]
+	} else {
+		c.after = rest
+	}
+	return c
+}
+
+// matchPath reports whether path fits p, and where in path the model it
+// names lies (from == to when it names none).
+func matchPath[P ~string | ~[]byte](p *pattern, path P) (ok bool, from, to int) {
+	if !p.model {
+		if p.anyPrefix {
+			return hasSuffix(path, p.after), 0, 0
+		}
+		return string(path) == p.after, 0, 0
+	}
+	if !hasSuffix(path, p.after) {
 		return false, 0, 0
 	}
-	rest := path[:len(path)-len(after)]
+	rest := path[:len(path)-len(p.after)]
 	i := len(rest) - 1
 	for i >= 0 && rest[i] != '/' {
 		if rest[i] == ':' {
@@ -239,7 +263,7 @@ func match[P ~string | ~[]byte](pattern string, path P) (ok bool, from, to int) 
 		return false, 0, 0
 	}
 	head := rest[:i+1]
-	if anyPrefix && !hasSuffix(head, before) || !anyPrefix && string(head) != before {
+	if p.anyPrefix && !hasSuffix(head, p.before) || !p.anyPrefix && string(head) != p.before {
 		return false, 0, 0
 	}
 	return true, i + 1, len(rest)
@@ -247,15 +271,6 @@ func match[P ~string | ~[]byte](pattern string, path P) (ok bool, from, to int) 
 
 func hasSuffix[P ~string | ~[]byte](s P, suffix string) bool {
 	return len(s) >= len(suffix) && string(s[len(s)-len(suffix):]) == suffix
-}
-
-func cut(s, sep string) (before, after string, found bool) {
-	for i := 0; i+len(sep) <= len(s); i++ {
-		if s[i:i+len(sep)] == sep {
-			return s[:i], s[i+len(sep):], true
-		}
-	}
-	return s, "", false
 }
 
 // WireName names an upstream family: the APIs that one base URL serves,

@@ -67,7 +67,8 @@ func TestMatchPattern(t *testing.T) {
 		{"/responses", "/x/responses", false, ""},
 	}
 	for _, tt := range tests {
-		ok, from, to := match(tt.pattern, tt.path)
+		p := compile(nil, Path{Pattern: tt.pattern})
+		ok, from, to := matchPath(&p, tt.path)
 		if ok != tt.ok || ok && tt.path[from:to] != tt.model {
 			t.Errorf("match(%q, %q) = %v, %q; want %v, %q", tt.pattern, tt.path, ok, tt.path[from:to], tt.ok, tt.model)
 		}
@@ -120,5 +121,17 @@ func TestMatchAllocs(t *testing.T) {
 	path := []byte("/openai/v1/chat/completions")
 	if n := testing.AllocsPerRun(100, func() { _ = Match(path) }); n != 0 {
 		t.Errorf("Match allocates %v times; want 0", n)
+	}
+}
+
+// BenchmarkMatch is routing's cost per request: the last API's path, tried
+// after every pattern before it.
+func BenchmarkMatch(b *testing.B) {
+	path := []byte("/s/run-1/v1internal:streamGenerateContent")
+	b.ReportAllocs()
+	for b.Loop() {
+		if Match(path).API == nil {
+			b.Fatal("no match")
+		}
 	}
 }
