@@ -51,13 +51,14 @@ func pathIndex(path string) int {
 	return pathOther
 }
 
-// categories are the detector families in label order; "none" is a request
-// without a category, "other" one this build does not know.
+// categories are the detector families in label order, then the session
+// budget's; "none" is a request without a category, "other" one this build
+// does not know.
 var categories = [...]inspect.Category{
 	inspect.ToolRepetition, inspect.ToolCycle, inspect.ParamDrift, inspect.SameResult,
 	inspect.ErrorCycle, inspect.WhackAMole, inspect.TestFixCycle, inspect.EditUndo,
 	inspect.OutputRepetition, inspect.SummaryLoop, inspect.TokenDegeneration,
-	inspect.SemanticLoop, "none", "other",
+	inspect.SemanticLoop, policy.BudgetCategory, "none", "other",
 }
 
 const (

@@ -1,88 +1,188 @@
 package proxy
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/loopguard/loopguard/fakellm"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
 )
 
-// TestBodyMemoryBudget: while request bodies in flight hold
-// server.max_body_memory, another request is answered 503 with
-// Retry-After and an OpenAI-shaped error, unread; once they are done, it
-// is served. The budget is given back however a request ends.
-func TestBodyMemoryBudget(t *testing.T) {
-	up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"ok":true}`)
+// budgetAPI is one wire API as a budget test drives it: a healthy
+// request, the upstream's answer with a known usage, and where
+// loopguard's own answer keeps its text.
+type budgetAPI struct {
+	name, path string
+	body       func(stream bool) string
+	// perAnswer is the tokens each scripted answer reports.
+	perAnswer int64
+	// text reads the text of a non-streamed answer.
+	text func(answer string) string
+	// streamEnd is what ends a streamed answer in the API's shape.
+	streamEnd string
+}
+
+const budgetUser = `"Summarise the repository."`
+
+var budgetAPIs = []budgetAPI{
+	{"chat", "/v1/chat/completions",
+		func(s bool) string {
+			return fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
+		},
+		150, func(a string) string { return gjson.Get(a, "choices.0.message.content").String() }, "data: [DONE]"},
+	{"responses", "/v1/responses",
+		func(s bool) string { return fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"input":%s}`, s, budgetUser) },
+		150, func(a string) string { return gjson.Get(a, "output.0.content.0.text").String() }, "response.completed"},
+	{"anthropic", "/v1/messages",
+		func(s bool) string {
+			return fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":%v,"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
+		},
+		150, func(a string) string { return gjson.Get(a, "content.0.text").String() }, "message_stop"},
+	{"ollama", "/api/chat",
+		func(s bool) string {
+			return fmt.Sprintf(`{"model":"qwen3","stream":%v,"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
+		},
+		// prompt_eval_count 10, eval_count a quarter of the text's bytes.
+		10 + int64((len(budgetText)+3)/4), func(a string) string { return gjson.Get(a, "message.content").String() }, `"done":true`},
+}
+
+// budgetText is every scripted answer's text.
+var budgetText = strings.Repeat("The repository holds a proxy. ", 4)
+
+// budgetUpstream answers every API with budgetText and a usage of 100
+// prompt and 50 completion tokens (Ollama: its own counts).
+func budgetUpstream(t *testing.T) *fakellm.Server {
+	usage := fakellm.Usage{PromptTokens: 100, CompletionTokens: 50}
+	return fakellm.Start(t, fakellm.Script{Loop: true,
+		Rules: []fakellm.Rule{
+			fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+				return fakellm.ResponsesAnswer{Text: budgetText, Usage: usage}
+			}),
+			fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+				return fakellm.AnthropicAnswer{Text: budgetText, Usage: usage}
+			}),
+			fakellm.OllamaRule(func(*fakellm.Request) fakellm.OllamaAnswer { return fakellm.OllamaAnswer{Text: budgetText} }),
+		},
+		Responses: []fakellm.Response{{Content: budgetText, Usage: usage}},
 	})
-	srv, base := startProxy(t, func(c *Config) {
-		c.Upstream.URL = up.URL
-		c.Server.MaxBodyBytes = 4 << 20
-		c.Server.MaxBodyMemory = 1 << 20
-	})
-	addr := strings.TrimPrefix(base, "http://")
-	send := func(size int) (*http.Response, string) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		go func() {
-			fmt.Fprintf(c, "POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", size))
-		}()
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(b)
-	}
-	// A body on its way holds 900 KiB of the budget.
-	slow, err := net.Dial("tcp", addr)
+}
+
+func budgetRequest(t *testing.T, base, path, session, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", session)
+	resp, err := newClient().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer slow.Close()
-	fmt.Fprintf(slow, "POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\naaaa", 900<<10)
-	deadline := time.Now().Add(10 * time.Second)
-	for srv.bodies.used.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first body's share was never reserved")
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// TestBudgetTokensEveryAPI: a session's token budget, fed by the usage each
+// API's answers report (streamed or not), warns the request after 80 % and
+// ends the session with BUDGET_EXCEEDED in the API's own shape, without
+// calling the upstream; another session beside it is untouched.
+func TestBudgetTokensEveryAPI(t *testing.T) {
+	for _, api := range budgetAPIs {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v", api.name, stream), func(t *testing.T) {
+				up := budgetUpstream(t)
+				// Two answers and a half: the third request is past 80 %, the
+				// fourth past the budget.
+				limit := 2*api.perAnswer + api.perAnswer/2
+				_, base := startProxy(t, func(c *Config) {
+					c.Upstream.URL = up.URL()
+					c.Policy.SessionMaxTokens = limit
+				})
+				body := api.body(stream)
+				for i, want := range []string{"none", "none", "warn", "terminate"} {
+					before := len(up.Requests())
+					resp, answer := budgetRequest(t, base, api.path, "spent", body)
+					if a := resp.Header.Get(HeaderAction); a != want {
+						t.Fatalf("request %d: action %q; want %q (%s)", i+1, a, want, answer)
+					}
+					reqs := up.Requests()
+					switch want {
+					case "none":
+						if len(reqs) != before+1 || string(reqs[len(reqs)-1].Body) != body {
+							t.Fatalf("request %d: the upstream did not get the body unchanged", i+1)
+						}
+					case "warn":
+						sent := string(reqs[len(reqs)-1].Body)
+						if !strings.Contains(sent, "Session budget: "+fmt.Sprint(2*api.perAnswer)+" of "+fmt.Sprint(limit)+" tokens used") {
+							t.Errorf("warned request lacks the budget warning: %s", sent)
+						}
+						if h := resp.Header.Get(HeaderBudget); h != fmt.Sprintf("tokens %d/%d", 2*api.perAnswer, limit) {
+							t.Errorf("%s = %q", HeaderBudget, h)
+						}
+					case "terminate":
+						if len(reqs) != before {
+							t.Fatalf("BUDGET_EXCEEDED called the upstream")
+						}
+						if resp.StatusCode != http.StatusOK {
+							t.Errorf("status %d", resp.StatusCode)
+						}
+						if !stream {
+							if txt := api.text(answer); !strings.HasPrefix(txt, "BUDGET_EXCEEDED:") {
+								t.Errorf("answer %s; want BUDGET_EXCEEDED in the API's shape", answer)
+							}
+						} else if !strings.Contains(answer, "BUDGET_EXCEEDED:") || !strings.Contains(answer, api.streamEnd) {
+							t.Errorf("streamed answer %s; want BUDGET_EXCEEDED ended by %s", answer, api.streamEnd)
+						}
+					}
+				}
+				resp, _ := budgetRequest(t, base, api.path, "fresh", body)
+				if a := resp.Header.Get(HeaderAction); a != "none" {
+					t.Errorf("a fresh session beside the spent one: action %q", a)
+				}
+			})
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	resp, body := send(500 << 10)
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
-		gjson.Get(body, "error.code").String() != "body_memory_exhausted" || !gjson.Get(body, "error.message").Exists() ||
-		!gjson.Get(body, "error.type").Exists() {
-		t.Fatalf("a body beyond the budget: %d (Retry-After %q) %s; want 503 with Retry-After and an OpenAI error",
-			resp.StatusCode, resp.Header.Get("Retry-After"), body)
-	}
-	// Small bodies fit beside it.
-	if resp, body := send(64 << 10); resp.StatusCode != http.StatusOK {
-		t.Fatalf("a body within the budget: %d %s; want 200", resp.StatusCode, body)
-	}
-	// The client of the first leaves mid-body: its share comes back.
-	slow.Close()
-	for srv.bodies.used.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still reserved after every request ended", srv.bodies.used.Load())
+}
+
+// TestBudgetTurnsAndOverrides: the turn budget counts model calls; a
+// per-model override and a session's own (set through the admin API)
+// change it; terminate_as = "error" answers BUDGET_EXCEEDED as an error of
+// its own type.
+func TestBudgetTurnsAndOverrides(t *testing.T) {
+	up := budgetUpstream(t)
+	srv, base := startProxy(t, func(c *Config) {
+		c.Upstream.URL = up.URL()
+		c.Policy.SessionMaxTurns = 5
+		c.Policy.Models = map[string]policy.Budget{"claude-*": {MaxTurns: 10}}
+		c.Inject.TerminateAs = "error"
+	})
+	chat, anthropic := budgetAPIs[0], budgetAPIs[2]
+	run := func(api budgetAPI, session string, want ...string) string {
+		t.Helper()
+		var last string
+		for i, w := range want {
+			resp, answer := budgetRequest(t, base, api.path, session, api.body(false))
+			if a := resp.Header.Get(HeaderAction); a != w {
+				t.Fatalf("%s %s request %d: action %q; want %q (%s)", api.name, session, i+1, a, w, answer)
+			}
+			last = answer
 		}
-		time.Sleep(5 * time.Millisecond)
+		return last
 	}
-	if resp, body := send(500 << 10); resp.StatusCode != http.StatusOK {
-		t.Fatalf("the same body once the budget is free: %d %s; want 200", resp.StatusCode, body)
+	end := run(chat, "chat", "none", "none", "none", "none", "warn", "terminate")
+	if gjson.Get(end, "error.code").String() != "BUDGET_EXCEEDED" || gjson.Get(end, "error.type").String() != "budget_exceeded" {
+		t.Errorf("error form: %s", end)
 	}
-	if n := srv.bodies.used.Load(); n != 0 {
-		t.Errorf("%d bytes reserved after every request ended; want 0", n)
+	end = run(anthropic, "claude", "none", "none", "none", "none", "none", "none", "none", "none", "warn", "none", "terminate")
+	if gjson.Get(end, "error.type").String() != "budget_exceeded" || !strings.HasPrefix(gjson.Get(end, "error.message").String(), "BUDGET_EXCEEDED:") {
+		t.Errorf("anthropic error form: %s", end)
 	}
+
+	if err := srv.pipeline.policy.SetBudget(t.Context(), "override", &policy.Budget{MaxTurns: -1}); err != nil {
+		t.Fatal(err)
+	}
+	run(chat, "override", "none", "none", "none", "none", "none", "none", "none")
 }
