@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
@@ -52,6 +53,9 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Grace bounds the shutdown of the in-process loopguard. Default 5s.
 	Grace time.Duration
+	// Budget, when not zero, is the run's own session budget (-max-tokens,
+	// -max-turns): it wins over the configured ones.
+	Budget policy.Budget
 }
 
 // Run runs the command under loopguard and returns the run's summary. The
@@ -90,6 +94,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			return Summary{}, err
 		}
 		defer g.stop(o.Grace, log)
+	}
+	if o.Budget != (policy.Budget{}) {
+		if err := g.setBudget(ctx, o.Budget); err != nil {
+			return Summary{}, fmt.Errorf("session budget: %w", err)
+		}
 	}
 	sessionURL := g.base + "/s/" + id
 	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)
