@@ -185,4 +185,30 @@ func TestBudgetTurnsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(chat, "override", "none", "none", "none", "none", "none", "none", "none")
+
+	// The timeline, the session's summary and the metrics tell budget
+	// decisions from loops.
+	sum, tl, ok := srv.Recorder().Session("chat")
+	if !ok || len(tl) != 6 || sum.Detections != 0 || sum.Interventions != 2 {
+		t.Fatalf("session chat: %+v, %d entries; want 6 requests, no detection, 2 interventions", sum, len(tl))
+	}
+	warned, ended := tl[4], tl[5]
+	if warned.Action != policy.Warn || warned.Budget == nil || warned.Budget.Exceeded || warned.Budget.Used != 4 ||
+		ended.Action != policy.Terminate || ended.Budget == nil || !ended.Budget.Exceeded || ended.Category != "" {
+		t.Errorf("timeline ends with %+v %+v and %+v %+v; want the budget's warn and terminate", warned, warned.Budget, ended, ended.Budget)
+	}
+	mresp, err := newClient().Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{
+		`loopguard_terminations_total{category="budget"} 2`,
+		`loopguard_interventions_total{action="warn",category="budget",level="0"} 2`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
 }
