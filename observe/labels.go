@@ -51,20 +51,20 @@ func pathIndex(path string) int {
 	return pathOther
 }
 
-// categories are the detector families in label order, then the session
-// budget's; "none" is a request without a category, "other" one this build
-// does not know.
-var categories = [...]inspect.Category{
-	inspect.ToolRepetition, inspect.ToolCycle, inspect.ParamDrift, inspect.SameResult,
-	inspect.ErrorCycle, inspect.WhackAMole, inspect.TestFixCycle, inspect.EditUndo,
-	inspect.OutputRepetition, inspect.SummaryLoop, inspect.TokenDegeneration,
-	inspect.SemanticLoop, policy.BudgetCategory, "none", "other",
-}
+// categories are the detector families in label order (inspect.Categories),
+// then the session budget's, then "none", a request without a category, and
+// "other", one this build does not know.
+var categories = func() (c [nCat]inspect.Category) {
+	copy(c[:], inspect.Categories[:])
+	c[catBudget], c[catNone], c[catOther] = policy.BudgetCategory, "none", "other"
+	return c
+}()
 
 const (
-	catNone  = len(categories) - 2
-	catOther = len(categories) - 1
-	nCat     = len(categories)
+	catBudget = len(inspect.Categories)
+	catNone   = catBudget + 1
+	catOther  = catNone + 1
+	nCat      = catNone + 2
 )
 
 func categoryIndex(c inspect.Category) int {

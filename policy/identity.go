@@ -13,6 +13,11 @@ import (
 	"github.com/tidwall/gjson"
 )
 
+// A request's session identity is derived here, and only here: from the
+// session id the client named (the proxy reads it off the request,
+// proxy/session_id.go) and the request body (Identify), then told apart
+// from earlier runs of the same prompt with the store (Policy.Session).
+
 // MaxKeyLen bounds a session key in bytes. Longer client-supplied ids are
 // replaced by their hash so that keys stay cheap as map keys, redis keys and
 // header values.
