@@ -190,34 +190,6 @@ func (g *guard) stop(grace time.Duration, log zerolog.Logger) {
 	}
 }
 
-// ResolveUpstreams picks each wire format's upstream: flag (-upstream) for
-// all, else what the base-URL variables held (fromEnv), else the
-// configuration's (anthropic_url, then url), else the vendor's public API.
-func ResolveUpstreams(flag string, fromEnv map[Wire]string, cfg proxy.UpstreamConfig) map[Wire]string {
-	ups := map[Wire]string{}
-	for _, w := range []Wire{OpenAI, Anthropic} {
-		configured := cfg.URL
-		if w == Anthropic && cfg.AnthropicURL != "" {
-			configured = cfg.AnthropicURL
-		}
-		env := fromEnv[w]
-		if w == OpenAI && env == "" {
-			env = fromEnv[Ollama] // Ollama answers /v1 and its own /api alike
-		}
-		ups[w] = firstNonEmpty(flag, env, configured, PublicUpstream[w])
-	}
-	return ups
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 func lookupEnv(env []string) func(string) string {
 	return func(name string) string {
 		for i := len(env) - 1; i >= 0; i-- { // the last entry wins, as in exec

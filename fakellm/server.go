@@ -174,14 +174,6 @@ func (s *Server) Close() error {
 	return err
 }
 
-// SetScript replaces the script and restarts its ordered responses.
-func (s *Server) SetScript(script Script) {
-	s.mu.Lock()
-	s.script = script
-	s.next = 0
-	s.mu.Unlock()
-}
-
 // SetRecording turns recording of exchanges on (the default) or off; load
 // runs and the demo turn it off so memory stays flat.
 func (s *Server) SetRecording(on bool) {

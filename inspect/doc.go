@@ -2,7 +2,7 @@
 //
 // It is step 2 of a chat request's flow (proxy -> policy -> inspect -> inject):
 // it builds a Trajectory from a chat request's message history, runs the
-// detector families of DESIGN.md section 3 over it and aggregates their scores
+// detector families of docs/design.md section 3 over it and aggregates their scores
 // into a Verdict. On the response side, Degeneration watches streamed text for
 // repetition as it passes.
 //

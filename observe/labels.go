@@ -51,19 +51,19 @@ func pathIndex(path string) int {
 	return pathOther
 }
 
-// categories are the detector families in label order; "none" is a request
-// without a category, "other" one this build does not know.
-var categories = [...]inspect.Category{
-	inspect.ToolRepetition, inspect.ToolCycle, inspect.ParamDrift, inspect.SameResult,
-	inspect.ErrorCycle, inspect.WhackAMole, inspect.TestFixCycle, inspect.EditUndo,
-	inspect.OutputRepetition, inspect.SummaryLoop, inspect.TokenDegeneration,
-	inspect.SemanticLoop, "none", "other",
-}
+// categories are the detector families in label order (inspect.Categories),
+// then "none", a request without a category, and "other", one this build
+// does not know.
+var categories = func() (c [nCat]inspect.Category) {
+	copy(c[:], inspect.Categories[:])
+	c[catNone], c[catOther] = "none", "other"
+	return c
+}()
 
 const (
-	catNone  = len(categories) - 2
-	catOther = len(categories) - 1
-	nCat     = len(categories)
+	catNone  = len(inspect.Categories)
+	catOther = catNone + 1
+	nCat     = catNone + 2
 )
 
 func categoryIndex(c inspect.Category) int {

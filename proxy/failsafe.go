@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The response path fails open (DESIGN.md section 1): sse/, the detectors
+// The response path fails open (docs/design.md section 7): sse/, the detectors
 // and the chat observer read bytes the upstream chose, and a bug there that
 // panics must neither kill the process nor cost the client a byte
 // (docs/streams.md: a healthy stream arrives whole). Each stage that runs

@@ -20,7 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Response headers on every answer to a guarded request (DESIGN.md section 5).
+// Response headers on every answer to a guarded request (docs/design.md section 4).
 const (
 	HeaderSession = "X-Loopguard-Session"
 	HeaderAction  = "X-Loopguard-Action"

@@ -13,7 +13,7 @@ import (
 )
 
 // sessionPrefix starts a path that names its session in the base URL:
-// /s/<id>/v1/chat/completions (DESIGN.md section 5). Every agent lets its
+// /s/<id>/v1/chat/completions (docs/design.md section 6). Every agent lets its
 // user set a base URL, so this is the one session identity that works for
 // all of them; `loopguard run` points agents at http://127.0.0.1:PORT/s/<id>.
 const sessionPrefix = "/s/"
