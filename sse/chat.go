@@ -85,8 +85,11 @@ type ChatAccumulator struct {
 	// tmpID and tmpName hold a tool-call entry's decoded id and name while
 	// the entry is matched to a call.
 	tmpID, tmpName []byte
-	// deltas is what the last Add returned.
+	// deltas is what the last Add returned; one0 holds it for the usual
+	// chunk of one choice, so that an accumulator makes no allocation
+	// for it.
 	deltas []Update
+	one0   [1]Update
 
 	// DropText, when set, makes Add return each chunk's content and reasoning
 	// text without keeping it: Choices then reports both
@@ -112,6 +115,9 @@ func (a *ChatAccumulator) Reset() {
 // Memory grows with the streamed text and arguments; bounding a stream's
 // size is the caller's call (the Reader bounds each event).
 func (a *ChatAccumulator) Add(data []byte) ([]Update, error) {
+	if a.deltas == nil {
+		a.deltas = a.one0[:0]
+	}
 	a.deltas = a.deltas[:0]
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
