@@ -72,8 +72,9 @@ type choiceState struct {
 //
 // The zero value is ready to use. After the first chunks have sized its
 // buffers, adding a chunk does not allocate, so one accumulator can serve a
-// whole stream and then be Reset and pooled. It is not safe for concurrent
-// use.
+// whole stream and then be Reset and pooled. It must not be copied after
+// its first Add (its updates may live inside it), and it is not safe for
+// concurrent use.
 type ChatAccumulator struct {
 	id, model, fingerprint []byte
 	created                int64
