@@ -152,6 +152,11 @@ type AdminConfig struct {
 	// Replica names this replica in the admin view that replicas sharing a
 	// redis store show together. Empty: the host name and the listen port.
 	Replica string `toml:"replica"`
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /loopguard/debug/pprof/, under the same access rule as /metrics.
+	// Default false: a profile costs CPU while it is taken and shows the
+	// process's internals.
+	Pprof bool `toml:"pprof"`
 }
 
 // DefaultConfig returns the configuration loopguard runs with when nothing is set.

@@ -277,7 +277,8 @@ func (pl *plan) event() ChatEvent {
 // goes wrong, the plan falls back to sending the original body unchanged.
 func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (pl plan) {
 	pcfg := p.policy.Config()
-	return p.decideFor(sessionID(ctx, &pcfg), ctx.Request.Header.Peek(headerMode), api, body)
+	session, mode := clientHeaders(ctx, &pcfg)
+	return p.decideFor(session, mode, api, body)
 }
 
 // decideFor is decide for a request whose session id (the /s/<id>/

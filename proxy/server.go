@@ -43,7 +43,7 @@ type Server struct {
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
-	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
+	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard (and profiles: withPprof)
 	// cluster shares the admin view with the other replicas; nil unless
 	// the store is shared.
 	cluster *observe.Cluster
@@ -119,6 +119,9 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.admin = withLocalAddr(admin, s.stopping)
+	if cfg.Admin.Pprof {
+		s.admin = withPprof(s.admin, admin.Guard, s.stopping)
+	}
 	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.stopping)
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
