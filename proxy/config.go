@@ -34,12 +34,23 @@ type ServerConfig struct {
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 64 MiB:
 	// agents resend their whole history, and base64 images exceed fasthttp's 4 MiB.
 	MaxBodyBytes int `toml:"max_body_bytes"`
-	// MaxBodyMemory bounds the bytes that request bodies being read or
-	// held take together: a request whose body (its Content-Length; the
-	// body limit when chunked) does not fit beside those in flight gets
-	// 503 with Retry-After, unread. A body alone is always let in. Default
-	// 256 MiB; 0: no bound.
+	// MaxBodyMemory bounds the bytes that request bodies take together:
+	// each body's bytes as they arrive, what decoding a compressed body
+	// produces as it is produced, and each Responses WebSocket message as
+	// it is read. A request whose next bytes do not fit beside those in
+	// flight gets 503 with Retry-After. A body alone is always let in.
+	// Default 256 MiB; 0: no bound.
 	MaxBodyMemory int64 `toml:"max_body_memory"`
+	// BodyTimeout is the longest wait for a request body's next bytes, as
+	// nginx's client_body_timeout; past it the request gets 408. Default
+	// 10s; 0: only read_timeout bounds a body.
+	BodyTimeout time.Duration `toml:"body_timeout"`
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second on average, once body_timeout has passed since it began (as
+	// Apache's mod_reqtimeout MinRate): a client that trickles its body
+	// gets 408 instead of holding a connection until read_timeout.
+	// Default 1024; 0: no minimum.
+	MinBodyRate int64 `toml:"min_body_rate"`
 	// ReadTimeout bounds reading one request (headers and body). Default 60s.
 	ReadTimeout time.Duration `toml:"read_timeout"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
@@ -151,6 +162,8 @@ func DefaultConfig() Config {
 			Listen:        "127.0.0.1:8787",
 			MaxBodyBytes:  64 << 20,
 			MaxBodyMemory: 256 << 20,
+			BodyTimeout:   10 * time.Second,
+			MinBodyRate:   1 << 10,
 			ReadTimeout:   60 * time.Second,
 			IdleTimeout:   120 * time.Second,
 			SendTimeout:   60 * time.Second,
@@ -203,8 +216,12 @@ func (c *Config) Validate() error {
 	if c.Server.MaxBodyMemory < 0 {
 		bad("server.max_body_memory", "must not be negative, got %d", c.Server.MaxBodyMemory)
 	}
+	if c.Server.MinBodyRate < 0 {
+		bad("server.min_body_rate", "must not be negative, got %d", c.Server.MinBodyRate)
+	}
 	for key, d := range map[string]time.Duration{
 		"server.read_timeout":             c.Server.ReadTimeout,
+		"server.body_timeout":             c.Server.BodyTimeout,
 		"server.idle_timeout":             c.Server.IdleTimeout,
 		"server.send_timeout":             c.Server.SendTimeout,
 		"server.shutdown_grace":           c.Server.ShutdownGrace,

@@ -207,7 +207,8 @@ func (p *pipeline) submitCheck(pl *plan) {
 
 // decodeRequest decodes a request body sent with Content-Encoding ce for
 // inspection. ok false: the request is answered (the decoded body is over
-// the body limit, 413 as for a plain body that is). A body that does not
+// the body limit, 413 as for a plain body that is; or it does not fit in
+// the body budget, 503 as for a plain body that does not). A body that does not
 // decode is forwarded as sent, uninspected, and counted as a fail-open:
 // ok false too. coded nil with ok: the coding is identity.
 func (p *pipeline) decodeRequest(ctx *fasthttp.RequestCtx, s *Server, ce, raw []byte) (coded *codedBody, ok bool) {
@@ -216,9 +217,13 @@ func (p *pipeline) decodeRequest(ctx *fasthttp.RequestCtx, s *Server, ce, raw []
 		return nil, true
 	}
 	if err == nil {
-		coded, err = decodeBody(cs, raw, p.cfg.Server.MaxBodyBytes)
+		coded, err = decodeBody(cs, raw, p.cfg.Server.MaxBodyBytes, heldBy(ctx))
 	}
 	switch {
+	case errors.Is(err, errBodyMemory):
+		writeBodyMemoryError(ctx)
+		s.respond(nil, ctx.Method(), ctx.Path(), nil, observe.ResponseInfo{Status: fasthttp.StatusServiceUnavailable})
+		return nil, false
 	case errors.Is(err, errDecodedTooLarge):
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "decoded request body exceeds server.max_body_bytes",
 			"invalid_request_error", "request_too_large")

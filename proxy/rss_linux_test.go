@@ -1,0 +1,201 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// The memory tests measure a proxy in a process of its own, this test
+// binary run again as TestRSSChild, so that the peak resident set they
+// read (VmHWM) is the proxy's alone: not the test's clients', upstream's
+// or bodies'.
+
+const rssChildEnv = "LOOPGUARD_RSS_CHILD"
+
+// TestRSSChild is the proxy of a memory test when rssChildEnv holds its
+// configuration (upstream URL, server.max_body_bytes,
+// server.max_body_memory); it prints its address and serves until its
+// standard input closes. Otherwise it does nothing.
+func TestRSSChild(t *testing.T) {
+	spec := os.Getenv(rssChildEnv)
+	if spec == "" {
+		t.Skip("the proxy of a memory test, run by that test")
+	}
+	f := strings.Fields(spec)
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = f[0]
+	cfg.Server.MaxBodyBytes, _ = strconv.Atoi(f[1])
+	cfg.Server.MaxBodyMemory, _ = strconv.ParseInt(f[2], 10, 64)
+	if len(f) > 3 {
+		cfg.Server.BodyTimeout, _ = time.ParseDuration(f[3])
+	}
+	srv, err := New(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println(ln.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Shutdown(t.Context())
+}
+
+// rssChild is a proxy in a process of its own.
+type rssChild struct {
+	addr string
+	pid  int
+}
+
+// startRSSChild starts a proxy of upstream up with the body limit and
+// budget given, and body_timeout if not empty.
+func startRSSChild(t *testing.T, up string, maxBody int, budget int64, bodyTimeout string) rssChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRSSChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %s", rssChildEnv, up, maxBody, budget, bodyTimeout))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the proxy's process: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	return rssChild{addr: strings.TrimSpace(line), pid: cmd.Process.Pid}
+}
+
+// status reads a size field of the child's /proc status, in bytes.
+func (c rssChild) status(t *testing.T, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, c.pid)
+	return 0
+}
+
+// rssBound is the most a proxy's resident set may grow by with bodies of
+// at most maxBody bytes taking a budget of budget bytes: twice the budget,
+// as the runtime's collector lets the heap reach twice what is live before
+// it collects (GOGC=100), so buffers let go of stay resident for a cycle
+// beside those in flight; one body's worth for what the pipeline makes of
+// the one body it inspects (its parse, its fingerprints); and 32 MiB for
+// the runtime, the connections' buffers and the goroutines' stacks.
+func rssBound(budget int64, maxBody int) int64 { return 2*budget + int64(maxBody) + 32<<20 }
+
+// TestBodyBombsStayWithinBudget: twenty concurrent bodies of a few
+// kilobytes that each inflate to 60 MiB, in every coding, hold the proxy
+// to its body budget: decoding stops where the budget would be passed,
+// and those requests get 503 with Retry-After.
+func TestBodyBombsStayWithinBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("decodes gigabytes")
+	}
+	const (
+		bombs   = 20
+		decoded = 60 << 20
+		budget  = 64 << 20
+		maxBody = 64 << 20
+	)
+	up := okUpstream(t)
+	// A chat request whose one message is 60 MiB of one letter.
+	plain := append([]byte(`{"model":"m","messages":[{"role":"user","content":"`), bytes.Repeat([]byte("a"), decoded)...)
+	plain = append(plain, `"}]}`...)
+	for _, k := range []coding{codingGzip, codingDeflate, codingBrotli, codingZstd} {
+		t.Run(k.String(), func(t *testing.T) {
+			bomb := encodeOne(nil, plain, k)
+			child := startRSSChild(t, up.URL, maxBody, budget, "")
+			post := func() (int, error) {
+				req, _ := http.NewRequest(http.MethodPost, "http://"+child.addr+"/v1/chat/completions", bytes.NewReader(bomb))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Content-Encoding", k.String())
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return 0, err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+					return 0, fmt.Errorf("503 without Retry-After")
+				}
+				return resp.StatusCode, nil
+			}
+			base := child.status(t, "VmRSS")
+			if code, err := post(); err != nil || code != http.StatusOK {
+				t.Fatalf("one %s body alone: %d %v; want 200", k, code, err)
+			}
+			var wg sync.WaitGroup
+			codes := make([]int, bombs)
+			errs := make([]error, bombs)
+			for i := range bombs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					codes[i], errs[i] = post()
+				}()
+			}
+			wg.Wait()
+			count := map[int]int{}
+			for i := range bombs {
+				if errs[i] != nil {
+					t.Errorf("bomb %d: %v", i, errs[i])
+				}
+				count[codes[i]]++
+			}
+			peak := child.status(t, "VmHWM")
+			t.Logf("%s: %d bytes inflating to %d MiB, %d at once: answers %v; peak RSS %d MiB, %d MiB over its base (bound: %d MiB over)",
+				k, len(bomb), decoded>>20, bombs, count, peak>>20, (peak-base)>>20, rssBound(budget, maxBody)>>20)
+			if peak-base > rssBound(budget, maxBody) {
+				t.Errorf("%s bombs: peak RSS %d MiB over a base of %d MiB; want at most %d MiB more (budget %d MiB)",
+					k, peak>>20, base>>20, rssBound(budget, maxBody)>>20, budget>>20)
+			}
+			if count[http.StatusOK] == 0 || count[http.StatusServiceUnavailable] == 0 {
+				t.Errorf("%s bombs: answers %v; want some served and the rest 503", k, count)
+			}
+		})
+	}
+}
