@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +110,38 @@ func (s *budgetShare) giveBack() {
 	s.reserved = 0
 	s.mu.Unlock()
 	s.budget.release(n)
+}
+
+// largeBuffer is the size from which a buffer let go asks for its memory
+// to go back to the system (returnMemory).
+const largeBuffer = 16 << 20
+
+// returnMemory has the collector free what large buffers let go of and
+// give it back to the system soon, at most once every returnEvery: an idle
+// process allocates nothing, so its collector would not run for minutes,
+// and what one large message or body took would stay resident until then.
+func returnMemory() {
+	memoryReturn.mu.Lock()
+	defer memoryReturn.mu.Unlock()
+	if memoryReturn.pending {
+		return
+	}
+	memoryReturn.pending = true
+	wait := max(0, returnEvery-time.Since(memoryReturn.last))
+	time.AfterFunc(wait, func() {
+		debug.FreeOSMemory()
+		memoryReturn.mu.Lock()
+		memoryReturn.pending, memoryReturn.last = false, time.Now()
+		memoryReturn.mu.Unlock()
+	})
+}
+
+const returnEvery = 2 * time.Second
+
+var memoryReturn struct {
+	mu      sync.Mutex
+	pending bool
+	last    time.Time
 }
 
 // bodyPace is how slowly a request body may arrive, as nginx's

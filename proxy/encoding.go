@@ -243,6 +243,27 @@ func (w *limitWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// ReadFrom appends the rest of r to b, growing b as Write does.
+func (w *limitWriter) ReadFrom(r io.Reader) (int64, error) {
+	var n int64
+	for {
+		if len(w.b) == cap(w.b) {
+			if err := w.room(1); err != nil {
+				return n, err
+			}
+		}
+		m, err := r.Read(w.b[len(w.b):cap(w.b)])
+		w.b = w.b[:len(w.b)+m]
+		n += int64(m)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
 // room makes b able to take n more bytes without growing. A larger b is
 // taken from hold before it is made, and the old one given back once it
 // is copied: what hold holds is what the decoding holds.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 )
 
 // The memory tests measure a proxy in a process of its own, this test
@@ -68,6 +71,7 @@ func startRSSChild(t *testing.T, up string, maxBody int, budget int64, bodyTimeo
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRSSChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %s", rssChildEnv, up, maxBody, budget, bodyTimeout))
+	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -202,5 +206,79 @@ func TestBodyBombsStayWithinBudget(t *testing.T) {
 				t.Errorf("one %s body alone after the others: %d %v; want 200", k, code, err)
 			}
 		})
+	}
+}
+
+// TestSocketMessagesStayWithinBudget: eight sockets that each send one
+// 48 MiB message take the proxy no further than its body budget allows
+// (a message that does not fit ends its socket with 1013), and once the
+// sockets are idle the proxy's resident set comes back near where it
+// began: no socket keeps its message's buffer.
+func TestSocketMessagesStayWithinBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 384 MiB")
+	}
+	const (
+		sockets = 8
+		size    = 48 << 20
+		budget  = 128 << 20
+		maxBody = 64 << 20
+	)
+	up := startSocketUpstream(t, textTurn)
+	child := startRSSChild(t, up.URL, maxBody, budget, "")
+	msg := append([]byte(`{"type":"response.create","model":"gpt-4.1","input":"`), bytes.Repeat([]byte("a"), size)...)
+	msg = append(msg, `"}`...)
+	conns := make([]*websocket.Conn, sockets)
+	for i := range conns {
+		conns[i] = dialSocket(t, child.addr, "/v1/responses", nil)
+		defer conns[i].Close()
+	}
+	base := child.status(t, "VmRSS")
+	var wg sync.WaitGroup
+	outcomes := make([]string, sockets)
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.NetConn().SetDeadline(time.Now().Add(60 * time.Second))
+			if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+				outcomes[i] = "write: " + err.Error()
+				return
+			}
+			for {
+				_, m, err := c.ReadMessage()
+				var ce *websocket.CloseError
+				switch {
+				case errors.As(err, &ce) && ce.Code == websocket.CloseTryAgainLater:
+					outcomes[i] = "1013"
+					return
+				case err != nil:
+					outcomes[i] = err.Error()
+					return
+				case gjson.GetBytes(m, "type").String() == "response.completed":
+					outcomes[i] = "answered"
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	count := map[string]int{}
+	for _, o := range outcomes {
+		count[o]++
+	}
+	peak := child.status(t, "VmHWM")
+	time.Sleep(5 * time.Second)
+	after := child.status(t, "VmRSS")
+	t.Logf("%d sockets sending %d MiB each: %v; RSS %d MiB at the start, peak %d MiB (%d over; bound %d), %d MiB 5 s later",
+		sockets, size>>20, count, base>>20, peak>>20, (peak-base)>>20, rssBound(budget, maxBody)>>20, after>>20)
+	if count["answered"]+count["1013"] != sockets || count["answered"] == 0 {
+		t.Errorf("outcomes %v; want each answered or ended with 1013, some answered", count)
+	}
+	if peak-base > rssBound(budget, maxBody) {
+		t.Errorf("peak RSS %d MiB over a base of %d MiB; want at most %d MiB more", peak>>20, base>>20, rssBound(budget, maxBody)>>20)
+	}
+	if after-base > 32<<20 {
+		t.Errorf("RSS %d MiB 5 s after the messages, over a base of %d MiB; want within 32 MiB of it", after>>20, base>>20)
 	}
 }
