@@ -115,6 +115,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	// connection, so the model stops. Only requests that can start a
 	// generation are watched: the watch costs two system calls.
 	x := acquireExchange()
+	// What loopguard watches the answer of is an inference call on an API
+	// it guards.
+	x.inference = obs != nil
 	var watch *peerWatch
 	if !ctx.IsGet() && !ctx.IsHead() {
 		watch = s.peers.watch(ctx.Conn(), x.clientGone)
