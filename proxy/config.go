@@ -78,8 +78,15 @@ type UpstreamConfig struct {
 	// as URL. Empty (default): URL serves every wire API.
 	AnthropicURL string `toml:"anthropic_url"`
 	// APIKey, when set, replaces the client's Authorization header with
-	// "Bearer <APIKey>". Empty: the client's header passes through.
+	// "Bearer <APIKey>" on the Passthrough paths; a request to any other
+	// path goes with the client's own credentials, or gets 401 without.
+	// Empty: the client's header passes through everywhere.
 	APIKey string `toml:"api_key"`
+	// Passthrough are the paths APIKey serves: each matches the paths that
+	// end with its segments, "*" matching any one. Default
+	// DefaultPassthrough: the guarded APIs, the model listings and
+	// Ollama's read-only endpoints.
+	Passthrough []string `toml:"passthrough"`
 	// ConnectTimeout bounds dialling the upstream. Default 5s.
 	ConnectTimeout time.Duration `toml:"connect_timeout"`
 	// HeaderTimeout bounds the wait for the response headers, which for LLM
@@ -175,6 +182,7 @@ func DefaultConfig() Config {
 			IdleTimeout:         5 * time.Minute,
 			MaxConns:            4096,
 			MaxIdleConnDuration: 4 * time.Second,
+			Passthrough:         append([]string(nil), DefaultPassthrough...),
 		},
 		Stream: StreamConfig{
 			Cut:           true,
@@ -233,6 +241,11 @@ func (c *Config) Validate() error {
 	} {
 		if d < 0 {
 			bad(key, "must not be negative, got %s", d)
+		}
+	}
+	for _, p := range c.Upstream.Passthrough {
+		if !strings.HasPrefix(p, "/") {
+			bad("upstream.passthrough", "%q is not a path", p)
 		}
 	}
 	if c.Upstream.MaxConns <= 0 {

@@ -52,10 +52,6 @@ type resumable struct {
 	auth [][]byte
 }
 
-// authHeaders are the request headers a DELETE carries over: whoever may
-// start a generation may stop it.
-var authHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key"}
-
 // resumableOf returns how to stop ctx's generation if it is a resumable
 // stream (an X-Conversation-Id request, or a resume), or nil.
 func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
@@ -78,10 +74,11 @@ func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
 		return nil
 	}
 	r := &resumable{s: s, up: up, uri: up.path(nil, p)}
-	for _, h := range authHeaders {
+	key := s.operatorKey(ctx.Path())
+	for _, h := range credentialHeaders {
 		v := ctx.Request.Header.Peek(h)
-		if s.cfg.Upstream.APIKey != "" && h == "Authorization" {
-			v = []byte("Bearer " + s.cfg.Upstream.APIKey)
+		if key != "" && h == "Authorization" {
+			v = []byte("Bearer " + key)
 		}
 		if len(v) > 0 {
 			r.auth = append(r.auth, []byte(h), append([]byte(nil), v...))

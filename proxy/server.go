@@ -63,6 +63,8 @@ type Server struct {
 	spares *spares
 	// bodies bounds the memory of request bodies in flight (budget.go).
 	bodies bodyBudget
+	// passthrough are the paths [upstream] api_key serves (passthrough.go).
+	passthrough pathSet
 	// stopping is cancelled (stop) when Shutdown begins: the admin
 	// handlers' request context (withLocalAddr).
 	stopping context.Context
@@ -79,7 +81,8 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory}}
+	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory},
+		passthrough: newPathSet(cfg.Upstream.Passthrough)}
 	if cfg.Upstream.AnthropicURL != "" {
 		c := cfg.Upstream
 		c.URL = c.AnthropicURL
@@ -292,6 +295,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metrics(ctx)
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
+	case s.refuseUnkeyed(ctx):
 	case isSocketUpgrade(ctx):
 		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:

@@ -205,6 +205,7 @@ func socketURL(up *upstream, ctx *fasthttp.RequestCtx) string {
 // handshake's own headers; extensions are not offered.
 func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
 	h := make(http.Header)
+	key := s.operatorKey(ctx.Path())
 	conn := ctx.Request.Header.Peek("Connection")
 	for k, v := range ctx.Request.Header.All() {
 		switch {
@@ -212,7 +213,7 @@ func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
 			asciiEqualFold(k, "Sec-WebSocket-Key"), asciiEqualFold(k, "Sec-WebSocket-Version"),
 			asciiEqualFold(k, "Sec-WebSocket-Extensions"):
 			continue
-		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
+		case key != "" && asciiEqualFold(k, "Authorization"):
 			continue
 		case asciiEqualFold(k, "Sec-WebSocket-Protocol"):
 			h["Sec-WebSocket-Protocol"] = append(h["Sec-WebSocket-Protocol"], string(v))
@@ -220,8 +221,8 @@ func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
 		}
 		h.Add(string(k), string(v))
 	}
-	if s.cfg.Upstream.APIKey != "" {
-		h.Set("Authorization", "Bearer "+s.cfg.Upstream.APIKey)
+	if key != "" {
+		h.Set("Authorization", "Bearer "+key)
 	}
 	return h
 }
