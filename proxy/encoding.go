@@ -10,6 +10,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	brotli "github.com/molecule-man/go-brrr"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -373,6 +374,13 @@ func (k coding) String() string {
 		return "zstd"
 	}
 	return "identity"
+}
+
+// looksJSONObject reports a body that is a JSON object as it is: no
+// coding's output begins with '{' and parses whole.
+func looksJSONObject(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && gjson.ValidBytes(b)
 }
 
 // codedBody is a request body sent with a content coding, decoded for
