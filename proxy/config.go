@@ -37,12 +37,23 @@ type ServerConfig struct {
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 64 MiB:
 	// agents resend their whole history, and base64 images exceed fasthttp's 4 MiB.
 	MaxBodyBytes int `toml:"max_body_bytes"`
-	// MaxBodyMemory bounds the bytes that request bodies being read or
-	// held take together: a request whose body (its Content-Length; the
-	// body limit when chunked) does not fit beside those in flight gets
-	// 503 with Retry-After, unread. A body alone is always let in. Default
-	// 256 MiB; 0: no bound.
+	// MaxBodyMemory bounds the bytes that request bodies take together:
+	// each body's bytes as they arrive, what decoding a compressed body
+	// produces as it is produced, and each Responses WebSocket message as
+	// it is read. A request whose next bytes do not fit beside those in
+	// flight gets 503 with Retry-After. A body alone is always let in.
+	// Default 256 MiB; 0: no bound.
 	MaxBodyMemory int64 `toml:"max_body_memory"`
+	// BodyTimeout is the longest wait for a request body's next bytes, as
+	// nginx's client_body_timeout; past it the request gets 408. Default
+	// 10s; 0: only read_timeout bounds a body.
+	BodyTimeout time.Duration `toml:"body_timeout"`
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second on average, once body_timeout has passed since it began (as
+	// Apache's mod_reqtimeout MinRate): a client that trickles its body
+	// gets 408 instead of holding a connection until read_timeout.
+	// Default 1024; 0: no minimum.
+	MinBodyRate int64 `toml:"min_body_rate"`
 	// ReadTimeout bounds reading one request (headers and body). Default 60s.
 	ReadTimeout time.Duration `toml:"read_timeout"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
@@ -77,8 +88,15 @@ type UpstreamConfig struct {
 	// to URL.
 	URLs map[string]string `toml:"urls"`
 	// APIKey, when set, replaces the client's Authorization header with
-	// "Bearer <APIKey>". Empty: the client's header passes through.
+	// "Bearer <APIKey>" on the Passthrough paths; a request to any other
+	// path goes with the client's own credentials, or gets 401 without.
+	// Empty: the client's header passes through everywhere.
 	APIKey string `toml:"api_key"`
+	// Passthrough are the paths APIKey serves: each matches the paths that
+	// end with its segments, "*" matching any one. Default
+	// DefaultPassthrough: the guarded APIs, the model listings and
+	// Ollama's read-only endpoints.
+	Passthrough []string `toml:"passthrough"`
 	// ConnectTimeout bounds dialling the upstream. Default 5s.
 	ConnectTimeout time.Duration `toml:"connect_timeout"`
 	// HeaderTimeout bounds the wait for the response headers, which for LLM
@@ -166,6 +184,8 @@ func DefaultConfig() Config {
 			Listen:        "127.0.0.1:8787",
 			MaxBodyBytes:  64 << 20,
 			MaxBodyMemory: 256 << 20,
+			BodyTimeout:   10 * time.Second,
+			MinBodyRate:   1 << 10,
 			ReadTimeout:   60 * time.Second,
 			IdleTimeout:   120 * time.Second,
 			SendTimeout:   60 * time.Second,
@@ -177,6 +197,7 @@ func DefaultConfig() Config {
 			IdleTimeout:         5 * time.Minute,
 			MaxConns:            4096,
 			MaxIdleConnDuration: 4 * time.Second,
+			Passthrough:         append([]string(nil), DefaultPassthrough...),
 		},
 		Stream: StreamConfig{
 			Cut:           true,
@@ -226,8 +247,12 @@ func (c *Config) Validate() error {
 	if c.Server.MaxBodyMemory < 0 {
 		bad("server.max_body_memory", "must not be negative, got %d", c.Server.MaxBodyMemory)
 	}
+	if c.Server.MinBodyRate < 0 {
+		bad("server.min_body_rate", "must not be negative, got %d", c.Server.MinBodyRate)
+	}
 	for key, d := range map[string]time.Duration{
 		"server.read_timeout":             c.Server.ReadTimeout,
+		"server.body_timeout":             c.Server.BodyTimeout,
 		"server.idle_timeout":             c.Server.IdleTimeout,
 		"server.send_timeout":             c.Server.SendTimeout,
 		"server.shutdown_grace":           c.Server.ShutdownGrace,
@@ -239,6 +264,11 @@ func (c *Config) Validate() error {
 	} {
 		if d < 0 {
 			bad(key, "must not be negative, got %s", d)
+		}
+	}
+	for _, p := range c.Upstream.Passthrough {
+		if !strings.HasPrefix(p, "/") {
+			bad("upstream.passthrough", "%q is not a path", p)
 		}
 	}
 	if c.Upstream.MaxConns <= 0 {
