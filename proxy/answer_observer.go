@@ -237,7 +237,16 @@ func (o *answerObserver) end(out []byte) []byte {
 // body inspects a non-streamed answer: a degenerate text is cut at the
 // offset where the repetition began, in the API's shape (wireAPI.cutBody).
 func (o *answerObserver) body(status int, b []byte, decoded bool) []byte {
-	if status != fasthttp.StatusOK || o.encoded && !decoded || !rawjson.Valid(b) {
+	if status != fasthttp.StatusOK || o.encoded && !decoded {
+		return nil
+	}
+	if !o.mayCut && !o.record.active() {
+		// Only the usage is read (policy mode off or shadow), which the
+		// walk finds without the answer being validated first.
+		o.bodyUsage = answerUsage(b)
+		return nil
+	}
+	if !rawjson.Valid(b) {
 		return nil
 	}
 	o.bodyUsage = answerUsage(b)

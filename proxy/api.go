@@ -5,22 +5,24 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 )
 
 // wireAPI is what the request flow needs to know about one wire API that
 // loopguard guards (chat completions, the Responses API, Anthropic
-// Messages, Ollama's). Its hooks are fields, as httputil.ReverseProxy's are:
-// the flow calls them and never asks which API it serves. Each API is one
-// value, declared in its own file (api_chat.go, api_responses.go,
-// api_anthropic.go, api_ollama.go) with its answer (see answer); the
+// Messages, Ollama's, Gemini's). Its hooks are fields, as
+// httputil.ReverseProxy's are: the flow calls them and never asks which API
+// it serves. Each API is one value, declared in its own file (api_chat.go,
+// api_responses.go, api_anthropic.go, api_ollama.go) with its answer (see
+// answer), and registered for its entry of the registry (internal/wireapi),
+// which holds its paths, how it asks for a stream and its upstream; the
 // response's content type picks the stream's framing (SSE, or NDJSON
-// lines read by ndjson.Reader as events); guardedAPI maps request paths to
-// them. Adding an API is one more such file, its inject and sse
-// counterparts, and its tests. Every hook but history and readFirst is
-// required.
+// lines read by ndjson.Reader as events). Adding an API is its registry
+// entry, one more such file, its inject and sse counterparts, and its
+// tests. Every hook but history and readFirst is required.
 type wireAPI struct {
-	// name is the API as inspect and policy know it.
+	// name is the API as inspect and policy know it: its registry name.
 	name inspect.API
 	// transport is how its turns come (observe.ResponseInfo.Transport):
 	// "" for HTTP requests.
@@ -58,8 +60,21 @@ type wireAPI struct {
 	// observer asks only once reading the event cut the answer.
 	readFirst func(data []byte) bool
 	// streamByDefault: a request without a "stream" member is answered
-	// as a stream (Ollama's native API).
+	// as a stream (Ollama's native API); register sets it from the
+	// registry.
 	streamByDefault bool
+}
+
+// wireAPIs holds the registered flow of each registry API, at the API's
+// index in wireapi.APIs; an API without one passes through unguarded.
+var wireAPIs [len(wireapi.APIs)]*wireAPI
+
+// register makes api the flow of its registry entry, and returns it.
+func register(api *wireAPI) *wireAPI {
+	reg := wireapi.Lookup(api.name)
+	api.streamByDefault = reg.Stream == wireapi.StreamUnlessFalse
+	wireAPIs[reg.Index()] = api
+	return api
 }
 
 // answer reads one streamed answer in its API's shape as it passes, and

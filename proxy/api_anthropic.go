@@ -5,21 +5,22 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
 )
 
 // anthropicAPI is Anthropic Messages (POST /v1/messages), which Claude Code
 // speaks: every request carries the whole history.
-var anthropicAPI = &wireAPI{
-	name:      inspect.AnthropicMessages,
+var anthropicAPI = register(&wireAPI{
+	name:      wireapi.Anthropic,
 	apply:     (*inject.Injector).ApplyAnthropic,
 	terminate: (*inject.Injector).TerminateAnthropic,
 	newAnswer: func() answer { return anthropicStreams.Get().(*anthropicStream) },
 	holdEvent: (*callHolder).itemEvent,
 	cutBody:   cutAnthropicBody,
 	textPath:  "delta.text",
-}
+})
 
 // anthropicStream is a streamed Anthropic message: content blocks (text,
 // thinking, tool_use) that open and close with events of their own.

@@ -8,14 +8,15 @@ import (
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/sjson"
 )
 
 // chatAPI is OpenAI's chat completions (POST /v1/chat/completions), which
 // most servers speak: every request carries the whole history.
-var chatAPI = &wireAPI{
-	name:      inspect.ChatCompletions,
+var chatAPI = register(&wireAPI{
+	name:      wireapi.Chat,
 	apply:     (*inject.Injector).Apply,
 	terminate: (*inject.Injector).Terminate,
 	newAnswer: func() answer { return chatStreams.Get().(*chatStream) },
@@ -23,7 +24,7 @@ var chatAPI = &wireAPI{
 	cutBody:   cutChatBody,
 	textPath:  "choices.0.delta.content",
 	readFirst: opensCalls,
-}
+})
 
 // chatStream is a streamed chat completion: chunks of choices whose tool
 // calls end only when the next begins or the choice finishes.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inject"
-	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/ndjson"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
@@ -19,32 +19,30 @@ import (
 // history, as chat completions' does, in the same message shape, so the
 // warnings and recovery blocks go where chat's go. It streams NDJSON lines
 // unless the request says "stream": false.
-var ollamaAPI = &wireAPI{
-	name:            inspect.OllamaChat,
-	apply:           (*inject.Injector).ApplyOllama,
-	terminate:       (*inject.Injector).TerminateOllama,
-	newAnswer:       newOllamaAnswer,
-	holdEvent:       (*callHolder).itemEvent,
-	cutBody:         cutOllamaBody,
-	textPath:        "message.content",
-	readFirst:       opensCalls,
-	streamByDefault: true,
-}
+var ollamaAPI = register(&wireAPI{
+	name:      wireapi.Ollama,
+	apply:     (*inject.Injector).ApplyOllama,
+	terminate: (*inject.Injector).TerminateOllama,
+	newAnswer: newOllamaAnswer,
+	holdEvent: (*callHolder).itemEvent,
+	cutBody:   cutOllamaBody,
+	textPath:  "message.content",
+	readFirst: opensCalls,
+})
 
 // ollamaGenerateAPI is Ollama's POST /api/generate: a prompt, no history,
 // so there is nothing to judge but the answer, whose degenerate streams
 // are cut as chat's are.
-var ollamaGenerateAPI = &wireAPI{
-	name:            inspect.OllamaGenerate,
-	apply:           keepBody,
-	terminate:       (*inject.Injector).TerminateOllamaGenerate,
-	newAnswer:       newOllamaAnswer,
-	holdEvent:       (*callHolder).itemEvent,
-	cutBody:         cutOllamaBody,
-	textPath:        "response",
-	readFirst:       opensCalls,
-	streamByDefault: true,
-}
+var ollamaGenerateAPI = register(&wireAPI{
+	name:      wireapi.OllamaGenerate,
+	apply:     keepBody,
+	terminate: (*inject.Injector).TerminateOllamaGenerate,
+	newAnswer: newOllamaAnswer,
+	holdEvent: (*callHolder).itemEvent,
+	cutBody:   cutOllamaBody,
+	textPath:  "response",
+	readFirst: opensCalls,
+})
 
 // keepBody is apply for an API whose requests have no history to write
 // into: the body goes as it came.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
 )
@@ -12,8 +13,8 @@ import (
 // responsesAPI is OpenAI's Responses API (POST /v1/responses), which Codex
 // speaks. A request may continue a history the upstream keeps; loopguard
 // keeps its own record of it (responses_record.go, answer_record.go).
-var responsesAPI = &wireAPI{
-	name:      inspect.Responses,
+var responsesAPI = register(&wireAPI{
+	name:      wireapi.Responses,
 	apply:     (*inject.Injector).ApplyResponses,
 	terminate: (*inject.Injector).TerminateResponses,
 	history:   (*pipeline).prepareRecord,
@@ -21,7 +22,7 @@ var responsesAPI = &wireAPI{
 	holdEvent: (*callHolder).itemEvent,
 	cutBody:   cutResponsesBody,
 	textPath:  "delta",
-}
+})
 
 // responsesStream is a streamed Responses answer: output items (messages,
 // reasoning, function calls) that open and close with events of their own,
