@@ -8,14 +8,15 @@ import (
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/sjson"
 )
 
 // chatAPI is OpenAI's chat completions (POST /v1/chat/completions), which
 // most servers speak: every request carries the whole history.
-var chatAPI = &wireAPI{
-	name:      inspect.ChatCompletions,
+var chatAPI = register(&wireAPI{
+	name:      wireapi.Chat,
 	apply:     (*inject.Injector).Apply,
 	terminate: (*inject.Injector).Terminate,
 	newAnswer: func() answer { return chatStreams.Get().(*chatStream) },
@@ -23,14 +24,11 @@ var chatAPI = &wireAPI{
 	cutBody:   cutChatBody,
 	textPath:  "choices.0.delta.content",
 	readFirst: opensCalls,
-}
+})
 
 // chatStream is a streamed chat completion: chunks of choices whose tool
 // calls end only when the next begins or the choice finishes.
-type chatStream struct {
-	acc sse.ChatAccumulator
-	ups []answerUpdate // what the last add returned
-}
+type chatStream struct{ acc sse.ChatAccumulator }
 
 var chatStreams = sync.Pool{New: func() any {
 	a := new(chatStream)
@@ -40,22 +38,7 @@ var chatStreams = sync.Pool{New: func() any {
 	return a
 }}
 
-func (a *chatStream) add(data []byte) ([]answerUpdate, error) {
-	deltas, err := a.acc.Add(data)
-	a.ups = a.ups[:0]
-	for _, d := range deltas {
-		a.ups = append(a.ups, answerUpdate{
-			choice:      d.Choice,
-			text:        d.Content,
-			reasoning:   d.Reasoning,
-			toolCall:    d.ToolCall,
-			finish:      d.FinishReason != nil,
-			callStarted: d.ToolCallStarted,
-			callDone:    -1,
-		})
-	}
-	return a.ups, err
-}
+func (a *chatStream) add(data []byte) ([]sse.Update, error) { return a.acc.Add(data) }
 
 // toolCallsKey marks chunks that carry tool calls or finish them.
 var toolCallsKey = []byte(`"tool_calls"`)
@@ -159,7 +142,6 @@ func (a *chatStream) appendChunkHead(b []byte, model string) []byte {
 
 func (a *chatStream) release() {
 	a.acc.Reset()
-	a.ups = a.ups[:0]
 	chatStreams.Put(a)
 }
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inject"
-	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/ndjson"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
@@ -19,32 +19,30 @@ import (
 // history, as chat completions' does, in the same message shape, so the
 // warnings and recovery blocks go where chat's go. It streams NDJSON lines
 // unless the request says "stream": false.
-var ollamaAPI = &wireAPI{
-	name:            inspect.OllamaChat,
-	apply:           (*inject.Injector).ApplyOllama,
-	terminate:       (*inject.Injector).TerminateOllama,
-	newAnswer:       newOllamaAnswer,
-	holdEvent:       (*callHolder).itemEvent,
-	cutBody:         cutOllamaBody,
-	textPath:        "message.content",
-	readFirst:       opensCalls,
-	streamByDefault: true,
-}
+var ollamaAPI = register(&wireAPI{
+	name:      wireapi.Ollama,
+	apply:     (*inject.Injector).ApplyOllama,
+	terminate: (*inject.Injector).TerminateOllama,
+	newAnswer: newOllamaAnswer,
+	holdEvent: (*callHolder).itemEvent,
+	cutBody:   cutOllamaBody,
+	textPath:  "message.content",
+	readFirst: opensCalls,
+})
 
 // ollamaGenerateAPI is Ollama's POST /api/generate: a prompt, no history,
 // so there is nothing to judge but the answer, whose degenerate streams
 // are cut as chat's are.
-var ollamaGenerateAPI = &wireAPI{
-	name:            inspect.OllamaGenerate,
-	apply:           keepBody,
-	terminate:       (*inject.Injector).TerminateOllamaGenerate,
-	newAnswer:       newOllamaAnswer,
-	holdEvent:       (*callHolder).itemEvent,
-	cutBody:         cutOllamaBody,
-	textPath:        "response",
-	readFirst:       opensCalls,
-	streamByDefault: true,
-}
+var ollamaGenerateAPI = register(&wireAPI{
+	name:      wireapi.OllamaGenerate,
+	apply:     keepBody,
+	terminate: (*inject.Injector).TerminateOllamaGenerate,
+	newAnswer: newOllamaAnswer,
+	holdEvent: (*callHolder).itemEvent,
+	cutBody:   cutOllamaBody,
+	textPath:  "response",
+	readFirst: opensCalls,
+})
 
 // keepBody is apply for an API whose requests have no history to write
 // into: the body goes as it came.
@@ -56,7 +54,7 @@ func keepBody(_ *inject.Injector, body []byte, _ inject.Edit) (inject.Result, er
 // whole in one line, the last line "done": true with the counts.
 type ollamaStream struct {
 	acc ndjson.Ollama
-	ups []answerUpdate // what the last add returned
+	ups []sse.Update // what the last add returned
 }
 
 var ollamaStreams = sync.Pool{New: func() any { return new(ollamaStream) }}
@@ -66,20 +64,20 @@ func newOllamaAnswer() answer { return ollamaStreams.Get().(*ollamaStream) }
 // add: a call arrives whole, so it starts and completes in one line; a
 // line with several calls returns one update a call, so that each is
 // compared with those before it.
-func (a *ollamaStream) add(data []byte) ([]answerUpdate, error) {
+func (a *ollamaStream) add(data []byte) ([]sse.Update, error) {
 	u, err := a.acc.Add(data)
 	if err != nil {
 		return nil, err
 	}
-	au := answerUpdate{text: u.Text, reasoning: u.Reasoning, callStarted: -1, callDone: -1}
+	au := sse.Update{Text: u.Text, Reasoning: u.Reasoning, ToolCallStarted: -1, ToolCallDone: -1}
 	a.ups = a.ups[:0]
 	for k := 0; k < max(u.Calls, 1); k++ {
 		if u.Calls > 0 {
-			au.toolCall = true
-			au.callStarted, au.callDone = u.CallStarted+k, u.CallStarted+k
+			au.ToolCall = true
+			au.ToolCallStarted, au.ToolCallDone = u.CallStarted+k, u.CallStarted+k
 		}
 		a.ups = append(a.ups, au)
-		au.text, au.reasoning = nil, nil
+		au.Text, au.Reasoning = nil, nil
 	}
 	return a.ups, nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
 )
@@ -12,8 +13,8 @@ import (
 // responsesAPI is OpenAI's Responses API (POST /v1/responses), which Codex
 // speaks. A request may continue a history the upstream keeps; loopguard
 // keeps its own record of it (responses_record.go, answer_record.go).
-var responsesAPI = &wireAPI{
-	name:      inspect.Responses,
+var responsesAPI = register(&wireAPI{
+	name:      wireapi.Responses,
 	apply:     (*inject.Injector).ApplyResponses,
 	terminate: (*inject.Injector).TerminateResponses,
 	history:   (*pipeline).prepareRecord,
@@ -21,31 +22,24 @@ var responsesAPI = &wireAPI{
 	holdEvent: (*callHolder).itemEvent,
 	cutBody:   cutResponsesBody,
 	textPath:  "delta",
-}
+})
 
 // responsesStream is a streamed Responses answer: output items (messages,
 // reasoning, function calls) that open and close with events of their own,
 // numbered by sequence_number.
 type responsesStream struct {
 	acc sse.ResponsesAccumulator
-	up  [1]answerUpdate // what the last add returned
+	up  [1]sse.Update // what the last add returned
 }
 
 var responsesStreams = sync.Pool{New: func() any { return new(responsesStream) }}
 
-func (a *responsesStream) add(data []byte) ([]answerUpdate, error) {
-	sequence := a.acc.Sequence()
+func (a *responsesStream) add(data []byte) ([]sse.Update, error) {
 	u, err := a.acc.Add(data)
 	if err != nil {
 		return nil, err
 	}
-	a.up[0] = answerUpdate{
-		text:        u.Text,
-		reasoning:   u.Reasoning,
-		callStarted: u.ToolCallStarted,
-		callDone:    u.ToolCallDone,
-		sequence:    sequence,
-	}
+	a.up[0] = u
 	return a.up[:], nil
 }
 
@@ -112,7 +106,7 @@ func (a *responsesStream) appendCut(b []byte, e ending) []byte {
 
 func (a *responsesStream) release() {
 	a.acc.Reset()
-	a.up = [1]answerUpdate{}
+	a.up = [1]sse.Update{}
 	responsesStreams.Put(a)
 }
 
