@@ -127,6 +127,9 @@ func serveStream(w http.ResponseWriter, r *http.Request, body string, ending str
 // `make build` again has that call replaced by LOOP_DETECTED in the API's
 // own shape; trim yields to holding when both are set.
 func TestStreamOptionsMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("every stream option on every API: skipped under -short")
+	}
 	options := []struct {
 		name       string
 		trim, hold bool
