@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/proxy"
 )
 
@@ -38,21 +39,26 @@ func ChooseUpstreams(o Options, cfg proxy.UpstreamConfig) map[Wire]Choice {
 		codex = codexChatGPT(o.Command[0], getenv)
 	}
 	out := map[Wire]Choice{}
-	for _, w := range []Wire{OpenAI, Anthropic} {
+	for _, w := range upstreamWires {
 		configured, cfgKey := cfg.URL, "upstream.url"
-		if w == Anthropic && cfg.AnthropicURL != "" {
-			configured, cfgKey = cfg.AnthropicURL, "upstream.anthropic_url"
+		if u := cfg.WireURL(w); u != "" {
+			configured, cfgKey = u, "upstream.urls."+string(w)
+			if w == wireapi.AnthropicWire && cfg.URLs[string(w)] == "" {
+				cfgKey = "upstream.anthropic_url"
+			}
 		}
 		envWire := w
-		if w == OpenAI && fromEnv[w] == "" {
-			envWire = Ollama
+		for _, into := range wireapi.Wires {
+			if fromEnv[w] == "" && into.Into == w && fromEnv[into.Name] != "" {
+				envWire = into.Name // Ollama answers /v1 and its own /api alike
+			}
 		}
 		switch {
 		case o.Upstream != "":
 			out[w] = Choice{o.Upstream, "-upstream"}
 		case fromEnv[envWire] != "":
 			out[w] = Choice{fromEnv[envWire], envName(envWire, getenv) + " named it"}
-		case w == OpenAI && codex != "":
+		case w == wireapi.OpenAI && codex != "":
 			out[w] = Choice{ChatGPTCodexBackend, codex}
 		case configured != "":
 			out[w] = Choice{configured, "the configuration's " + cfgKey}

@@ -3,12 +3,15 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 )
@@ -64,8 +67,15 @@ type UpstreamConfig struct {
 	// (requests that carry an anthropic-version header, as every Anthropic
 	// client sends, or post to /v1/messages), for agents whose Anthropic
 	// endpoint lives on another host than their OpenAI-style one. Same form
-	// as URL. Empty (default): URL serves every wire API.
+	// as URL; urls.anthropic says the same. Empty (default): URL serves
+	// every wire API.
 	AnthropicURL string `toml:"anthropic_url"`
+	// URLs name the upstream of one wire's traffic each, keyed by the
+	// wire's name ([upstream.urls] anthropic = "...", the wires of
+	// internal/wireapi): its API's requests, those carrying its header or
+	// with its path prefix. Same form as URL. A wire not named here goes
+	// to URL.
+	URLs map[string]string `toml:"urls"`
 	// APIKey, when set, replaces the client's Authorization header with
 	// "Bearer <APIKey>". Empty: the client's header passes through.
 	APIKey string `toml:"api_key"`
@@ -194,6 +204,14 @@ func (c *Config) Validate() error {
 			bad("upstream.anthropic_url", "%q is not an http(s) URL", c.Upstream.AnthropicURL)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(c.Upstream.URLs)) {
+		v := c.Upstream.URLs[name]
+		if wireapi.LookupWire(wireapi.WireName(name)) == nil {
+			bad("upstream.urls."+name, "names no wire (%s)", wireNames())
+		} else if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("upstream.urls."+name, "%q is not an http(s) URL", v)
+		}
+	}
 	if c.Server.Listen == "" {
 		bad("server.listen", "is empty")
 	}
@@ -267,4 +285,25 @@ func section(name string, err error) error {
 		lines[i] = l
 	}
 	return errors.New(strings.Join(lines, "\n"))
+}
+
+// WireURL returns the upstream base URL the configuration names for wire
+// w's traffic, "" when URL serves it.
+func (c UpstreamConfig) WireURL(w wireapi.WireName) string {
+	if u := c.URLs[string(w)]; u != "" {
+		return u
+	}
+	if w == wireapi.AnthropicWire {
+		return c.AnthropicURL
+	}
+	return ""
+}
+
+// wireNames lists the wires' names, for an error.
+func wireNames() string {
+	names := make([]string, len(wireapi.Wires))
+	for i := range wireapi.Wires {
+		names[i] = string(wireapi.Wires[i].Name)
+	}
+	return strings.Join(names, ", ")
 }

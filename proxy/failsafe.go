@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 
 	"github.com/loopguard/loopguard/observe"
-	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
 )
 
@@ -77,27 +76,4 @@ func (s *Server) observeFinish(obs responseObserver, cause error, info *observe.
 		}
 	}()
 	obs.finish(cause, info)
-}
-
-// observeCodedEvent runs obs.codedEvent; ok false when it panicked, and
-// the rest of the stream passes uninspected.
-func (s *Server) observeCodedEvent(obs codedObserver, ev *sse.Event) (ready, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.recovered(obs, "event", r)
-			ready, ok = false, false
-		}
-	}()
-	return obs.codedEvent(ev), true
-}
-
-// observeCodedEnd runs obs.codedEnd; ok false when it panicked.
-func (s *Server) observeCodedEnd(obs codedObserver) (end []byte, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.recovered(obs, "end", r)
-			end, ok = nil, false
-		}
-	}()
-	return obs.codedEnd(nil), true
 }

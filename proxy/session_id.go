@@ -1,5 +1,10 @@
 package proxy
 
+// The session id a client names for its requests: the /s/<id>/ prefix of
+// the path, or a session header. The proxy only reads it; the session's
+// identity (the key its state is kept under) is derived from it and the
+// body in one place, policy/identity.go.
+
 import (
 	"errors"
 
