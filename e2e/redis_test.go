@@ -249,7 +249,15 @@ func TestRedisDownFailsOpen(t *testing.T) {
 			t.Errorf("%d calls, redis down: took %v", tt.calls, d)
 		}
 	}
-	evs := append(reps[0].seen(), reps[1].seen()...)
+	// Every request's event, the one made with redis up too: an event is
+	// reported when its answer has ended, maybe after the client read it.
+	var evs []chatDone
+	for deadline := time.Now().Add(testTimeout); len(evs) < len(tests)+1; evs = append(reps[0].seen(), reps[1].seen()...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replicas reported %d chat requests after %v; want %d", len(evs), testTimeout, len(tests)+1)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 	failed := 0
 	for _, e := range evs {
 		if e.StoreFail {
