@@ -29,7 +29,7 @@ const (
 	contentSSE  = "text/event-stream"
 )
 
-// The error form's type and code (DESIGN.md section 4).
+// The error form's type and code (docs/design.md section 4).
 const (
 	LoopErrorType = "loop_detected"
 	LoopErrorCode = "LOOP_DETECTED"
@@ -40,7 +40,7 @@ const (
 const idPrefix = "chatcmpl-loopguard-"
 
 // Terminate answers a request without calling the upstream, ending the
-// agent's loop (DESIGN.md section 4). body is the chat request: its model,
+// agent's loop (docs/design.md section 4). body is the chat request: its model,
 // stream and stream_options.include_usage shape the answer.
 //
 // By default (terminate_as = "message") the answer is HTTP 200 with one

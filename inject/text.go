@@ -27,7 +27,7 @@ const DefaultWarnTemplate = Marker + ` Possible loop: {{.Rule}} fired on {{.Brie
 	`{{if .Error}} The same error came back each time: "{{.Error}}".{{else if .Result}} The result did not change: "{{.Result}}".{{end}}` +
 	` Repeating it will not help; try a different approach.`
 
-// DefaultConstrainTemplate is the <loop-recovery> block of DESIGN.md
+// DefaultConstrainTemplate is the <loop-recovery> block of docs/design.md
 // section 4.
 const DefaultConstrainTemplate = `<loop-recovery reset="{{.Reset}}" urgency="{{.Urgency}}">
 Loop detected: {{.Rule}} — {{.Summary}}

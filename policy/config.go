@@ -13,7 +13,7 @@ import (
 // X-Loopguard-Mode request header.
 type Mode string
 
-// The modes of DESIGN.md section 4.
+// The modes of docs/design.md section 4.
 const (
 	// ModeEnforce detects loops and acts on them (the default).
 	ModeEnforce Mode = "enforce"
@@ -55,7 +55,7 @@ func (m Mode) rank() int {
 // response header, of ladder entries in the config and of metrics labels.
 type Action string
 
-// The actions of DESIGN.md section 4.
+// The actions of docs/design.md section 4.
 const (
 	None      Action = "none"      // pass the request through unchanged
 	Warn      Action = "warn"      // add a short notice naming the pattern

@@ -150,7 +150,7 @@ func (h *callHolder) itemEvent(o *answerObserver, ev *sse.Event, out []byte) ([]
 // stream after them.
 func (h *callHolder) read(o *answerObserver, ev *sse.Event, out []byte) (_ []byte, stop, done bool) {
 	if len(ev.Data) > 0 && ev.Data[0] == '{' {
-		if err := o.answer.add(ev.Data, o); err != nil {
+		if err := o.read(ev.Data); err != nil {
 			out = h.release(out)
 			return append(out, ev.Raw...), false, true
 		}
@@ -197,7 +197,10 @@ func (h *callHolder) replace(o *answerObserver, b []byte, t *terminalCall) []byt
 	o.pipeline.log.Info().Str("session", o.plan.key).Str("category", string(t.constraint.Category)).
 		Str("pattern_key", t.constraint.Pattern).Str("tool", t.constraint.Tool).
 		Msg("held tool call replaced by LOOP_DETECTED")
-	return o.answer.appendReplacement(b, o.ending(), text, h.at)
+	e := o.ending()
+	e.replacement, e.at = text, h.at
+	b, _ = o.answer.appendEnd(b, e, nil)
+	return b
 }
 
 // reset readies h for another answer, keeping its buffers.

@@ -3,12 +3,15 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 )
@@ -75,17 +78,24 @@ type UpstreamConfig struct {
 	// (requests that carry an anthropic-version header, as every Anthropic
 	// client sends, or post to /v1/messages), for agents whose Anthropic
 	// endpoint lives on another host than their OpenAI-style one. Same form
-	// as URL. Empty (default): URL serves every wire API.
+	// as URL; urls.anthropic says the same. Empty (default): URL serves
+	// every wire API.
 	AnthropicURL string `toml:"anthropic_url"`
+	// URLs name the upstream of one wire's traffic each, keyed by the
+	// wire's name ([upstream.urls] anthropic = "...", the wires of
+	// internal/wireapi): its API's requests, those carrying its header or
+	// with its path prefix. Same form as URL. A wire not named here goes
+	// to URL.
+	URLs map[string]string `toml:"urls"`
 	// APIKey, when set, replaces the client's Authorization header with
 	// "Bearer <APIKey>" on the Passthrough paths; a request to any other
 	// path goes with the client's own credentials, or gets 401 without.
 	// Empty: the client's header passes through everywhere.
 	APIKey string `toml:"api_key"`
 	// Passthrough are the paths APIKey serves: each matches the paths that
-	// end with its segments, "*" matching any one. Default
-	// DefaultPassthrough: the guarded APIs, the model listings and
-	// Ollama's read-only endpoints.
+	// end with its segments, "*" matching any one; "guarded" stands for
+	// the guarded APIs' paths. Default DefaultPassthrough: the guarded
+	// APIs, the model listings and Ollama's read-only endpoints.
 	Passthrough []string `toml:"passthrough"`
 	// ConnectTimeout bounds dialling the upstream. Default 5s.
 	ConnectTimeout time.Duration `toml:"connect_timeout"`
@@ -160,6 +170,11 @@ type AdminConfig struct {
 	// Replica names this replica in the admin view that replicas sharing a
 	// redis store show together. Empty: the host name and the listen port.
 	Replica string `toml:"replica"`
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /loopguard/debug/pprof/, under the same access rule as /metrics.
+	// Default false: a profile costs CPU while it is taken and shows the
+	// process's internals.
+	Pprof bool `toml:"pprof"`
 }
 
 // DefaultConfig returns the configuration loopguard runs with when nothing is set.
@@ -215,6 +230,14 @@ func (c *Config) Validate() error {
 			bad("upstream.anthropic_url", "%q is not an http(s) URL", c.Upstream.AnthropicURL)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(c.Upstream.URLs)) {
+		v := c.Upstream.URLs[name]
+		if wireapi.LookupWire(wireapi.WireName(name)) == nil {
+			bad("upstream.urls."+name, "names no wire (%s)", wireNames())
+		} else if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("upstream.urls."+name, "%q is not an http(s) URL", v)
+		}
+	}
 	if c.Server.Listen == "" {
 		bad("server.listen", "is empty")
 	}
@@ -244,8 +267,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, p := range c.Upstream.Passthrough {
-		if !strings.HasPrefix(p, "/") {
-			bad("upstream.passthrough", "%q is not a path", p)
+		if !strings.HasPrefix(p, "/") && p != guardedPaths {
+			bad("upstream.passthrough", "%q is neither a path nor %q", p, guardedPaths)
 		}
 	}
 	if c.Upstream.MaxConns <= 0 {
@@ -297,4 +320,25 @@ func section(name string, err error) error {
 		lines[i] = l
 	}
 	return errors.New(strings.Join(lines, "\n"))
+}
+
+// WireURL returns the upstream base URL the configuration names for wire
+// w's traffic, "" when URL serves it.
+func (c UpstreamConfig) WireURL(w wireapi.WireName) string {
+	if u := c.URLs[string(w)]; u != "" {
+		return u
+	}
+	if w == wireapi.AnthropicWire {
+		return c.AnthropicURL
+	}
+	return ""
+}
+
+// wireNames lists the wires' names, for an error.
+func wireNames() string {
+	names := make([]string, len(wireapi.Wires))
+	for i := range wireapi.Wires {
+		names[i] = string(wireapi.Wires[i].Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -333,9 +333,11 @@ func TestUndecodableRequestPassesThrough(t *testing.T) {
 }
 
 // TestCodedAnswers: an upstream that codes its answer although loopguard
-// asked for identity. A healthy answer reaches the client byte for byte with
-// its headers, streamed or not; a degenerate non-streamed one is inspected
-// decoded and cut, and the client gets the cut answer coded the same way.
+// asked for identity. A healthy non-streamed answer reaches the client byte
+// for byte with its headers, and a streamed one decoded, without its
+// Content-Encoding (encoding_stream.go); a degenerate non-streamed one is
+// inspected decoded and cut, and the client gets the cut answer coded the
+// same way.
 func TestCodedAnswers(t *testing.T) {
 	raw, err := os.ReadFile("../inspect/testdata/stream/loop_penalty_deploy_steps_1_1.txt")
 	if err != nil {
@@ -370,12 +372,16 @@ func TestCodedAnswers(t *testing.T) {
 				})
 				_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.URL })
 				resp, got := postCoded(t, base+"/v1/chat/completions", "coded-answer-"+enc, "", []byte(loopingHistory(1, tt.stream)), tt.stream)
-				if resp.Header.Get("Content-Encoding") != enc || resp.Header.Get("X-Upstream") != "kept" {
-					t.Errorf("client headers %v; want the upstream's", resp.Header)
+				wantCE, wantBody := enc, coded
+				if tt.stream {
+					wantCE, wantBody = "", []byte(tt.answer)
+				}
+				if resp.Header.Get("Content-Encoding") != wantCE || resp.Header.Get("X-Upstream") != "kept" {
+					t.Errorf("client headers %v; want the upstream's, Content-Encoding %q", resp.Header, wantCE)
 				}
 				if !tt.cut {
-					if !bytes.Equal(got, coded) {
-						t.Errorf("client got %d bytes; want the upstream's %d bytes unchanged", len(got), len(coded))
+					if !bytes.Equal(got, wantBody) {
+						t.Errorf("client got %d bytes; want the upstream's %d bytes", len(got), len(wantBody))
 					}
 					return
 				}

@@ -20,7 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Response headers on every answer to a guarded request (DESIGN.md section 5).
+// Response headers on every answer to a guarded request (docs/design.md section 4).
 const (
 	HeaderSession = "X-Loopguard-Session"
 	HeaderAction  = "X-Loopguard-Action"
@@ -289,7 +289,8 @@ func (pl *plan) event() ChatEvent {
 // goes wrong, the plan falls back to sending the original body unchanged.
 func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (pl plan) {
 	pcfg := p.policy.Config()
-	return p.decideFor(sessionID(ctx, &pcfg), ctx.Request.Header.Peek(headerMode), api, body)
+	session, mode := clientHeaders(ctx, &pcfg)
+	return p.decideFor(session, mode, api, body)
 }
 
 // decideFor is decide for a request whose session id (the /s/<id>/

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,11 +27,13 @@ type Server struct {
 	cfg Config
 	log zerolog.Logger
 	up  *upstream
-	// anthropic serves Anthropic Messages traffic when upstream.anthropic_url
-	// is set; nil otherwise (up serves everything).
-	anthropic *upstream
-	http      *fasthttp.Server
-	pipeline  *pipeline
+	// wires serve the traffic of the wires (internal/wireapi) whose
+	// upstream the configuration names (upstream.urls,
+	// upstream.anthropic_url), at the wire's index in wireapi.Wires; nil
+	// for the others, which up serves.
+	wires    [len(wireapi.Wires)]*upstream
+	http     *fasthttp.Server
+	pipeline *pipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
 	// judgeDone, when set, sees every judge check's outcome (WithJudgeDone).
@@ -40,7 +43,7 @@ type Server struct {
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
-	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
+	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard (and profiles: withPprof)
 	// cluster shares the admin view with the other replicas; nil unless
 	// the store is shared.
 	cluster *observe.Cluster
@@ -83,11 +86,13 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory},
 		passthrough: newPathSet(cfg.Upstream.Passthrough)}
-	if cfg.Upstream.AnthropicURL != "" {
-		c := cfg.Upstream
-		c.URL = c.AnthropicURL
-		if s.anthropic, err = newUpstream(c); err != nil {
-			return nil, err
+	for i := range wireapi.Wires {
+		if u := cfg.Upstream.WireURL(wireapi.Wires[i].Name); u != "" {
+			c := cfg.Upstream
+			c.URL = u
+			if s.wires[i], err = newUpstream(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, o := range opts {
@@ -117,6 +122,9 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.admin = withLocalAddr(admin, s.stopping)
+	if cfg.Admin.Pprof {
+		s.admin = withPprof(s.admin, admin.Guard, s.stopping)
+	}
 	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.stopping)
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
@@ -236,8 +244,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.peers.close()
 	s.spares.stop()
 	s.up.client.CloseIdleConnections()
-	if s.anthropic != nil {
-		s.anthropic.client.CloseIdleConnections()
+	for _, up := range s.wires {
+		if up != nil {
+			up.client.CloseIdleConnections()
+		}
 	}
 	if s.cluster != nil {
 		s.cluster.Close() // before the store it writes to
@@ -314,24 +324,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// guardedAPI returns the API of the endpoints loopguard inspects, under any
-// prefix (/v1/chat/completions, /chat/completions, /openai/v1/responses,
-// /anthropic/v1/messages), and nil for everything else, which passes
-// through. It is the one place that maps paths to APIs.
-// Messages are matched only as /v1/messages or /messages so that OpenAI's
-// /v1/threads/{id}/messages is not mistaken for Anthropic's.
+// guardedAPI returns the flow of the API whose path p is, as the registry
+// matches paths (internal/wireapi: /v1/chat/completions,
+// /openai/v1/responses, /anthropic/v1/messages...), and nil for everything
+// else, which passes through.
 func guardedAPI(p []byte) *wireAPI {
-	switch {
-	case hasSuffixBytes(p, "/chat/completions"):
-		return chatAPI
-	case hasSuffixBytes(p, "/v1/responses") || string(p) == "/responses":
-		return responsesAPI
-	case hasSuffixBytes(p, "/v1/messages") || string(p) == "/messages":
-		return anthropicAPI
-	case hasSuffixBytes(p, "/api/chat"):
-		return ollamaAPI
-	case hasSuffixBytes(p, "/api/generate"):
-		return ollamaGenerateAPI
+	if r := wireapi.Match(p); r.API != nil {
+		return wireAPIs[r.API.Index()]
 	}
 	return nil
 }
@@ -358,20 +357,25 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 	return length && transfer
 }
 
-// upstreamFor is the upstream of one request: upstream.anthropic_url's for
-// Anthropic Messages traffic when it is set, upstream.url's for the rest.
-// Anthropic clients send anthropic-version on every request, which also
-// routes the paths beside /v1/messages (count_tokens, models).
+// upstreamFor is the upstream of one request: its wire's when the
+// configuration names one (upstream.urls, upstream.anthropic_url),
+// upstream.url's otherwise. The wire is the one whose header the request
+// carries or whose prefix its path has (Anthropic clients send
+// anthropic-version on every request, which also routes the paths beside
+// /v1/messages: count_tokens, models), else its API's (internal/wireapi).
 func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
-	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
-		guardedAPI(ctx.Path()) == anthropicAPI) {
-		return s.anthropic
+	w := wireapi.WireOf(ctx.Path(), func(name string) bool { return len(ctx.Request.Header.Peek(name)) > 0 })
+	if w == nil {
+		r := wireapi.Match(ctx.Path())
+		if r.API == nil {
+			return s.up
+		}
+		w = wireapi.LookupWire(r.API.Wire)
+	}
+	if up := s.wires[w.Index()]; up != nil {
+		return up
 	}
 	return s.up
-}
-
-func hasSuffixBytes(b []byte, s string) bool {
-	return len(b) >= len(s) && string(b[len(b)-len(s):]) == s
 }
 
 // ready answers 200 when the upstream accepts a TCP connection.

@@ -8,9 +8,11 @@ import (
 
 // answerUsage reads the usage object of a non-streamed answer of any of the
 // three APIs: chat's prompt_tokens and completion_tokens, or the input_tokens
-// and output_tokens of Responses and Anthropic Messages. body has passed
-// rawjson.Valid. The walkers skip the answer's text from quote to quote;
-// gjson's Get parsed all of it to reach a usage at the end (docs/streams.md).
+// and output_tokens of Responses and Anthropic Messages. body need not have
+// passed rawjson.Valid: the walkers never read past it, and a body that is
+// not JSON has no usage to find. They skip the answer's text from quote to
+// quote; gjson's Get parsed all of it to reach a usage at the end
+// (docs/streams.md).
 func answerUsage(body []byte) observe.Usage {
 	usage, ok := firstMember(rawjson.View(body), "usage")
 	if !ok || usage[0] != '{' {

@@ -115,9 +115,11 @@ type ChatAccumulator struct {
 	// tmpID and tmpName hold a tool-call entry's decoded id and name while
 	// the entry is matched to a call.
 	tmpID, tmpName []byte
+	// deltas is what the last Add returned.
+	deltas []Delta
 
-	// DropText, when set, makes Add pass each chunk's content and reasoning
-	// text to its callback without keeping it: Choices then reports both
+	// DropText, when set, makes Add return each chunk's content and reasoning
+	// text without keeping it: Choices then reports both
 	// empty. A proxy that inspects the text delta by delta sets it, so that
 	// an open stream holds one delta, not the whole answer so far
 	// (docs/streams.md). Reset keeps it.
@@ -127,39 +129,40 @@ type ChatAccumulator struct {
 // Reset empties a, keeping its buffers for reuse, and DropText.
 func (a *ChatAccumulator) Reset() {
 	*a = ChatAccumulator{id: a.id[:0], model: a.model[:0], fingerprint: a.fingerprint[:0], errRaw: a.errRaw[:0],
-		choices: a.choices[:0], tmpID: a.tmpID[:0], tmpName: a.tmpName[:0], DropText: a.DropText}
+		choices: a.choices[:0], tmpID: a.tmpID[:0], tmpName: a.tmpName[:0], deltas: a.deltas[:0], DropText: a.DropText}
 }
 
-// Add folds one event's data into a and calls fn (if not nil) once for each
-// choice the chunk carries, in order. Empty data is ignored and "[DONE]"
-// marks the stream done. An error payload returns ErrUpstream (fn is not
-// called); data that is not a JSON object returns ErrInvalidChunk and
-// changes nothing. Add never keeps a reference to data; the Delta given to
-// fn aliases a's buffers and is valid until the next Add or Reset.
+// Add folds one event's data into a and returns what it added, a Delta for
+// each choice the chunk carries, in order. Empty data is ignored and
+// "[DONE]" marks the stream done. An error payload returns ErrUpstream and
+// no deltas; data that is not a JSON object returns ErrInvalidChunk and
+// changes nothing. Add never keeps a reference to data; the deltas alias
+// a's buffers and are valid until the next Add or Reset.
 //
 // Memory grows with the streamed text and arguments; bounding a stream's
 // size is the caller's call (the Reader bounds each event).
-func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
+func (a *ChatAccumulator) Add(data []byte) ([]Delta, error) {
+	a.deltas = a.deltas[:0]
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
-		return nil
+		return nil, nil
 	}
 	// Like openai-python, take any data starting with [DONE] as the end.
 	if bytes.HasPrefix(data, []byte("[DONE]")) {
 		a.done = true
-		return nil
+		return nil, nil
 	}
 	// Validate once; the walks below then rely on well-formed JSON, and
 	// read it from the tape the validation recorded.
 	var tp taped
 	if !rawjson.ValidTape(data, &tp.tape) {
-		return ErrInvalidChunk
+		return nil, ErrInvalidChunk
 	}
 	// The walkers read strings; this view of data lives only during Add
 	// and nothing derived from it is kept without a copy.
 	s := unsafe.String(unsafe.SliceData(data), len(data))
 	if !isObject(s) {
-		return ErrInvalidChunk
+		return nil, ErrInvalidChunk
 	}
 	tp.doc = s
 	var top chunkTop
@@ -175,18 +178,18 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	}
 	if top.failed {
 		a.errRaw = append(a.errRaw[:0], data...)
-		return ErrUpstream
+		return nil, ErrUpstream
 	}
 	if isObject(top.usage) {
 		a.addUsage(top.usage)
 	}
 	it2 := newArrIterAt(choices, choicesAt)
 	for it2.nextIn(&tp) {
-		if d, ok := a.addChoice(it2.val, it2.valAt(&tp)); ok && fn != nil {
-			fn(d)
+		if d, ok := a.addChoice(it2.val, it2.valAt(&tp)); ok {
+			a.deltas = append(a.deltas, d)
 		}
 	}
-	return nil
+	return a.deltas, nil
 }
 
 // chunkTop is what Add reads among a chunk's members, besides the

@@ -59,16 +59,17 @@ func (a *ResponsesAccumulator) Reset() {
 	*a = ResponsesAccumulator{id: a.id[:0], model: a.model[:0], status: a.status[:0], errRaw: a.errRaw[:0], items: a.items[:0]}
 }
 
-// Add folds one event's data into a and calls fn (if not nil) with what it
-// added. The event name is not needed: every Responses payload carries its
-// "type". Empty data is ignored; an "error" event (or a response.failed)
-// returns ErrUpstream with the payload kept (see ErrorRaw); data that is not
-// a JSON object returns ErrInvalidChunk and changes nothing. Add never keeps
-// a reference to data.
-func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
+// Add folds one event's data into a and returns what it added. The event
+// name is not needed: every Responses payload carries its "type". Empty
+// data is ignored; an "error" event (or a response.failed) returns
+// ErrUpstream with the payload kept (see ErrorRaw); data that is not a JSON
+// object returns ErrInvalidChunk and changes nothing. Add never keeps a
+// reference to data.
+func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
+	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	s, err := objectView(data)
 	if s == "" {
-		return err
+		return u, err
 	}
 	var typ, resp, item, delta, args, name, itemID, outIdx, seq string
 	it := newObjIter(s)
@@ -97,9 +98,8 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 	if n, ok := parseInt(seq); ok && n > a.seq {
 		a.seq = n
 	}
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	if len(typ) < 2 {
-		return nil
+		return u, nil
 	}
 	switch typ[1 : len(typ)-1] {
 	case "response.created", "response.in_progress", "response.queued":
@@ -111,7 +111,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 		a.response(resp)
 		a.done = typ != `"error"`
 		a.errRaw = append(a.errRaw[:0], data...)
-		return ErrUpstream
+		return u, ErrUpstream
 	case "response.output_item.added":
 		a.itemEvent(outIdx, item, false, &u)
 	case "response.output_item.done":
@@ -145,10 +145,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 			u.ToolCallDone = a.callPos(ri)
 		}
 	}
-	if fn != nil {
-		fn(u)
-	}
-	return nil
+	return u, nil
 }
 
 // response reads the response object of a lifecycle event.
