@@ -147,13 +147,6 @@ func encodeOne(dst, src []byte, k coding) []byte {
 	}
 }
 
-// decodeOne appends to dst src with coding k undone, within limit bytes.
-func decodeOne(dst, src []byte, k coding, limit int) ([]byte, error) {
-	w := limitWriter{b: dst, limit: limit}
-	err := decodeInto(&w, src, k)
-	return w.b, err
-}
-
 // decodeInto writes src with coding k undone to w.
 func decodeInto(w *limitWriter, src []byte, k coding) error {
 	if k == codingZstd {

@@ -36,6 +36,13 @@ func TestPathSet(t *testing.T) {
 		{"/v1/fine_tuning/jobs", false},
 		{"/v1/models/gpt-4.1/extra", false},
 		{"/v1/organization/admin_api_keys", false},
+		{"/v1beta/models/gemini-2.5-pro:streamGenerateContent", true},
+		{"/v1beta/models/gemini-2.5-pro:countTokens", true},
+		{"/v1beta/models", true},
+		{"/v1internal:generateContent", true},
+		{"/v1beta/files", false},
+		{"/v1beta/cachedContents", false},
+		{"/v1beta/tunedModels/t1", false},
 		{"/", false},
 		{"/completions", false},
 	} {
