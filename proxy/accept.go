@@ -96,6 +96,17 @@ type clientConn struct {
 	budget   *bodyBudget
 	reserved atomic.Int64
 	refused  bool
+	// peer is the client watch's registration of the socket
+	// (clientwatch_linux.go), guarded by the watcher's lock.
+	peer peerReg
+}
+
+// peerReg is a client connection's lasting registration with the client
+// watch: gen names it in the watch's events (0: not registered), hup says
+// that the client hung up while none of its requests was watched.
+type peerReg struct {
+	gen uint32
+	hup bool
 }
 
 // SyscallConn shows the socket under c: the peer watcher finds through it
