@@ -4,9 +4,12 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loopguard/loopguard/internal/rawsock"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection: the dialed one
@@ -403,4 +406,41 @@ func TestPeerWatcherRegistered(t *testing.T) {
 		wantQuiet(t, oldFired, "old connection")
 		p.stop()
 	})
+}
+
+// TestClientConnReadAhead: fasthttp's one-byte read of a kept-alive
+// connection's next request reads the request ahead, and the reads after
+// it get the rest, in order, before the socket is read again.
+func TestClientConnReadAhead(t *testing.T) {
+	d, a := tcpPair(t)
+	cc := &clientConn{Conn: rawsock.Wrap(a)}
+	first := "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+	second := strings.Repeat("x", 10<<10) // past the read-ahead buffer
+	if _, err := io.WriteString(d, first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	one := make([]byte, 1)
+	if n, err := cc.Read(one); n != 1 || err != nil || one[0] != 'P' {
+		t.Fatalf("one-byte read = %d %q, %v; want 1 \"P\"", n, one[:n], err)
+	}
+	if len(cc.ahead) != len(first)-1 {
+		t.Fatalf("%d bytes read ahead; want the request's %d", len(cc.ahead), len(first)-1)
+	}
+	go io.WriteString(d, second)
+	got := []byte("P")
+	buf := make([]byte, 16<<10)
+	for len(got) < len(first)+len(second) {
+		n, err := cc.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != first+second {
+		t.Errorf("read %d bytes out of order", len(got))
+	}
+	if cc.aheadBuf != nil {
+		t.Error("the read-ahead buffer is held after its bytes were read")
+	}
 }
