@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
@@ -52,6 +54,9 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Grace bounds the shutdown of the in-process loopguard. Default 5s.
 	Grace time.Duration
+	// Budget, when not zero, is the run's own session budget (-max-tokens,
+	// -max-turns): it wins over the configured ones.
+	Budget policy.Budget
 }
 
 // Run runs the command under loopguard and returns the run's summary. The
@@ -91,11 +96,20 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 		defer g.stop(o.Grace, log)
 	}
+	if o.Budget != (policy.Budget{}) {
+		if err := g.setBudget(ctx, o.Budget); err != nil {
+			return Summary{}, fmt.Errorf("session budget: %w", err)
+		}
+	}
 	sessionURL := g.base + "/s/" + id
 	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)
 	if len(g.upstreams) > 0 {
-		fmt.Fprintf(o.Notices, "loopguard: upstream %s (chat, Responses: %s), %s (Anthropic)\n",
-			redact(g.upstreams[OpenAI]), g.choices[OpenAI].Reason, redact(g.upstreams[Anthropic]))
+		fmt.Fprintf(o.Notices, "loopguard: upstream %s (%s: %s)", redact(g.upstreams[wireapi.OpenAI]),
+			wireapi.OpenAI, g.choices[wireapi.OpenAI].Reason)
+		for _, w := range upstreamWires[1:] {
+			fmt.Fprintf(o.Notices, ", %s (%s)", redact(g.upstreams[w]), w)
+		}
+		fmt.Fprintln(o.Notices)
 	}
 	if h := Hint(o.Command[0], sessionURL); h != "" {
 		fmt.Fprintf(o.Notices, "loopguard: %s\n", h)
@@ -108,7 +122,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	log.Info().Int("exit_code", code).Msg("command ended")
 	sum := Summary{Session: id, ExitCode: code, Loops: []Loop{}, Log: logPath}
-	if c, ok := g.choices[OpenAI]; ok {
+	if c, ok := g.choices[wireapi.OpenAI]; ok {
 		sum.Upstream, sum.UpstreamReason = redact(c.URL), c.Reason
 	}
 	d, seen, err := g.record(ctx)
@@ -152,10 +166,13 @@ func (g *guard) start(o Options, log zerolog.Logger) error {
 	for w, c := range g.choices {
 		g.upstreams[w] = c.URL
 	}
-	cfg.Upstream.URL = g.upstreams[OpenAI]
+	cfg.Upstream.URL = g.upstreams[wireapi.OpenAI]
 	cfg.Upstream.AnthropicURL = ""
-	if g.upstreams[Anthropic] != g.upstreams[OpenAI] {
-		cfg.Upstream.AnthropicURL = g.upstreams[Anthropic]
+	cfg.Upstream.URLs = map[string]string{}
+	for w, u := range g.upstreams {
+		if u != cfg.Upstream.URL {
+			cfg.Upstream.URLs[string(w)] = u
+		}
 	}
 	cfg.Server.Listen = "127.0.0.1:0"
 	if err := cfg.Validate(); err != nil {
@@ -173,8 +190,11 @@ func (g *guard) start(o Options, log zerolog.Logger) error {
 	g.srv, g.served = srv, make(chan error, 1)
 	go func() { g.served <- srv.Serve(ln) }()
 	g.base = "http://" + ln.Addr().String()
-	log.Info().Str("listen", ln.Addr().String()).Str("upstream", redact(cfg.Upstream.URL)).
-		Str("anthropic_upstream", redact(cfg.Upstream.AnthropicURL)).Msg("loopguard serving for one run")
+	ev := log.Info().Str("listen", ln.Addr().String()).Str("upstream", redact(cfg.Upstream.URL))
+	for w, u := range cfg.Upstream.URLs {
+		ev = ev.Str(string(w)+"_upstream", redact(u))
+	}
+	ev.Msg("loopguard serving for one run")
 	return nil
 }
 
@@ -188,34 +208,6 @@ func (g *guard) stop(grace time.Duration, log zerolog.Logger) {
 	if err := <-g.served; err != nil {
 		log.Error().Err(err).Msg("serve failed")
 	}
-}
-
-// ResolveUpstreams picks each wire format's upstream: flag (-upstream) for
-// all, else what the base-URL variables held (fromEnv), else the
-// configuration's (anthropic_url, then url), else the vendor's public API.
-func ResolveUpstreams(flag string, fromEnv map[Wire]string, cfg proxy.UpstreamConfig) map[Wire]string {
-	ups := map[Wire]string{}
-	for _, w := range []Wire{OpenAI, Anthropic} {
-		configured := cfg.URL
-		if w == Anthropic && cfg.AnthropicURL != "" {
-			configured = cfg.AnthropicURL
-		}
-		env := fromEnv[w]
-		if w == OpenAI && env == "" {
-			env = fromEnv[Ollama] // Ollama answers /v1 and its own /api alike
-		}
-		ups[w] = firstNonEmpty(flag, env, configured, PublicUpstream[w])
-	}
-	return ups
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func lookupEnv(env []string) func(string) string {

@@ -522,8 +522,8 @@ func normalizedText(s string) string {
 	return string(appendNormalized(nil, s))
 }
 
-// aggregate applies the DESIGN rules: any score > Single, or two or more
-// > Pair, or the weighted combination > Combined.
+// aggregate applies the rules of docs/design.md section 3: any score >
+// Single, or two or more > Pair, or the weighted combination > Combined.
 func aggregate(dets []Detection, lim *limits) Verdict {
 	if len(dets) == 0 {
 		return Verdict{}

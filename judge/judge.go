@@ -39,9 +39,6 @@ const (
 	OverBudget  Outcome = "over_budget" // skipped: a calls or tokens budget was spent
 )
 
-// Outcomes lists every Outcome, in label order.
-var Outcomes = []Outcome{Stuck, NotStuck, Failed, Timeout, Unparseable, QueueFull, OverBudget}
-
 // Job is one check: a session's digest and where to send it.
 type Job struct {
 	Session string

@@ -86,7 +86,7 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 		// intervention, and the agent has stepped since: it is working on
 		// something else, and counting the old occurrences again would
 		// deny it the room to recover that an intervention promises
-		// (DESIGN.md: "the count restarts").
+		// (docs/design.md section 3: "the count restarts").
 		d.Stale = true
 	} else if v.Loop {
 		key = patternKey(v)

@@ -1,16 +1,19 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/tidwall/gjson"
 	"go.uber.org/goleak"
 )
@@ -463,5 +466,47 @@ func TestSocketHangups(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, _, err := c.ReadMessage(); err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Errorf("after the upstream reset the client read %v; want the socket closed", err)
+	}
+}
+
+// TestSocketObserverPanicFailsOpen: a turn whose observer panics (here a
+// detector bug on the first text) gives the client every message of the
+// answer as the upstream sent it, in order; the observer is left alone for
+// the rest of the turn, and the failure counts once.
+func TestSocketObserverPanicFailsOpen(t *testing.T) {
+	srv, base := startProxy(t, nil)
+	sk := &socket{s: srv}
+	pl := &plan{api: socketResponsesAPI, requestFacts: requestFacts{stream: true}, start: time.Now()}
+	turn := sk.newSocketTurn(pl, nil)
+	turn.rl.obs.(*answerObserver).watch.content[0] = &inspect.Degeneration{} // no ring buffer: panics
+	var sent, got []string
+	_ = eachEvent([]byte(streamAPIsByWire(t)[responsesAPI].healthy), func(data []byte) error {
+		msg := string(data)
+		sent = append(sent, msg)
+		out, stop, ok := sk.observe(turn, socketEventType(data), data)
+		if stop {
+			t.Fatalf("the turn stopped at %.80s", msg)
+		}
+		if !ok || bytes.Equal(out, turn.frame) {
+			got = append(got, msg)
+			return nil
+		}
+		return eachEvent(out, func(d []byte) error { got = append(got, string(d)); return nil })
+	})
+	if !slices.Equal(got, sent) {
+		t.Errorf("client got %d messages; want the upstream's %d as sent:\n%q", len(got), len(sent), got)
+	}
+	if !turn.rl.raw {
+		t.Errorf("the turn's observer was not left alone after it panicked")
+	}
+	sk.finish(turn, nil)
+	resp, err := newClient().Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `loopguard_fail_open_total{stage="stream"} 1`; !strings.Contains(string(metrics), want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
 }

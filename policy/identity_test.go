@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 func readFixture(t testing.TB, name string) []byte {
@@ -75,8 +75,8 @@ func TestSessionKeyDerived(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := Identify(inspect.ChatCompletions, nil, readFixture(t, tt.a))
-			b := Identify(inspect.ChatCompletions, nil, readFixture(t, tt.b))
+			a := Identify(wireapi.Chat, nil, readFixture(t, tt.a))
+			b := Identify(wireapi.Chat, nil, readFixture(t, tt.b))
 			for _, id := range []Identity{a, b} {
 				if !strings.HasPrefix(id.Key, derivedPrefix) || len(id.Key) != len(derivedPrefix)+16 || len(id.Turn) != 16 {
 					t.Fatalf("derived identity %+v; want key h: + 16 hex digits and a 16-digit turn", id)

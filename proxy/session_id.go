@@ -1,5 +1,10 @@
 package proxy
 
+// The session id a client names for its requests: the /s/<id>/ prefix of
+// the path, or a session header. The proxy only reads it; the session's
+// identity (the key its state is kept under) is derived from it and the
+// body in one place, policy/identity.go.
+
 import (
 	"errors"
 
@@ -8,7 +13,7 @@ import (
 )
 
 // sessionPrefix starts a path that names its session in the base URL:
-// /s/<id>/v1/chat/completions (DESIGN.md section 5). Every agent lets its
+// /s/<id>/v1/chat/completions (docs/design.md section 6). Every agent lets its
 // user set a base URL, so this is the one session identity that works for
 // all of them; `loopguard run` points agents at http://127.0.0.1:PORT/s/<id>.
 const sessionPrefix = "/s/"

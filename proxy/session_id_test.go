@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -225,19 +226,19 @@ func TestSessionKeyOfBody(t *testing.T) {
 		body       string
 		want       string // "" means a derived key
 	}{
-		{"user after the messages", "/v1/chat/completions", inspect.ChatCompletions,
+		{"user after the messages", "/v1/chat/completions", wireapi.Chat,
 			`{"messages":[{"role":"user","content":"Fix it."}],"model":"m","user":"u-1"}`, "u-1"},
-		{"metadata.session_id", "/v1/chat/completions", inspect.ChatCompletions,
+		{"metadata.session_id", "/v1/chat/completions", wireapi.Chat,
 			`{"model":"m","metadata":{"session_id":"s-2"},"messages":[{"role":"user","content":"Fix it."}]}`, "s-2"},
-		{"derived from the opening", "/v1/chat/completions", inspect.ChatCompletions,
+		{"derived from the opening", "/v1/chat/completions", wireapi.Chat,
 			`{"messages":[{"role":"system","content":"You are an agent."},{"role":"user","content":"Fix it."}],"model":"m","stream":false}`, ""},
-		{"escaped member name", "/v1/chat/completions", inspect.ChatCompletions,
+		{"escaped member name", "/v1/chat/completions", wireapi.Chat,
 			`{"messages":[{"role":"user","content":"Fix it."}],"\u0075ser":"u-3"}`, "u-3"},
-		{"anthropic user_id", "/v1/messages", inspect.AnthropicMessages,
+		{"anthropic user_id", "/v1/messages", wireapi.Anthropic,
 			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"Fix it."}],"metadata":{"user_id":"{\"session_id\":\"c-4\"}"}}`, "c-4"},
-		{"anthropic derived", "/v1/messages", inspect.AnthropicMessages,
+		{"anthropic derived", "/v1/messages", wireapi.Anthropic,
 			`{"model":"m","max_tokens":10,"system":"You are an agent.","messages":[{"role":"user","content":"Fix it."}]}`, ""},
-		{"responses derived", "/v1/responses", inspect.Responses,
+		{"responses derived", "/v1/responses", wireapi.Responses,
 			`{"model":"m","instructions":"You are an agent.","input":[{"role":"user","content":"Fix it."}]}`, ""},
 	}
 	for _, mode := range []policy.Mode{policy.ModeOff, policy.ModeEnforce} {
