@@ -54,20 +54,20 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 	}
 	// Gemini CLI signed in with Google names its session in the request.
 	named := `{"model":"m","project":"p","request":{"contents":[],"session_id":"9f1c-gemini-session"}}`
-	if k := SessionKeyFor(wireapi.CodeAssist, nil, []byte(named)); k != "9f1c-gemini-session" {
+	if k := Identify(wireapi.CodeAssist, nil, []byte(named)).Key; k != "9f1c-gemini-session" {
 		t.Errorf("code assist request.session_id key = %q", k)
 	}
 	// The same opening on Gemini and on Code Assist is two runs' keys.
-	if g, c := SessionKeyFor(wireapi.Gemini, nil, []byte(gemini("{}", ""))), SessionKeyFor(wireapi.CodeAssist, nil, []byte(codeAssist("{}", ""))); g == c {
+	if g, c := Identify(wireapi.Gemini, nil, []byte(gemini("{}", ""))).Key, Identify(wireapi.CodeAssist, nil, []byte(codeAssist("{}", ""))).Key; g == c {
 		t.Errorf("gemini and code assist share key %q; want one per API", g)
 	}
 	// Claude Code's legacy user_id ends with the session id its header sends.
 	claude := `{"model":"claude","metadata":{"user_id":"user_abc_account__session_42"},"messages":[]}`
-	if k := SessionKeyFor(wireapi.Anthropic, nil, []byte(claude)); k != "42" {
+	if k := Identify(wireapi.Anthropic, nil, []byte(claude)).Key; k != "42" {
 		t.Errorf("anthropic metadata.user_id key = %q", k)
 	}
 	other := `{"model":"claude","metadata":{"user_id":"team-7"},"messages":[]}`
-	if k := SessionKeyFor(wireapi.Anthropic, nil, []byte(other)); k != "team-7" {
+	if k := Identify(wireapi.Anthropic, nil, []byte(other)).Key; k != "team-7" {
 		t.Errorf("anthropic metadata.user_id key = %q; want the user_id as it is", k)
 	}
 }

@@ -12,16 +12,17 @@ import (
 
 // wireAPI is what the request flow needs to know about one wire API that
 // loopguard guards (chat completions, the Responses API, Anthropic
-// Messages). Its hooks are fields, as httputil.ReverseProxy's are: the flow
-// calls them and never asks which API it serves. Each API is one value,
-// declared in its own file (api_chat.go, api_responses.go,
-// api_anthropic.go, api_ollama.go) with its answer (see answer), and
-// registered for its entry of the registry (internal/wireapi), which
-// holds its paths, how it asks for a stream and its upstream; the
-// response's content type picks the stream's framing (SSE, or NDJSON
-// lines read by ndjson.Reader as events). Adding an API is its registry
-// entry, one more such file, its inject and sse counterparts, and its
-// tests. Every hook but history and readFirst is required.
+// Messages, Ollama's, Gemini's). Its hooks are fields, as
+// httputil.ReverseProxy's are: the flow calls them and never asks which API
+// it serves. Each API is one value, declared in its own file (api_chat.go,
+// api_responses.go, api_anthropic.go, api_ollama.go, api_gemini.go) with
+// its answer (see answer), and registered for its entry of the registry
+// (internal/wireapi), which holds its paths, how it asks for a stream, how
+// its streams are framed (SSE; NDJSON lines read by ndjson.Reader; a JSON
+// array read by sse.ArrayReader, each unit an event) and its upstream.
+// Adding an API is its registry entry, one more such file, its inject and
+// sse counterparts, and its tests. Every hook but history, readFirst and
+// variant is required.
 type wireAPI struct {
 	// name is the API as inspect and policy know it: its registry name.
 	name inspect.API
@@ -116,7 +117,7 @@ type answer interface {
 	// event touched, else one. The updates alias the answer's buffers
 	// until the next add. Data it cannot read returns an error and changes
 	// nothing.
-	add(data []byte) ([]answerUpdate, error)
+	add(data []byte) ([]sse.Update, error)
 	// toolCall returns the name and arguments of the answer's pos-th tool
 	// call (chat: of choice 0), ok false if there is none.
 	toolCall(pos int) (name, args []byte, ok bool)
@@ -129,30 +130,6 @@ type answer interface {
 	appendEnd(b []byte, e ending, next *sse.Event) (_ []byte, stop bool)
 	// release empties the answer and returns it to its API's pool.
 	release()
-}
-
-// answerUpdate is what one event added to a streamed answer, whatever its
-// API. Its slices alias the answer's buffers until the next add.
-type answerUpdate struct {
-	// choice is chat's choice index; 0 in the other APIs.
-	choice int
-	// text and reasoning are the decoded text the event added.
-	text, reasoning []byte
-	// toolCall: the chat chunk carried tool-call deltas for the choice.
-	toolCall bool
-	// finish: the chat chunk finished the choice, so each of its calls is
-	// complete.
-	finish bool
-	// callStarted is where the first tool call the event began sits in the
-	// API's own numbering (chat: its position among the choice's calls,
-	// each one before it being complete; Responses: its output_index;
-	// Anthropic: its content block index), -1 if none began.
-	callStarted int
-	// callDone is the position of the tool call the event completed
-	// (Responses, Anthropic), -1 if none.
-	callDone int
-	// sequence is the last sequence_number before the event (Responses).
-	sequence int
 }
 
 // ending is what the events that end a cut answer report beside what the

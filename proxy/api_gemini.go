@@ -80,7 +80,7 @@ func registerGemini(name wireapi.Name, wrapped bool) *wireAPI {
 // candidate 0's parts, every function call whole in one chunk.
 type geminiStream struct {
 	acc sse.GeminiAccumulator
-	ups []answerUpdate // what the last add returned
+	ups []sse.Update // what the last add returned
 	// sse: the stream is SSE events (alt=sse), else one JSON array.
 	sse bool
 	// chunks counts the chunks added; callChunk is the chunk each call
@@ -95,27 +95,27 @@ var geminiStreams = sync.Pool{New: func() any { return new(geminiStream) }}
 // add: a call arrives whole, so it starts and completes in one chunk; a
 // chunk with several calls returns one update a call, so that each is
 // compared with those before it.
-func (a *geminiStream) add(data []byte) ([]answerUpdate, error) {
+func (a *geminiStream) add(data []byte) ([]sse.Update, error) {
 	before := len(a.callChunk)
 	u, err := a.acc.Add(data)
 	if err != nil {
 		return nil, err
 	}
 	a.chunks++
-	au := answerUpdate{text: u.Text, reasoning: u.Reasoning, callStarted: -1, callDone: -1}
+	u.ToolCallStarted, u.ToolCallDone = -1, -1
 	a.ups = a.ups[:0]
 	for pos := before; ; pos++ {
 		if _, _, ok := a.acc.ToolCallBytes(pos); !ok {
 			break
 		}
 		a.callChunk = append(a.callChunk, a.chunks)
-		au.toolCall = true
-		au.callStarted, au.callDone = pos, pos
-		a.ups = append(a.ups, au)
-		au.text, au.reasoning = nil, nil
+		u.ToolCall = true
+		u.ToolCallStarted, u.ToolCallDone = pos, pos
+		a.ups = append(a.ups, u)
+		u.Text, u.Reasoning = nil, nil
 	}
 	if len(a.ups) == 0 {
-		a.ups = append(a.ups, au)
+		a.ups = append(a.ups, u)
 	}
 	return a.ups, nil
 }

@@ -28,6 +28,17 @@ type Config struct {
 	Policy   policy.Config  `toml:"policy"`
 	Inject   inject.Config  `toml:"inject"`
 	Judge    judge.Config   `toml:"judge"`
+	Run      RunConfig      `toml:"run"`
+}
+
+// RunConfig is what `loopguard run` reads of the configuration; the proxy
+// itself ignores it.
+type RunConfig struct {
+	// ExitOnStop makes `loopguard run` exit with a code of its own when
+	// loopguard ended the run (LOOP_DETECTED or BUDGET_EXCEEDED) rather
+	// than with the agent's, which is usually 0 (-exit-on-stop). Default
+	// false.
+	ExitOnStop bool `toml:"exit_on_stop"`
 }
 
 // ServerConfig is the listening side.
@@ -37,12 +48,23 @@ type ServerConfig struct {
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 64 MiB:
 	// agents resend their whole history, and base64 images exceed fasthttp's 4 MiB.
 	MaxBodyBytes int `toml:"max_body_bytes"`
-	// MaxBodyMemory bounds the bytes that request bodies being read or
-	// held take together: a request whose body (its Content-Length; the
-	// body limit when chunked) does not fit beside those in flight gets
-	// 503 with Retry-After, unread. A body alone is always let in. Default
-	// 256 MiB; 0: no bound.
+	// MaxBodyMemory bounds the bytes that request bodies take together:
+	// each body's bytes as they arrive, what decoding a compressed body
+	// produces as it is produced, and each Responses WebSocket message as
+	// it is read. A request whose next bytes do not fit beside those in
+	// flight gets 503 with Retry-After. A body alone is always let in.
+	// Default 256 MiB; 0: no bound.
 	MaxBodyMemory int64 `toml:"max_body_memory"`
+	// BodyTimeout is the longest wait for a request body's next bytes, as
+	// nginx's client_body_timeout; past it the request gets 408. Default
+	// 10s; 0: only read_timeout bounds a body.
+	BodyTimeout time.Duration `toml:"body_timeout"`
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second on average, once body_timeout has passed since it began (as
+	// Apache's mod_reqtimeout MinRate): a client that trickles its body
+	// gets 408 instead of holding a connection until read_timeout.
+	// Default 1024; 0: no minimum.
+	MinBodyRate int64 `toml:"min_body_rate"`
 	// ReadTimeout bounds reading one request (headers and body). Default 60s.
 	ReadTimeout time.Duration `toml:"read_timeout"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
@@ -77,8 +99,15 @@ type UpstreamConfig struct {
 	// to URL.
 	URLs map[string]string `toml:"urls"`
 	// APIKey, when set, replaces the client's Authorization header with
-	// "Bearer <APIKey>". Empty: the client's header passes through.
+	// "Bearer <APIKey>" on the Passthrough paths; a request to any other
+	// path goes with the client's own credentials, or gets 401 without.
+	// Empty: the client's header passes through everywhere.
 	APIKey string `toml:"api_key"`
+	// Passthrough are the paths APIKey serves: each matches the paths that
+	// end with its segments, "*" matching any one; "guarded" stands for
+	// the guarded APIs' paths. Default DefaultPassthrough: the guarded
+	// APIs, the model listings and Ollama's read-only endpoints.
+	Passthrough []string `toml:"passthrough"`
 	// ConnectTimeout bounds dialling the upstream. Default 5s.
 	ConnectTimeout time.Duration `toml:"connect_timeout"`
 	// HeaderTimeout bounds the wait for the response headers, which for LLM
@@ -152,6 +181,11 @@ type AdminConfig struct {
 	// Replica names this replica in the admin view that replicas sharing a
 	// redis store show together. Empty: the host name and the listen port.
 	Replica string `toml:"replica"`
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /loopguard/debug/pprof/, under the same access rule as /metrics.
+	// Default false: a profile costs CPU while it is taken and shows the
+	// process's internals.
+	Pprof bool `toml:"pprof"`
 }
 
 // DefaultConfig returns the configuration loopguard runs with when nothing is set.
@@ -161,6 +195,8 @@ func DefaultConfig() Config {
 			Listen:        "127.0.0.1:8787",
 			MaxBodyBytes:  64 << 20,
 			MaxBodyMemory: 256 << 20,
+			BodyTimeout:   10 * time.Second,
+			MinBodyRate:   1 << 10,
 			ReadTimeout:   60 * time.Second,
 			IdleTimeout:   120 * time.Second,
 			SendTimeout:   60 * time.Second,
@@ -172,6 +208,7 @@ func DefaultConfig() Config {
 			IdleTimeout:         5 * time.Minute,
 			MaxConns:            4096,
 			MaxIdleConnDuration: 4 * time.Second,
+			Passthrough:         append([]string(nil), DefaultPassthrough...),
 		},
 		Stream: StreamConfig{
 			Cut:           true,
@@ -221,8 +258,12 @@ func (c *Config) Validate() error {
 	if c.Server.MaxBodyMemory < 0 {
 		bad("server.max_body_memory", "must not be negative, got %d", c.Server.MaxBodyMemory)
 	}
+	if c.Server.MinBodyRate < 0 {
+		bad("server.min_body_rate", "must not be negative, got %d", c.Server.MinBodyRate)
+	}
 	for key, d := range map[string]time.Duration{
 		"server.read_timeout":             c.Server.ReadTimeout,
+		"server.body_timeout":             c.Server.BodyTimeout,
 		"server.idle_timeout":             c.Server.IdleTimeout,
 		"server.send_timeout":             c.Server.SendTimeout,
 		"server.shutdown_grace":           c.Server.ShutdownGrace,
@@ -234,6 +275,11 @@ func (c *Config) Validate() error {
 	} {
 		if d < 0 {
 			bad(key, "must not be negative, got %s", d)
+		}
+	}
+	for _, p := range c.Upstream.Passthrough {
+		if !strings.HasPrefix(p, "/") && p != guardedPaths {
+			bad("upstream.passthrough", "%q is neither a path nor %q", p, guardedPaths)
 		}
 	}
 	if c.Upstream.MaxConns <= 0 {

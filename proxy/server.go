@@ -43,7 +43,7 @@ type Server struct {
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
-	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
+	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard (and profiles: withPprof)
 	// cluster shares the admin view with the other replicas; nil unless
 	// the store is shared.
 	cluster *observe.Cluster
@@ -66,6 +66,8 @@ type Server struct {
 	spares *spares
 	// bodies bounds the memory of request bodies in flight (budget.go).
 	bodies bodyBudget
+	// passthrough are the paths [upstream] api_key serves (passthrough.go).
+	passthrough pathSet
 	// stopping is cancelled (stop) when Shutdown begins: the admin
 	// handlers' request context (withLocalAddr).
 	stopping context.Context
@@ -82,7 +84,8 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory}}
+	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory},
+		passthrough: newPathSet(cfg.Upstream.Passthrough)}
 	for i := range wireapi.Wires {
 		if u := cfg.Upstream.WireURL(wireapi.Wires[i].Name); u != "" {
 			c := cfg.Upstream
@@ -119,6 +122,9 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.admin = withLocalAddr(admin, s.stopping)
+	if cfg.Admin.Pprof {
+		s.admin = withPprof(s.admin, admin.Guard, s.stopping)
+	}
 	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.stopping)
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
@@ -203,7 +209,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()
-	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log, budget: &s.bodies})
+	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log,
+		budget: &s.bodies, pace: bodyPace{timeout: s.cfg.Server.BodyTimeout, rate: s.cfg.Server.MinBodyRate}})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -271,8 +278,9 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // through the pipeline, everything else straight to the upstream. A
 // /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	if cc, ok := ctx.Conn().(*clientConn); ok && cc.reserved.Load() > 0 {
-		defer cc.giveBack()
+	if cc, ok := ctx.Conn().(*clientConn); ok {
+		cc.endBody()
+		defer cc.share.giveBack()
 	}
 	if ambiguousFraming(&ctx.Request.Header) {
 		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
@@ -297,6 +305,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metrics(ctx)
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
+	case s.refuseUnkeyed(ctx):
 	case isSocketUpgrade(ctx):
 		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
@@ -386,22 +395,24 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 }
 
 // handleServerError answers what fasthttp refuses before our handler runs.
+// fasthttp closes the connection after the answer; one whose body is
+// refused unread lingers first, so that the client reads the answer.
 func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
-	if cc, ok := ctx.Conn().(*clientConn); ok {
-		cc.giveBack() // the body's read failed
+	cc, _ := ctx.Conn().(*clientConn)
+	if cc != nil {
+		cc.endBody()
+		cc.share.giveBack() // the body's read failed
 		if cc.refused {
 			cc.refused = false
-			// Out of body memory: the body is unread, and the connection
-			// ends with the answer.
-			writeError(ctx, fasthttp.StatusServiceUnavailable,
-				"loopguard: too many request bodies in flight (server.max_body_memory); retry shortly",
-				"server_error", "body_memory_exhausted")
-			ctx.Response.Header.Set("Retry-After", "1")
-			ctx.SetConnectionClose()
+			cc.lingering.Store(true)
+			writeBodyMemoryError(ctx)
 			return
 		}
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		if cc != nil {
+			cc.lingering.Store(true)
+		}
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds server.max_body_bytes", "invalid_request_error", "request_too_large")
 		return
 	}
@@ -411,6 +422,15 @@ func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	writeError(ctx, fasthttp.StatusBadRequest, "cannot parse the request", "invalid_request_error", "bad_request")
+}
+
+// writeBodyMemoryError answers a request whose body, or its decoding, does
+// not fit in server.max_body_memory beside those in flight.
+func writeBodyMemoryError(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, fasthttp.StatusServiceUnavailable,
+		"loopguard: too many request bodies in flight (server.max_body_memory); retry shortly",
+		"server_error", "body_memory_exhausted")
+	ctx.Response.Header.Set("Retry-After", "1")
 }
 
 type fasthttpLogger struct{ log zerolog.Logger }

@@ -10,6 +10,7 @@ import (
 	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 )
 
 // TestSessionPrefixIsStripped: the /s/<id>/ prefix names the session above
@@ -211,7 +212,7 @@ func TestUpstreamPerWireAPI(t *testing.T) {
 }
 
 // TestSessionKeyOfBody: the session key read in the same pass as the
-// request's options (policy.IdentifyFields) is the one policy.SessionKeyFor
+// request's options (policy.IdentifyFields) is the one policy.Identify
 // reads from the body alone, in every API and policy mode, wherever in the
 // body the member that names the session is.
 func TestSessionKeyOfBody(t *testing.T) {
@@ -253,11 +254,57 @@ func TestSessionKeyOfBody(t *testing.T) {
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				got, want := resp.Header.Get(HeaderSession), policy.SessionKeyFor(tt.api, nil, []byte(tt.body))
+				got, want := resp.Header.Get(HeaderSession), policy.Identify(tt.api, nil, []byte(tt.body)).Key
 				if got != want || tt.want != "" && got != tt.want || tt.want == "" && !strings.HasPrefix(got, "h:") {
-					t.Errorf("session %q; want %q (SessionKeyFor), %q (\"\" means derived)", got, want, tt.want)
+					t.Errorf("session %q; want %q (Identify), %q (\"\" means derived)", got, want, tt.want)
 				}
 			})
 		}
+	}
+}
+
+// TestClientHeaders: the one pass over a request's headers finds the
+// session id and the mode that a Peek of each header finds: the first
+// header of a name counts, blank or not, the names in the configured
+// order, any case.
+func TestClientHeaders(t *testing.T) {
+	cfg := policy.DefaultConfig()
+	tests := []struct {
+		name        string
+		headers     [][2]string
+		wantSession string
+		wantMode    string
+	}{
+		{"none", [][2]string{{"Content-Type", "application/json"}}, "", ""},
+		{"X-Session-ID", [][2]string{{"X-Session-ID", "a"}}, "a", ""},
+		{"any case", [][2]string{{"x-session-id", "a"}, {"x-loopguard-mode", "off"}}, "a", "off"},
+		{"configured order wins over header order", [][2]string{{"session-id", "codex"}, {"X-Session-ID", "own"}}, "own", ""},
+		{"a later name when the first is absent", [][2]string{{"x-opencode-session", "oc"}, {"x-claude-code-session-id", "cc"}}, "cc", ""},
+		{"a blank first name passes to the next", [][2]string{{"X-Session-ID", " \t"}, {"session_id", "pi"}}, "pi", ""},
+		{"a name's first header counts, blank or not", [][2]string{{"X-Session-ID", " "}, {"X-Session-ID", "later"}}, "", ""},
+		{"a name's first header counts", [][2]string{{"X-Session-ID", "first"}, {"X-Session-ID", "second"}}, "first", ""},
+		{"first mode", [][2]string{{"X-Loopguard-Mode", "shadow"}, {"X-Loopguard-Mode", "off"}}, "", "shadow"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			for _, h := range tt.headers {
+				ctx.Request.Header.Add(h[0], h[1])
+			}
+			session, mode := clientHeaders(&ctx, &cfg)
+			if string(session) != tt.wantSession || string(mode) != tt.wantMode {
+				t.Errorf("clientHeaders = %q, %q; want %q, %q", session, mode, tt.wantSession, tt.wantMode)
+			}
+			if peeked := peekSessionID(&ctx.Request.Header, &cfg); string(peeked) != tt.wantSession {
+				t.Errorf("by Peek: %q; want %q", peeked, tt.wantSession)
+			}
+			if peeked := ctx.Request.Header.Peek(headerMode); string(peeked) != tt.wantMode {
+				t.Errorf("mode by Peek: %q; want %q", peeked, tt.wantMode)
+			}
+			ctx.SetUserValue(sessionIDKey, []byte("prefixed"))
+			if session, mode := clientHeaders(&ctx, &cfg); string(session) != "prefixed" || string(mode) != tt.wantMode {
+				t.Errorf("with a /s/<id>/ prefix: %q, %q; want %q, %q", session, mode, "prefixed", tt.wantMode)
+			}
+		})
 	}
 }
