@@ -333,6 +333,9 @@ type GeminiChunk struct {
 	Text string
 	// FinishReason is the candidate's finishReason ("STOP", "MAX_TOKENS").
 	FinishReason string
+	// FinishMessage, when set, is the candidate's finishMessage: why the
+	// answer ended, in words.
+	FinishMessage string
 	// PromptTokens and OutputTokens are the usageMetadata's counts.
 	PromptTokens, OutputTokens int
 	Model, ResponseID          string
@@ -355,6 +358,10 @@ func (c GeminiChunk) Append(b []byte) []byte {
 	}
 	b = append(b, `]},"finishReason":`...)
 	b = rawjson.AppendQuote(b, c.FinishReason)
+	if c.FinishMessage != "" {
+		b = append(b, `,"finishMessage":`...)
+		b = rawjson.AppendQuote(b, c.FinishMessage)
+	}
 	b = append(b, `,"index":0}],"usageMetadata":{"promptTokenCount":`...)
 	b = strconv.AppendInt(b, int64(c.PromptTokens), 10)
 	b = append(b, `,"candidatesTokenCount":`...)
@@ -390,12 +397,14 @@ func AppendGeminiEvent(b []byte, c GeminiChunk, sse bool) []byte {
 
 // AppendGeminiCut appends the end of a cut Gemini stream: in an event
 // stream a comment ": loopguard cut category=..." and the last chunk; in a
-// JSON array the last element and the closing bracket (an array has no
-// comments). The proxy then closes the upstream connection.
+// JSON array, which has no comments, the last element and the closing
+// bracket. The last chunk's finishMessage says the same. The proxy then
+// closes the upstream connection.
 func AppendGeminiCut(b []byte, category string, c GeminiChunk, sse bool) []byte {
+	c.FinishMessage = "loopguard cut category=" + strings.TrimSpace(category)
 	if sse {
-		b = append(b, ": loopguard cut category="...)
-		b = append(b, strings.TrimSpace(category)...)
+		b = append(b, ": "...)
+		b = append(b, c.FinishMessage...)
 		b = append(b, "\r\n\r\n"...)
 	}
 	return AppendGeminiEvent(b, c, sse)

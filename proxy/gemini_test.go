@@ -368,7 +368,8 @@ func TestGeminiStreamCut(t *testing.T) {
 					t.Errorf("client got %d copies of the repeated phrase with tail %s", c, tail)
 				}
 				last := chunks[len(chunks)-1]
-				if last.Get("candidates.0.finishReason").String() != "STOP" || last.Get("modelVersion").String() != "gemini-2.5-flash" {
+				if last.Get("candidates.0.finishReason").String() != "STOP" || last.Get("modelVersion").String() != "gemini-2.5-flash" ||
+					last.Get("candidates.0.finishMessage").String() != "loopguard cut category=token_degeneration" {
 					t.Errorf("last of %d chunks: %s", len(chunks), last.Raw)
 				}
 				if f.sse && !bytes.Contains(body, []byte(": loopguard cut category=token_degeneration")) {
