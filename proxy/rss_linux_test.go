@@ -1,3 +1,5 @@
+//go:build !race
+
 package proxy
 
 import (
@@ -24,7 +26,8 @@ import (
 // The memory tests measure a proxy in a process of its own, this test
 // binary run again as TestRSSChild, so that the peak resident set they
 // read (VmHWM) is the proxy's alone: not the test's clients', upstream's
-// or bodies'.
+// or bodies'. Not under the race detector, whose shadow memory would be
+// most of what they read.
 
 const rssChildEnv = "LOOPGUARD_RSS_CHILD"
 
