@@ -31,3 +31,31 @@ func FuzzDecodeHeld(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeCompressible: bodies that compress far (an agent's history,
+// 35 to 1) decode whole in every coding, framed with and without their
+// size (a streaming zstd encoder says none), within a budget that holds
+// them and under one that does not.
+func TestDecodeCompressible(t *testing.T) {
+	body := codexHistory(140)
+	for _, enc := range []string{"gzip", "deflate", "br", "zstd"} {
+		cs, _ := parseCodings([]byte(enc))
+		for name, coded := range map[string][]byte{"stream": encodeAs(t, enc, body), "whole": encodeOne(nil, body, cs.list[0])} {
+			b := bodyBudget{limit: 64 << 20}
+			s := budgetShare{budget: &b}
+			c, err := decodeBody(cs, coded, 64<<20, &s)
+			if err != nil || string(c.decoded) != string(body) {
+				t.Fatalf("%s, %s: %v; want the %d bytes back", enc, name, err, len(body))
+			}
+			c.release()
+			s.giveBack()
+			small := bodyBudget{limit: 64 << 10}
+			other := budgetShare{budget: &small}
+			other.take(1)
+			s = budgetShare{budget: &small}
+			if _, err := decodeBody(cs, coded, 64<<20, &s); err != errBodyMemory {
+				t.Errorf("%s, %s in a 64 KiB budget: %v; want errBodyMemory", enc, name, err)
+			}
+		}
+	}
+}

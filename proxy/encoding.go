@@ -104,6 +104,13 @@ func (c *codings) decodeHeld(dst, src []byte, limit int, hold *budgetShare) ([]b
 			out = dst
 		}
 		w := limitWriter{b: out, limit: limit, hold: hold}
+		if n := cap(out); n > 0 {
+			// A pooled buffer holds memory too, once it holds a body.
+			if !hold.take(int64(n)) {
+				return dst, errBodyMemory
+			}
+			w.held = n
+		}
 		err := decodeInto(&w, cur, c.list[i])
 		if err != nil {
 			if i == 0 {
