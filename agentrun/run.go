@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/internal/wireapi"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
@@ -53,6 +54,9 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Grace bounds the shutdown of the in-process loopguard. Default 5s.
 	Grace time.Duration
+	// Budget, when not zero, is the run's own session budget (-max-tokens,
+	// -max-turns): it wins over the configured ones.
+	Budget policy.Budget
 }
 
 // Run runs the command under loopguard and returns the run's summary. The
@@ -91,6 +95,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			return Summary{}, err
 		}
 		defer g.stop(o.Grace, log)
+	}
+	if o.Budget != (policy.Budget{}) {
+		if err := g.setBudget(ctx, o.Budget); err != nil {
+			return Summary{}, fmt.Errorf("session budget: %w", err)
+		}
 	}
 	sessionURL := g.base + "/s/" + id
 	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)

@@ -70,18 +70,20 @@ func pathIndex(path string) int {
 }
 
 // categories are the detector families in label order (inspect.Categories),
-// then "none", a request without a category, and "other", one this build
-// does not know.
+// then the session budget's; "none" is a request without a category,
+// "other" one this build does not know.
 var categories = func() (c [nCat]inspect.Category) {
 	copy(c[:], inspect.Categories[:])
+	c[catBudget] = policy.BudgetCategory
 	c[catNone], c[catOther] = "none", "other"
 	return c
 }()
 
 const (
-	catNone  = len(inspect.Categories)
-	catOther = catNone + 1
-	nCat     = catNone + 2
+	catBudget = len(inspect.Categories)
+	catNone   = catBudget + 1
+	catOther  = catNone + 1
+	nCat      = catNone + 2
 )
 
 func categoryIndex(c inspect.Category) int {

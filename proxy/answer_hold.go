@@ -21,7 +21,7 @@ type callHolder struct {
 	// What the event being held showed (see note).
 	tools    bool // chat: it carried tool-call deltas
 	finish   bool // chat: it finished the choice
-	started  int  // a call it began, -1 if none (answerUpdate.callStarted)
+	started  int  // a call it began, -1 if none (sse.Update.ToolCallStarted)
 	done     int  // the call it completed, -1 if none (Responses, Anthropic)
 	sequence int  // the last sequence_number before it (Responses)
 
@@ -54,16 +54,16 @@ func terminalCalls(ladder []policy.Action, d *policy.Decision) []terminalCall {
 }
 
 // note keeps what an event added to choice 0 that holding needs.
-func (h *callHolder) note(u answerUpdate) {
-	h.tools = h.tools || u.toolCall
-	h.finish = h.finish || u.finish
-	if u.callStarted >= 0 {
-		h.started = u.callStarted
+func (h *callHolder) note(u sse.Update) {
+	h.tools = h.tools || u.ToolCall
+	h.finish = h.finish || (u.FinishReason != nil)
+	if u.ToolCallStarted >= 0 {
+		h.started = u.ToolCallStarted
 	}
-	if u.callDone >= 0 {
-		h.done = u.callDone
+	if u.ToolCallDone >= 0 {
+		h.done = u.ToolCallDone
 	}
-	h.sequence = u.sequence
+	h.sequence = u.Sequence
 }
 
 // chunkEvent holds the events of an API whose calls end only when the

@@ -17,7 +17,7 @@ import (
 
 // answerObserver watches the answer to one guarded request as it passes,
 // and decides: its API's answer reads each event and returns what the
-// event added (answerUpdate); the observer feeds the text to the cut watch
+// event added (sse.Update); the observer feeds the text to the cut watch
 // (cutWatch, below: degeneration, and the cut), and the tool calls to
 // small parts, each owning its state:
 //
@@ -187,14 +187,14 @@ func (o *answerObserver) recordAnswer(ev *sse.Event, out []byte) []byte {
 // update acts on what an event added to the answer: the watched text goes
 // to the cut watch, choice 0's tool calls to the holder and the call
 // dedup.
-func (o *answerObserver) update(u answerUpdate) {
-	if o.watch.cut != nil || u.choice < 0 || u.choice >= maxWatchedChoices {
+func (o *answerObserver) update(u sse.Update) {
+	if o.watch.cut != nil || u.Choice < 0 || u.Choice >= maxWatchedChoices {
 		return
 	}
 	if o.watch.add(u) {
 		return
 	}
-	if u.choice == 0 {
+	if u.Choice == 0 {
 		if o.holding {
 			o.holder.note(u) // what it notes is read only while holding
 		}
@@ -354,21 +354,21 @@ type arrival struct {
 
 // add feeds what one event added to a watched choice and reports whether
 // it degenerated.
-func (w *cutWatch) add(u answerUpdate) bool {
-	w.bytes += int64(len(u.text) + len(u.reasoning))
-	if u.choice == 0 {
-		w.text += int64(len(u.text))
-		w.reasoning += int64(len(u.reasoning))
+func (w *cutWatch) add(u sse.Update) bool {
+	w.bytes += int64(len(u.Text) + len(u.Reasoning))
+	if u.Choice == 0 {
+		w.text += int64(len(u.Text))
+		w.reasoning += int64(len(u.Reasoning))
 		w.arrive()
 	}
-	if len(u.text) > 0 && w.watch(&w.content[u.choice], u.text) {
-		if u.choice == 0 {
+	if len(u.Text) > 0 && w.watch(&w.content[u.Choice], u.Text) {
+		if u.Choice == 0 {
 			w.slot = 1
 		}
 		return true
 	}
-	if len(u.reasoning) > 0 && w.watch(&w.reason[u.choice], u.reasoning) {
-		if u.choice == 0 {
+	if len(u.Reasoning) > 0 && w.watch(&w.reason[u.Choice], u.Reasoning) {
+		if u.Choice == 0 {
 			w.slot = 2
 		}
 		return true

@@ -87,7 +87,7 @@ type answer interface {
 	// event touched, else one. The updates alias the answer's buffers
 	// until the next add. Data it cannot read returns an error and changes
 	// nothing.
-	add(data []byte) ([]answerUpdate, error)
+	add(data []byte) ([]sse.Update, error)
 	// toolCall returns the name and arguments of the answer's pos-th tool
 	// call (chat: of choice 0), ok false if there is none.
 	toolCall(pos int) (name, args []byte, ok bool)
@@ -100,30 +100,6 @@ type answer interface {
 	appendEnd(b []byte, e ending, next *sse.Event) (_ []byte, stop bool)
 	// release empties the answer and returns it to its API's pool.
 	release()
-}
-
-// answerUpdate is what one event added to a streamed answer, whatever its
-// API. Its slices alias the answer's buffers until the next add.
-type answerUpdate struct {
-	// choice is chat's choice index; 0 in the other APIs.
-	choice int
-	// text and reasoning are the decoded text the event added.
-	text, reasoning []byte
-	// toolCall: the chat chunk carried tool-call deltas for the choice.
-	toolCall bool
-	// finish: the chat chunk finished the choice, so each of its calls is
-	// complete.
-	finish bool
-	// callStarted is where the first tool call the event began sits in the
-	// API's own numbering (chat: its position among the choice's calls,
-	// each one before it being complete; Responses: its output_index;
-	// Anthropic: its content block index), -1 if none began.
-	callStarted int
-	// callDone is the position of the tool call the event completed
-	// (Responses, Anthropic), -1 if none.
-	callDone int
-	// sequence is the last sequence_number before the event (Responses).
-	sequence int
 }
 
 // ending is what the events that end a cut answer report beside what the

@@ -26,22 +26,17 @@ var anthropicAPI = register(&wireAPI{
 // thinking, tool_use) that open and close with events of their own.
 type anthropicStream struct {
 	acc sse.AnthropicAccumulator
-	up  [1]answerUpdate // what the last add returned
+	up  [1]sse.Update // what the last add returned
 }
 
 var anthropicStreams = sync.Pool{New: func() any { return new(anthropicStream) }}
 
-func (a *anthropicStream) add(data []byte) ([]answerUpdate, error) {
+func (a *anthropicStream) add(data []byte) ([]sse.Update, error) {
 	u, err := a.acc.Add(data)
 	if err != nil {
 		return nil, err
 	}
-	a.up[0] = answerUpdate{
-		text:        u.Text,
-		reasoning:   u.Reasoning,
-		callStarted: u.ToolCallStarted,
-		callDone:    u.ToolCallDone,
-	}
+	a.up[0] = u
 	return a.up[:], nil
 }
 
@@ -77,7 +72,7 @@ func (a *anthropicStream) appendCut(b []byte, e ending) []byte {
 
 func (a *anthropicStream) release() {
 	a.acc.Reset()
-	a.up = [1]answerUpdate{}
+	a.up = [1]sse.Update{}
 	anthropicStreams.Put(a)
 }
 

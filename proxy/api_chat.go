@@ -28,10 +28,7 @@ var chatAPI = register(&wireAPI{
 
 // chatStream is a streamed chat completion: chunks of choices whose tool
 // calls end only when the next begins or the choice finishes.
-type chatStream struct {
-	acc sse.ChatAccumulator
-	ups []answerUpdate // what the last add returned
-}
+type chatStream struct{ acc sse.ChatAccumulator }
 
 var chatStreams = sync.Pool{New: func() any {
 	a := new(chatStream)
@@ -41,22 +38,7 @@ var chatStreams = sync.Pool{New: func() any {
 	return a
 }}
 
-func (a *chatStream) add(data []byte) ([]answerUpdate, error) {
-	deltas, err := a.acc.Add(data)
-	a.ups = a.ups[:0]
-	for _, d := range deltas {
-		a.ups = append(a.ups, answerUpdate{
-			choice:      d.Choice,
-			text:        d.Content,
-			reasoning:   d.Reasoning,
-			toolCall:    d.ToolCall,
-			finish:      d.FinishReason != nil,
-			callStarted: d.ToolCallStarted,
-			callDone:    -1,
-		})
-	}
-	return a.ups, err
-}
+func (a *chatStream) add(data []byte) ([]sse.Update, error) { return a.acc.Add(data) }
 
 // toolCallsKey marks chunks that carry tool calls or finish them.
 var toolCallsKey = []byte(`"tool_calls"`)
@@ -160,7 +142,6 @@ func (a *chatStream) appendChunkHead(b []byte, model string) []byte {
 
 func (a *chatStream) release() {
 	a.acc.Reset()
-	a.ups = a.ups[:0]
 	chatStreams.Put(a)
 }
 

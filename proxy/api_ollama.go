@@ -54,7 +54,7 @@ func keepBody(_ *inject.Injector, body []byte, _ inject.Edit) (inject.Result, er
 // whole in one line, the last line "done": true with the counts.
 type ollamaStream struct {
 	acc ndjson.Ollama
-	ups []answerUpdate // what the last add returned
+	ups []sse.Update // what the last add returned
 }
 
 var ollamaStreams = sync.Pool{New: func() any { return new(ollamaStream) }}
@@ -64,20 +64,20 @@ func newOllamaAnswer() answer { return ollamaStreams.Get().(*ollamaStream) }
 // add: a call arrives whole, so it starts and completes in one line; a
 // line with several calls returns one update a call, so that each is
 // compared with those before it.
-func (a *ollamaStream) add(data []byte) ([]answerUpdate, error) {
+func (a *ollamaStream) add(data []byte) ([]sse.Update, error) {
 	u, err := a.acc.Add(data)
 	if err != nil {
 		return nil, err
 	}
-	au := answerUpdate{text: u.Text, reasoning: u.Reasoning, callStarted: -1, callDone: -1}
+	au := sse.Update{Text: u.Text, Reasoning: u.Reasoning, ToolCallStarted: -1, ToolCallDone: -1}
 	a.ups = a.ups[:0]
 	for k := 0; k < max(u.Calls, 1); k++ {
 		if u.Calls > 0 {
-			au.toolCall = true
-			au.callStarted, au.callDone = u.CallStarted+k, u.CallStarted+k
+			au.ToolCall = true
+			au.ToolCallStarted, au.ToolCallDone = u.CallStarted+k, u.CallStarted+k
 		}
 		a.ups = append(a.ups, au)
-		au.text, au.reasoning = nil, nil
+		au.Text, au.Reasoning = nil, nil
 	}
 	return a.ups, nil
 }

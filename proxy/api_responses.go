@@ -29,24 +29,17 @@ var responsesAPI = register(&wireAPI{
 // numbered by sequence_number.
 type responsesStream struct {
 	acc sse.ResponsesAccumulator
-	up  [1]answerUpdate // what the last add returned
+	up  [1]sse.Update // what the last add returned
 }
 
 var responsesStreams = sync.Pool{New: func() any { return new(responsesStream) }}
 
-func (a *responsesStream) add(data []byte) ([]answerUpdate, error) {
-	sequence := a.acc.Sequence()
+func (a *responsesStream) add(data []byte) ([]sse.Update, error) {
 	u, err := a.acc.Add(data)
 	if err != nil {
 		return nil, err
 	}
-	a.up[0] = answerUpdate{
-		text:        u.Text,
-		reasoning:   u.Reasoning,
-		callStarted: u.ToolCallStarted,
-		callDone:    u.ToolCallDone,
-		sequence:    sequence,
-	}
+	a.up[0] = u
 	return a.up[:], nil
 }
 
@@ -113,7 +106,7 @@ func (a *responsesStream) appendCut(b []byte, e ending) []byte {
 
 func (a *responsesStream) release() {
 	a.acc.Reset()
-	a.up = [1]answerUpdate{}
+	a.up = [1]sse.Update{}
 	responsesStreams.Put(a)
 }
 

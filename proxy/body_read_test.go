@@ -18,7 +18,8 @@ import (
 func answerUsageRef(body []byte) observe.Usage {
 	u := gjson.GetBytes(body, "usage")
 	if !u.IsObject() {
-		return observe.Usage{}
+		// Ollama's answers count at the top level.
+		return observe.Usage{Input: int(gjson.GetBytes(body, "prompt_eval_count").Int()), Output: int(gjson.GetBytes(body, "eval_count").Int())}
 	}
 	in, out := u.Get("prompt_tokens"), u.Get("completion_tokens")
 	if !in.Exists() && !out.Exists() {

@@ -194,12 +194,12 @@ func (p bodyPace) deadline(r *bodyRead, now time.Time) time.Time {
 // pace allows.
 func (c *clientConn) Read(p []byte) (int, error) {
 	if !c.body.reading {
-		return c.Conn.Read(p)
+		return c.readSocket(p)
 	}
 	if err := c.Conn.SetReadDeadline(c.pace.deadline(&c.body, time.Now())); err != nil {
 		return 0, err
 	}
-	n, err := c.Conn.Read(p)
+	n, err := c.readSocket(p)
 	if n > 0 {
 		c.body.received += int64(n)
 		if !c.share.take(int64(n)) {

@@ -28,6 +28,17 @@ type Config struct {
 	Policy   policy.Config  `toml:"policy"`
 	Inject   inject.Config  `toml:"inject"`
 	Judge    judge.Config   `toml:"judge"`
+	Run      RunConfig      `toml:"run"`
+}
+
+// RunConfig is what `loopguard run` reads of the configuration; the proxy
+// itself ignores it.
+type RunConfig struct {
+	// ExitOnStop makes `loopguard run` exit with a code of its own when
+	// loopguard ended the run (LOOP_DETECTED or BUDGET_EXCEEDED) rather
+	// than with the agent's, which is usually 0 (-exit-on-stop). Default
+	// false.
+	ExitOnStop bool `toml:"exit_on_stop"`
 }
 
 // ServerConfig is the listening side.

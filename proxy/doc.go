@@ -27,7 +27,8 @@
 // failsafe.go keeps the rest of the answer's path failing open; errors.go
 // writes loopguard's own errors.
 // socket.go and socket_turn.go do the same for the Responses API's
-// WebSocket mode: the relay, and each response.create as a turn.
+// WebSocket mode: the relay, and each response.create as a turn, whose
+// events, framed one a message, take the stream relay's event step.
 //
 // What differs between the guarded APIs lies behind one wireAPI each
 // (api.go): api_chat.go, api_responses.go, api_anthropic.go and

@@ -239,6 +239,21 @@ func TestJudgeFailsOpen(t *testing.T) {
 	}
 }
 
+// waitMetric waits until /metrics holds want: what an answer counts is
+// counted once it has ended, which may be after the client read it.
+func waitMetric(t *testing.T, base, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m := metricsText(t, base)
+		if strings.Contains(m, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %q 10 s after the answer:\n%s", want, grepLines(m, "loopguard_"))
+		}
+	}
+}
+
 func metricsText(t *testing.T, base string) string {
 	t.Helper()
 	resp, err := newClient().Get(base + "/metrics")

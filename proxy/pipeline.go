@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,10 @@ const (
 	HeaderSession = "X-Loopguard-Session"
 	HeaderAction  = "X-Loopguard-Action"
 	HeaderLoop    = "X-Loopguard-Loop"
-	headerMode    = "X-Loopguard-Mode"
+	// HeaderBudget names the session budget that decided the request,
+	// "tokens" or "turns", and its use: "tokens 81200/100000".
+	HeaderBudget = "X-Loopguard-Budget"
+	headerMode   = "X-Loopguard-Mode"
 )
 
 // pipeline runs policy, inspect and inject on the requests of the guarded
@@ -575,6 +579,9 @@ func (p *pipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
 			e.Constraints = append(e.Constraints, loopOf(d, collapse))
 		}
 	}
+	if b := d.Budget; b != nil && !b.Exceeded {
+		e.Warnings = append(e.Warnings, inject.Loop{Budget: budgetOf(b)})
+	}
 	res, err := pl.api.apply(p.inject, body, e)
 	if err != nil {
 		bodyBufs.Put(buf)
@@ -602,6 +609,9 @@ func loopOf(d *policy.Decision, collapse bool) inject.Loop {
 		Urgency:  inject.Urgency(d.Urgency),
 		Collapse: collapse,
 		Failed:   d.Failed,
+	}
+	if d.Budget != nil && d.Budget.Exceeded {
+		l.Budget = budgetOf(d.Budget)
 	}
 	if d.CrossSession && d.GlobalSessions > 1 {
 		l.OtherSessions = d.GlobalSessions - 1
@@ -639,6 +649,9 @@ func setLoopHeaders(h *fasthttp.ResponseHeader, pl *plan) {
 	// alone; the header names loops loopguard acts on or would act on.
 	if v := pl.decision.Verdict; v.Loop && !pl.decision.Stale {
 		h.Set(HeaderLoop, string(v.Category))
+	}
+	if b := pl.decision.Budget; b != nil {
+		h.Set(HeaderBudget, b.Kind+" "+strconv.FormatInt(b.Used, 10)+"/"+strconv.FormatInt(b.Limit, 10))
 	}
 }
 

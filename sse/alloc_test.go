@@ -48,9 +48,9 @@ func TestAccumulatorAllocs(t *testing.T) {
 	content := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"a \"quoted\"\nline \u00e9"},"logprobs":null,"finish_reason":null}]}`)
 	var a ChatAccumulator
 	sink := 0
-	fn := func(ds []Delta, _ error) {
+	fn := func(ds []Update, _ error) {
 		for _, d := range ds {
-			sink += len(d.Content)
+			sink += len(d.Text)
 		}
 	}
 	whole := func() {

@@ -99,9 +99,9 @@ func BenchmarkAccumulatorChunk(b *testing.B) {
 	chunks := benchChunks(b)
 	var a ChatAccumulator
 	var n int
-	fn := func(ds []Delta, _ error) {
+	fn := func(ds []Update, _ error) {
 		for _, d := range ds {
-			n += len(d.Content)
+			n += len(d.Text)
 		}
 	}
 	b.ReportAllocs()

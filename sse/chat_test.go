@@ -24,7 +24,7 @@ func addAll(t *testing.T, chunks []string) (*ChatAccumulator, []string, []error)
 		ds, err := a.Add([]byte(c))
 		for _, d := range ds {
 			deltas = append(deltas, fmt.Sprintf("c%d content=%q reasoning=%q tool=%t started=%d/%d finish=%q",
-				d.Choice, d.Content, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
+				d.Choice, d.Text, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
 		}
 		errs = append(errs, err)
 	}
@@ -225,7 +225,7 @@ func TestAccumulatorAddErrors(t *testing.T) {
 				t.Errorf("Done() = %t; want %t", a.Done(), tt.wantDone)
 			}
 			if called != tt.wantDelta {
-				t.Errorf("fn called = %t; want %t", called, tt.wantDelta)
+				t.Errorf("updates returned = %t; want %t", called, tt.wantDelta)
 			}
 		})
 	}
@@ -349,7 +349,7 @@ func TestAccumulatorDropText(t *testing.T) {
 				ds, _ := dropped.Add([]byte(c))
 				for _, d := range ds {
 					got = append(got, fmt.Sprintf("c%d content=%q reasoning=%q tool=%t started=%d/%d finish=%q",
-						d.Choice, d.Content, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
+						d.Choice, d.Text, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
 				}
 			}
 			if strings.Join(got, "\n") != strings.Join(wantDeltas, "\n") {

@@ -35,8 +35,8 @@ func Example() {
 			fmt.Println("chunk:", err)
 		}
 		for _, d := range deltas {
-			if len(d.Content) > 0 {
-				fmt.Printf("text %q\n", d.Content)
+			if len(d.Text) > 0 {
+				fmt.Printf("text %q\n", d.Text)
 			}
 			if d.ToolCallStarted >= 0 {
 				fmt.Println("tool call started at", d.ToolCallStarted)

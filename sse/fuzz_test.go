@@ -123,7 +123,7 @@ func FuzzAccumulator(f *testing.F) {
 			if err != nil {
 				break
 			}
-			var ds []Delta
+			var ds []Update
 			ds, err = a.Add(e.Data)
 			for _, d := range ds {
 				if d.ToolCallStarted < -1 || (d.ToolCallStarted >= 0) != (d.ToolCallsStarted > 0) {
@@ -164,9 +164,9 @@ func FuzzAccumulatorTape(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, _ uint8) {
 		var fast, slow ChatAccumulator
 		var fastLog, slowLog []string
-		logTo := func(log *[]string, ds []Delta, err error) error {
+		logTo := func(log *[]string, ds []Update, err error) error {
 			for _, d := range ds {
-				*log = append(*log, fmt.Sprintf("%+v %q %q", d, d.Content, d.Reasoning))
+				*log = append(*log, fmt.Sprintf("%+v %q %q", d, d.Text, d.Reasoning))
 			}
 			return err
 		}

@@ -95,11 +95,11 @@ func runGolden(t *testing.T, in []byte) golden {
 		if e.Data == nil {
 			continue
 		}
-		var ds []Delta
+		var ds []Update
 		ds, err = a.Add(e.Data)
 		for _, d := range ds {
 			g.Chat.Deltas = append(g.Chat.Deltas, goldenDelta{
-				Choice: d.Choice, Content: string(d.Content), Reasoning: string(d.Reasoning),
+				Choice: d.Choice, Content: string(d.Text), Reasoning: string(d.Reasoning),
 				ToolCall: d.ToolCall, ToolCallStarted: d.ToolCallStarted,
 				ToolCallsStarted: d.ToolCallsStarted, FinishReason: string(d.FinishReason),
 			})

@@ -5,26 +5,6 @@ import (
 	"slices"
 )
 
-// Update is what one event of a Responses API or Anthropic Messages stream
-// added. Its slices alias the accumulator's buffers and are valid until the
-// next Add or Reset.
-type Update struct {
-	// Text is the decoded output text the event added.
-	Text []byte
-	// Reasoning is the decoded reasoning or thinking text the event added.
-	Reasoning []byte
-	// ToolCallDone is the position (see ToolCallBytes) of the tool call
-	// that the event completed, -1 if none: its name and arguments are
-	// final from this event on.
-	ToolCallDone int
-	// ToolCallStarted is the output_index (Responses) or content block
-	// index (Anthropic) of the tool call the event began, -1 if none.
-	ToolCallStarted int
-	// Done is true for the stream's terminal event (response.completed,
-	// response.incomplete, response.failed; message_stop).
-	Done bool
-}
-
 // respItem is one output item of a Responses stream.
 type respItem struct {
 	index          int    // output_index
@@ -66,7 +46,7 @@ func (a *ResponsesAccumulator) Reset() {
 // object returns ErrInvalidChunk and changes nothing. Add never keeps a
 // reference to data.
 func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
+	u := Update{ToolCallDone: -1, ToolCallStarted: -1, Sequence: a.seq}
 	s, err := objectView(data)
 	if s == "" {
 		return u, err
