@@ -105,6 +105,81 @@ type clientConn struct {
 	// lingering asks Close to read what the client still sends after a
 	// refused body before it closes (linger).
 	lingering atomic.Bool
+	// peer is the client watch's registration of the socket
+	// (clientwatch_linux.go), guarded by the watcher's lock.
+	peer peerReg
+	// ahead holds bytes read ahead of what was asked (readSocket), in a buffer
+	// of readAheads.
+	ahead    []byte
+	aheadBuf *[]byte
+	// take and put are takeAhead and putAhead, made once per connection.
+	take func() []byte
+	put  func([]byte)
+}
+
+// aheadReader reads more than it is asked for (rawsock.Conn, on Linux).
+type aheadReader interface {
+	ReadAhead(p []byte, get func() []byte, put func([]byte)) (int, []byte, error)
+}
+
+// readAheadBelow: a Read of fewer bytes reads ahead. fasthttp reads one
+// byte of a kept-alive connection's next request, and only then takes a
+// buffer for the rest (server.ReduceMemoryUsage keeps an idle connection
+// free of one): two reads a request, where a read ahead makes one.
+const readAheadBelow = 64
+
+// readAheads are the buffers of read-ahead bytes: those of a request's
+// headers and start, which fasthttp takes at once.
+var readAheads = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+
+// readSocket reads as the connection's socket does, but a small read reads
+// ahead (readAheadBelow), and hands the bytes it did not return to the next
+// reads. It is called by the connection's goroutine only (Read).
+func (c *clientConn) readSocket(p []byte) (int, error) {
+	if len(c.ahead) > 0 {
+		n := copy(p, c.ahead)
+		if c.ahead = c.ahead[n:]; len(c.ahead) == 0 {
+			c.releaseAhead()
+		}
+		return n, nil
+	}
+	ar, ok := c.Conn.(aheadReader)
+	if !ok || len(p) >= readAheadBelow {
+		return c.Conn.Read(p)
+	}
+	if c.take == nil {
+		c.take, c.put = c.takeAhead, c.putAhead
+	}
+	n, rest, err := ar.ReadAhead(p, c.take, c.put)
+	c.ahead = rest
+	if rest == nil {
+		c.aheadBuf = nil // given back by ReadAhead
+	}
+	return n, err
+}
+
+// takeAhead and putAhead are ReadAhead's buffer source: a buffer of
+// readAheads, kept in aheadBuf while it holds bytes.
+func (c *clientConn) takeAhead() []byte {
+	c.aheadBuf = readAheads.Get().(*[]byte)
+	return *c.aheadBuf
+}
+
+func (c *clientConn) putAhead([]byte) { c.releaseAhead() }
+
+func (c *clientConn) releaseAhead() {
+	if c.aheadBuf != nil {
+		readAheads.Put(c.aheadBuf)
+		c.aheadBuf, c.ahead = nil, nil
+	}
+}
+
+// peerReg is a client connection's lasting registration with the client
+// watch: gen names it in the watch's events (0: not registered), hup says
+// that the client hung up while none of its requests was watched.
+type peerReg struct {
+	gen uint32
+	hup bool
 }
 
 // SyscallConn shows the socket under c: the peer watcher finds through it
