@@ -1,7 +1,5 @@
 package wireapi
 
-import "strings"
-
 // Name is a wire API as inspect, policy and replay records know it (a
 // record's optional "api" field).
 type Name string
@@ -175,9 +173,11 @@ type Route struct {
 // Match returns the route of a request path (no query; dot-segments
 // resolved), Route{} when no API answers it. It allocates nothing.
 func Match[P ~string | ~[]byte](path P) Route {
-	for i := range patterns {
-		if ok, _, _ := matchPath(&patterns[i], path); ok {
-			return Route{API: patterns[i].api, Stream: patterns[i].stream}
+	for i := range APIs {
+		for j := range patterns[i] {
+			if ok, _, _ := matchPattern(&patterns[i][j], path); ok {
+				return Route{API: &APIs[i], Stream: APIs[i].Paths[j].Stream}
+			}
 		}
 	}
 	return Route{}
@@ -186,9 +186,11 @@ func Match[P ~string | ~[]byte](path P) Route {
 // Model returns the model a request path names ({model}), "" when its
 // API's paths name none.
 func Model(path string) string {
-	for i := range patterns {
-		if ok, from, to := matchPath(&patterns[i], path); ok {
-			return path[from:to]
+	for i := range APIs {
+		for j := range patterns[i] {
+			if ok, from, to := matchPattern(&patterns[i][j], path); ok {
+				return path[from:to]
+			}
 		}
 	}
 	return ""
@@ -197,61 +199,65 @@ func Model(path string) string {
 // ReplayPath is where replay sends a record of a: its first path, with the
 // prefix wildcard dropped and model in place of {model}.
 func (a *API) ReplayPath(model string) string {
-	p := compile(a, a.Paths[0])
-	if p.model {
-		return p.before + model + p.after
+	p := a.Paths[0].Pattern
+	if len(p) > 0 && p[0] == '*' {
+		p = p[1:]
 	}
-	return p.after
+	if before, after, ok := cut(p, "{model}"); ok {
+		return before + model + after
+	}
+	return p
 }
 
-// pattern is a Path taken apart once, so that Match only compares.
+// pattern is a Path's Pattern taken apart: whether it starts with "*",
+// and what comes before and after its "{model}" (all of it in before when
+// it has none).
 type pattern struct {
-	api    *API
-	stream bool
-	// anyPrefix: the pattern began with "*". model: it names the model
-	// between before and after; without one, after is the whole rest.
-	anyPrefix, model bool
-	before, after    string
+	anyPrefix, hasModel bool
+	before, after       string
 }
 
-// patterns are every API's paths, in the order Match tries them.
-var patterns = func() []pattern {
-	var ps []pattern
+func parsePattern(p string) pattern {
+	pt := pattern{anyPrefix: len(p) > 0 && p[0] == '*'}
+	if pt.anyPrefix {
+		p = p[1:]
+	}
+	pt.before, pt.after, pt.hasModel = cut(p, "{model}")
+	return pt
+}
+
+// patterns are the APIs' Paths taken apart once: Match runs on every
+// request, several times, and taking each pattern apart there made most of
+// its cost.
+var patterns = func() (ps [len(APIs)][]pattern) {
 	for i := range APIs {
 		for _, p := range APIs[i].Paths {
-			ps = append(ps, compile(&APIs[i], p))
+			ps[i] = append(ps[i], parsePattern(p.Pattern))
 		}
 	}
 	return ps
 }()
 
-func compile(a *API, p Path) pattern {
-	c := pattern{api: a, stream: p.Stream}
-	rest := p.Pattern
-	if len(rest) > 0 && rest[0] == '*' {
-		c.anyPrefix, rest = true, rest[1:]
-	}
-	if i := strings.Index(rest, "{model}"); i >= 0 {
-		c.model, c.before, c.after = true, rest[:i], rest[i+len("{model}"):]
-	} else {
-		c.after = rest
-	}
-	return c
+// match reports whether path fits pattern, and where in path the model it
+// names lies (from == to when it names none).
+func match[P ~string | ~[]byte](pattern string, path P) (ok bool, from, to int) {
+	pt := parsePattern(pattern)
+	return matchPattern(&pt, path)
 }
 
-// matchPath reports whether path fits p, and where in path the model it
-// names lies (from == to when it names none).
-func matchPath[P ~string | ~[]byte](p *pattern, path P) (ok bool, from, to int) {
-	if !p.model {
-		if p.anyPrefix {
-			return hasSuffix(path, p.after), 0, 0
+// matchPattern is match for a pattern taken apart.
+func matchPattern[P ~string | ~[]byte](pt *pattern, path P) (ok bool, from, to int) {
+	anyPrefix, before, after := pt.anyPrefix, pt.before, pt.after
+	if !pt.hasModel {
+		if anyPrefix {
+			return hasSuffix(path, before), 0, 0
 		}
-		return string(path) == p.after, 0, 0
+		return string(path) == before, 0, 0
 	}
-	if !hasSuffix(path, p.after) {
+	if !hasSuffix(path, after) {
 		return false, 0, 0
 	}
-	rest := path[:len(path)-len(p.after)]
+	rest := path[:len(path)-len(after)]
 	i := len(rest) - 1
 	for i >= 0 && rest[i] != '/' {
 		if rest[i] == ':' {
@@ -263,7 +269,7 @@ func matchPath[P ~string | ~[]byte](p *pattern, path P) (ok bool, from, to int) 
 		return false, 0, 0
 	}
 	head := rest[:i+1]
-	if p.anyPrefix && !hasSuffix(head, p.before) || !p.anyPrefix && string(head) != p.before {
+	if anyPrefix && !hasSuffix(head, before) || !anyPrefix && string(head) != before {
 		return false, 0, 0
 	}
 	return true, i + 1, len(rest)
@@ -271,6 +277,15 @@ func matchPath[P ~string | ~[]byte](p *pattern, path P) (ok bool, from, to int) 
 
 func hasSuffix[P ~string | ~[]byte](s P, suffix string) bool {
 	return len(s) >= len(suffix) && string(s[len(s)-len(suffix):]) == suffix
+}
+
+func cut(s, sep string) (before, after string, found bool) {
+	for i := 0; i+len(sep) <= len(s); i++ {
+		if s[i:i+len(sep)] == sep {
+			return s[:i], s[i+len(sep):], true
+		}
+	}
+	return s, "", false
 }
 
 // WireName names an upstream family: the APIs that one base URL serves,
