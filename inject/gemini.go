@@ -283,9 +283,15 @@ type GeminiForm struct {
 	Model string
 }
 
-// Gemini's error status for a LOOP_DETECTED error answer: a precondition
-// of the request (the agent's history) failed, which clients do not retry.
-const geminiLoopStatus = "FAILED_PRECONDITION"
+// Gemini's error statuses for loopguard's error answers. LOOP_DETECTED: a
+// precondition of the request (the agent's history) failed, which clients
+// do not retry. BUDGET_EXCEEDED: the session's quota is spent, Google's
+// RESOURCE_EXHAUSTED; the HTTP status stays Config.ErrorStatus, not the
+// 429 Google pairs it with, which clients retry.
+const (
+	geminiLoopStatus   = "FAILED_PRECONDITION"
+	geminiBudgetStatus = "RESOURCE_EXHAUSTED"
+)
 
 // TerminateGemini is Terminate for a Gemini request: HTTP 200 with one
 // answer whose model content is a text part starting with LOOP_DETECTED:
@@ -293,17 +299,25 @@ const geminiLoopStatus = "FAILED_PRECONDITION"
 // Assist; for streamGenerateContent that answer as the one event of an
 // event stream (alt=sse) or the one element of a JSON array. With
 // terminate_as = "error" it is Google's error shape {"error":{"code",
-// "message","status"}} with Config.ErrorStatus.
+// "message","status"}} with Config.ErrorStatus, its status
+// FAILED_PRECONDITION (RESOURCE_EXHAUSTED for l.Budget). With l.Budget the
+// text is BUDGET_EXCEEDED's.
 func (in *Injector) TerminateGemini(body []byte, l Loop, f GeminiForm) (Response, error) {
 	content, err := in.TerminateText(l)
 	if err != nil {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
+		status := geminiLoopStatus
+		if l.Budget != nil {
+			status = geminiBudgetStatus
+		}
 		b := append([]byte(`{"error":{"code":`), strconv.Itoa(in.cfg.ErrorStatus)...)
 		b = append(b, `,"message":`...)
 		b = rawjson.AppendQuote(b, content)
-		b = append(b, `,"status":"`+geminiLoopStatus+`"}}`...)
+		b = append(b, `,"status":"`...)
+		b = append(b, status...)
+		b = append(b, `"}}`...)
 		return in.errorAnswer(b), nil
 	}
 	model := f.Model

@@ -165,13 +165,21 @@ func TestTerminateGemini(t *testing.T) {
 		})
 	}
 	in = stableInjector(t, Config{TerminateAs: AsError})
-	res, err := in.TerminateGemini(nil, l, GeminiForm{Stream: true, SSE: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e := gjson.GetBytes(res.Body, "error"); res.Status < 400 || e.Get("code").Int() != int64(res.Status) ||
-		e.Get("status").String() != geminiLoopStatus || !strings.HasPrefix(e.Get("message").String(), "LOOP_DETECTED") {
-		t.Errorf("error answer %d %s", res.Status, res.Body)
+	for _, tt := range []struct {
+		l              Loop
+		status, prefix string
+	}{
+		{l, "FAILED_PRECONDITION", "LOOP_DETECTED"},
+		{Loop{Budget: &Budget{Kind: "tokens", Used: 120, Limit: 100}}, "RESOURCE_EXHAUSTED", "BUDGET_EXCEEDED:"},
+	} {
+		res, err := in.TerminateGemini(nil, tt.l, GeminiForm{Stream: true, SSE: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := gjson.GetBytes(res.Body, "error"); res.Status != DefaultErrorStatus || e.Get("code").Int() != int64(res.Status) ||
+			e.Get("status").String() != tt.status || !strings.HasPrefix(e.Get("message").String(), tt.prefix) {
+			t.Errorf("%s error answer %d %s; want %d, status %s", tt.prefix, res.Status, res.Body, DefaultErrorStatus, tt.status)
+		}
 	}
 }
 

@@ -24,6 +24,9 @@ type budgetAPI struct {
 	text func(answer string) string
 	// streamEnd is what ends a streamed answer in the API's shape.
 	streamEnd string
+	// streamPath is where a streamed request goes when the path says
+	// whether it streams (Gemini's), else "".
+	streamPath string
 }
 
 const budgetUser = `"Summarise the repository."`
@@ -33,21 +36,51 @@ var budgetAPIs = []budgetAPI{
 		func(s bool) string {
 			return fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
 		},
-		150, func(a string) string { return gjson.Get(a, "choices.0.message.content").String() }, "data: [DONE]"},
+		150, func(a string) string { return gjson.Get(a, "choices.0.message.content").String() }, "data: [DONE]", ""},
 	{"responses", "/v1/responses",
 		func(s bool) string { return fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"input":%s}`, s, budgetUser) },
-		150, func(a string) string { return gjson.Get(a, "output.0.content.0.text").String() }, "response.completed"},
+		150, func(a string) string { return gjson.Get(a, "output.0.content.0.text").String() }, "response.completed", ""},
 	{"anthropic", "/v1/messages",
 		func(s bool) string {
 			return fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":%v,"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
 		},
-		150, func(a string) string { return gjson.Get(a, "content.0.text").String() }, "message_stop"},
+		150, func(a string) string { return gjson.Get(a, "content.0.text").String() }, "message_stop", ""},
 	{"ollama", "/api/chat",
 		func(s bool) string {
 			return fmt.Sprintf(`{"model":"qwen3","stream":%v,"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
 		},
 		// prompt_eval_count 10, eval_count a quarter of the text's bytes.
-		10 + int64((len(budgetText)+3)/4), func(a string) string { return gjson.Get(a, "message.content").String() }, `"done":true`},
+		10 + int64((len(budgetText)+3)/4), func(a string) string { return gjson.Get(a, "message.content").String() }, `"done":true`, ""},
+	geminiBudgetAPI("gemini", "/v1beta/models/gemini-2.5-pro:", "?alt=sse", false),
+	geminiBudgetAPI("gemini/array", "/v1beta/models/gemini-2.5-pro:", "", false),
+	geminiBudgetAPI("code-assist", "/v1internal:", "?alt=sse", true),
+	geminiBudgetAPI("code-assist/array", "/v1internal:", "", true),
+}
+
+// geminiBudgetAPI is Gemini's API or Code Assist's at prefix, its streams
+// SSE events with query "?alt=sse", else one JSON array. fakellm reports a
+// quarter of the request's bytes as promptTokenCount and a quarter of the
+// text's as candidatesTokenCount.
+func geminiBudgetAPI(name, prefix, query string, wrapped bool) budgetAPI {
+	body := `{"contents":[{"role":"user","parts":[{"text":` + budgetUser + `}]}]}`
+	textPath := "candidates.0.content.parts.0.text"
+	if wrapped {
+		body = `{"model":"gemini-2.5-pro","project":"proj-1","user_prompt_id":"p1","request":` + body + `}`
+		textPath = "response." + textPath
+	}
+	return budgetAPI{name: name, path: prefix + "generateContent", streamPath: prefix + "streamGenerateContent" + query,
+		body:      func(bool) string { return body },
+		perAnswer: int64(len(body)/4 + (len(budgetText)+3)/4),
+		text:      func(a string) string { return gjson.Get(a, textPath).String() },
+		streamEnd: `"finishReason":"STOP"`}
+}
+
+// pathOf is where api's request goes, streamed or not.
+func (api budgetAPI) pathOf(stream bool) string {
+	if stream && api.streamPath != "" {
+		return api.streamPath
+	}
+	return api.path
 }
 
 // budgetText is every scripted answer's text.
@@ -66,6 +99,7 @@ func budgetUpstream(t *testing.T) *fakellm.Server {
 				return fakellm.AnthropicAnswer{Text: budgetText, Usage: usage}
 			}),
 			fakellm.OllamaRule(func(*fakellm.Request) fakellm.OllamaAnswer { return fakellm.OllamaAnswer{Text: budgetText} }),
+			fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer { return fakellm.GeminiAnswer{Text: budgetText} }),
 		},
 		Responses: []fakellm.Response{{Content: budgetText, Usage: usage}},
 	})
@@ -104,7 +138,7 @@ func TestBudgetTokensEveryAPI(t *testing.T) {
 				body := api.body(stream)
 				for i, want := range []string{"none", "none", "warn", "terminate"} {
 					before := len(up.Requests())
-					resp, answer := budgetRequest(t, base, api.path, "spent", body)
+					resp, answer := budgetRequest(t, base, api.pathOf(stream), "spent", body)
 					if a := resp.Header.Get(HeaderAction); a != want {
 						t.Fatalf("request %d: action %q; want %q (%s)", i+1, a, want, answer)
 					}
@@ -138,7 +172,7 @@ func TestBudgetTokensEveryAPI(t *testing.T) {
 						}
 					}
 				}
-				resp, _ := budgetRequest(t, base, api.path, "fresh", body)
+				resp, _ := budgetRequest(t, base, api.pathOf(stream), "fresh", body)
 				if a := resp.Header.Get(HeaderAction); a != "none" {
 					t.Errorf("a fresh session beside the spent one: action %q", a)
 				}
@@ -181,6 +215,17 @@ func TestBudgetTurnsAndOverrides(t *testing.T) {
 		t.Errorf("anthropic error form: %s", end)
 	}
 
+	// Gemini's error shape: RESOURCE_EXHAUSTED, Google's status for a
+	// spent quota, with the error form's status (not 429, which Gemini
+	// CLI retries).
+	for _, gemini := range budgetAPIs[4:] {
+		end = run(gemini, gemini.name, "none", "none", "none", "none", "warn", "terminate")
+		if e := gjson.Get(end, "error"); e.Get("status").String() != "RESOURCE_EXHAUSTED" || e.Get("code").Int() != 422 ||
+			!strings.HasPrefix(e.Get("message").String(), "BUDGET_EXCEEDED:") {
+			t.Errorf("%s error form: %s", gemini.name, end)
+		}
+	}
+
 	if err := srv.pipeline.policy.SetBudget(t.Context(), "override", &policy.Budget{MaxTurns: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +249,8 @@ func TestBudgetTurnsAndOverrides(t *testing.T) {
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{
-		`loopguard_terminations_total{category="budget"} 2`,
-		`loopguard_interventions_total{action="warn",category="budget",level="0"} 2`,
+		`loopguard_terminations_total{category="budget"} 6`,
+		`loopguard_interventions_total{action="warn",category="budget",level="0"} 6`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
