@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fasthttp/websocket"
 	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
@@ -255,5 +256,102 @@ func TestBudgetTurnsAndOverrides(t *testing.T) {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
 		}
+	}
+}
+
+// TestBudgetOnSocket: the turns of a Responses WebSocket session count
+// toward its budgets, turns and the tokens each response.completed
+// reports, as its HTTP requests do; the spent session gets BUDGET_EXCEEDED
+// as a response's events on the socket without the upstream seeing the
+// turn, and the socket stays open.
+func TestBudgetOnSocket(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		budget func(*Config)
+		want   []string
+	}{
+		{"turns", func(c *Config) { c.Policy.SessionMaxTurns = 5 }, []string{"none", "none", "none", "none", "warn", "terminate"}},
+		// 150 tokens an answer: the third is past 80 % of 375.
+		{"tokens", func(c *Config) { c.Policy.SessionMaxTokens = 375 }, []string{"none", "none", "warn", "terminate"}},
+		{"error form", func(c *Config) { c.Policy.SessionMaxTurns = 5; c.Inject.TerminateAs = "error" }, []string{"none", "none", "none", "none", "warn", "terminate"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startSocketUpstream(t, func(n int, _ string, send func(string) error) {
+				id := fmt.Sprintf("resp_%d", n)
+				item := fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Step %d done."}]}`, n, n)
+				for _, ev := range []string{
+					fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":{"id":%q,"object":"response","status":"in_progress","model":"gpt-4.1","output":[]}}`, id),
+					fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":%s}`, item),
+					fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed","model":"gpt-4.1","output":[%s],"usage":{"input_tokens":100,"output_tokens":50,"total_tokens":150}}}`, id, item),
+				} {
+					if send(ev) != nil {
+						return
+					}
+				}
+			})
+			addr, events := startSocketProxy(t, up.URL, tt.budget)
+			c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
+			defer c.Close()
+			turn := func(i int) []string {
+				t.Helper()
+				msg := fmt.Sprintf(`{"type":"response.create","model":"gpt-4.1","input":"Do step %d."}`, i)
+				if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+					t.Fatal(err)
+				}
+				return readTurn(t, c)
+			}
+			var last []string
+			for i := range tt.want {
+				last = turn(i + 1)
+				// The turn's usage is counted once its answer ended, which
+				// is reported after the client read it.
+				waitChatEvents(t, events, i+1)
+			}
+			var actions []string
+			for _, e := range waitChatEvents(t, events, len(tt.want)) {
+				actions = append(actions, string(e.Decision.Action))
+			}
+			if got, want := strings.Join(actions, ","), strings.Join(tt.want, ","); got != want {
+				t.Errorf("actions %s; want %s", got, want)
+			}
+			got, _ := up.snapshot()
+			if len(got) != len(tt.want)-1 {
+				t.Fatalf("the upstream got %d turns; want %d, the spent session's not among them", len(got), len(tt.want)-1)
+			}
+			if warned := got[len(got)-1]; !strings.Contains(warned, "Session budget: ") {
+				t.Errorf("the warned turn lacks the budget warning: %s", warned)
+			}
+			checkBudgetEvents(t, last)
+			// The socket stays open: the next turn of the spent session is
+			// answered on it, again without the upstream.
+			checkBudgetEvents(t, turn(len(tt.want)+1))
+			if got, _ := up.snapshot(); len(got) != len(tt.want)-1 {
+				t.Errorf("the upstream got a turn of the spent session")
+			}
+		})
+	}
+}
+
+// checkBudgetEvents checks that a socket's answer is BUDGET_EXCEEDED as a
+// response's events, response.created to response.completed, or in the
+// error form as one error event.
+func checkBudgetEvents(t *testing.T, evs []string) {
+	t.Helper()
+	if e := gjson.Get(evs[len(evs)-1], "error"); e.Exists() {
+		if len(evs) != 1 || gjson.Get(evs[0], "type").String() != "error" || e.Get("code").String() != "BUDGET_EXCEEDED" ||
+			!strings.HasPrefix(e.Get("message").String(), "BUDGET_EXCEEDED:") {
+			t.Errorf("answer %v; want one error event of code BUDGET_EXCEEDED", evs)
+		}
+		return
+	}
+	var text string
+	for _, m := range evs {
+		if gjson.Get(m, "type").String() == "response.output_text.delta" {
+			text += gjson.Get(m, "delta").String()
+		}
+	}
+	if !strings.HasPrefix(text, "BUDGET_EXCEEDED:") || gjson.Get(evs[0], "type").String() != "response.created" ||
+		gjson.Get(evs[len(evs)-1], "type").String() != "response.completed" {
+		t.Errorf("answer of %d events, text %.40q; want response.created ... response.completed with BUDGET_EXCEEDED", len(evs), text)
 	}
 }
