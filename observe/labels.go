@@ -128,18 +128,33 @@ func isIntervention(a policy.Action) bool {
 // levels share the last label.
 const maxLevel = 8
 
-var levelLabels = func() [maxLevel + 1]string {
-	var l [maxLevel + 1]string
-	for i := range l {
-		l[i] = strconv.Itoa(i)
+// levelNone is the level label of an intervention on no rung of the
+// ladder, policy's Level -1: a session budget's warn or terminate.
+const levelNone = "none"
+
+// nLevel counts the level labels: "none", then the rungs 0 to maxLevel.
+const nLevel = maxLevel + 2
+
+// levelLabels holds the label of level l at levelSlot(l).
+var levelLabels = func() [nLevel]string {
+	var l [nLevel]string
+	l[levelSlot(-1)] = levelNone
+	for i := 0; i < maxLevel; i++ {
+		l[levelSlot(i)] = strconv.Itoa(i)
 	}
-	l[maxLevel] = strconv.Itoa(maxLevel) + "+"
+	l[levelSlot(maxLevel)] = strconv.Itoa(maxLevel) + "+"
 	return l
 }()
 
+// levelIndex bounds a decision's level to those the labels tell apart:
+// -1 (no rung) to maxLevel. The timeline and the stats show it as is.
 func levelIndex(level int) int {
-	return min(max(level, 0), maxLevel)
+	return min(max(level, -1), maxLevel)
 }
+
+// levelSlot is where level (bounded by levelIndex) counts in the metrics'
+// arrays and levelLabels.
+func levelSlot(level int) int { return level + 1 }
 
 // Fail-open stages, as the proxy names them.
 var stages = [...]string{"malformed_json", "unreadable_history", "detector", "policy", "store", "inject", "terminate", "panic", "stream", "undecodable_body", "other"}

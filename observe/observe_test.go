@@ -198,6 +198,30 @@ func TestObserverMetrics(t *testing.T) {
 			},
 		},
 		{
+			// A budget's decision is on no rung of the ladder: its level is
+			// "none", a loop's budget-ended turn included, and its
+			// recovery counts there too; a deep rung counts under "8+".
+			name: "level labels",
+			requests: []RequestInfo{
+				{Session: "s1", Decision: &policy.Decision{Action: policy.Warn, Would: policy.Warn, Level: -1,
+					Budget: &policy.BudgetUse{Kind: policy.BudgetTurns, Used: 4, Limit: 5}}},
+				{Session: "s2", Decision: func() *policy.Decision {
+					d := loopDecision(inspect.ToolRepetition, policy.Terminate, -1, "p")
+					d.Budget = &policy.BudgetUse{Kind: policy.BudgetTokens, Used: 120, Limit: 100, Exceeded: true}
+					return d
+				}()},
+				{Session: "s2", Decision: &policy.Decision{Action: policy.None, Level: -1, Recovered: []string{"p"}}},
+				{Session: "s3", Decision: loopDecision(inspect.ToolRepetition, policy.Warn, 11, "q")},
+			},
+			want: []sample{
+				{"loopguard_interventions_total", map[string]string{"category": "budget", "action": "warn", "level": "none"}, 1},
+				{"loopguard_interventions_total", map[string]string{"category": "tool_repetition", "action": "terminate", "level": "none"}, 1},
+				{"loopguard_interventions_total", map[string]string{"level": "0"}, 0},
+				{"loopguard_interventions_total", map[string]string{"action": "warn", "level": "8+"}, 1},
+				{"loopguard_recoveries_total", map[string]string{"level": "none", "outcome": "recovered"}, 1},
+			},
+		},
+		{
 			name:  "session cache",
 			cache: inspect.CacheStats{Hits: 9, Misses: 2, Bytes: 4096, Sessions: 2},
 			want: []sample{

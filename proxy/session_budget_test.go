@@ -251,7 +251,7 @@ func TestBudgetTurnsAndOverrides(t *testing.T) {
 	mresp.Body.Close()
 	for _, want := range []string{
 		`loopguard_terminations_total{category="budget"} 6`,
-		`loopguard_interventions_total{action="warn",category="budget",level="0"} 6`,
+		`loopguard_interventions_total{action="warn",category="budget",level="none"} 6`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
