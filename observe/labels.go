@@ -156,12 +156,39 @@ func levelIndex(level int) int {
 // arrays and levelLabels.
 func levelSlot(level int) int { return level + 1 }
 
-// Fail-open stages, as the proxy names them.
-var stages = [...]string{"malformed_json", "unreadable_history", "detector", "policy", "store", "inject", "terminate", "panic", "stream", "undecodable_body", "other"}
+// Stage names the step whose failure let a request or the rest of an
+// answer through unchanged (fail open): the stage label of
+// loopguard_fail_open_total. The proxy names its failures by these
+// constants, so that the labels are the ones it writes.
+type Stage string
+
+// The fail-open stages.
+const (
+	// StageUnreadableHistory: the request's history could not be read.
+	StageUnreadableHistory Stage = "unreadable_history"
+	StageDetector          Stage = "detector"
+	StagePolicy            Stage = "policy"
+	StageStore             Stage = "store"
+	StageInject            Stage = "inject"
+	StageTerminate         Stage = "terminate"
+	// StagePanic: a panic on the request path.
+	StagePanic Stage = "panic"
+	// StageStream: a panic on the response path; the rest of the answer
+	// passes through.
+	StageStream Stage = "stream"
+	// StageUndecodableBody: a request body whose Content-Encoding does not
+	// decode.
+	StageUndecodableBody Stage = "undecodable_body"
+)
+
+// stages are the stage labels in order, "other" (a stage not declared
+// above) last.
+var stages = [...]Stage{StageUnreadableHistory, StageDetector, StagePolicy, StageStore, StageInject, StageTerminate,
+	StagePanic, StageStream, StageUndecodableBody, "other"}
 
 const nStage = len(stages)
 
-func stageIndex(s string) int {
+func stageIndex(s Stage) int {
 	for i := 0; i < nStage-1; i++ {
 		if stages[i] == s {
 			return i

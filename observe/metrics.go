@@ -192,7 +192,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	for i := range m.failOpenC {
-		m.failOpenC[i] = m.failOpen.WithLabelValues(stages[i])
+		m.failOpenC[i] = m.failOpen.WithLabelValues(string(stages[i]))
 	}
 	for i := range m.storeC {
 		m.storeC[i] = m.storeLatency.WithLabelValues(storeOps[i])

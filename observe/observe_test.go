@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,7 +131,7 @@ func TestObserverMetrics(t *testing.T) {
 		requests  []RequestInfo
 		responses []ResponseInfo
 		streams   int
-		failOpen  []string
+		failOpen  []Stage
 		cache     inspect.CacheStats
 		want      []sample
 	}{
@@ -232,7 +233,7 @@ func TestObserverMetrics(t *testing.T) {
 		},
 		{
 			name:     "fail open by stage",
-			failOpen: []string{"store", "store", "inject", "something new"},
+			failOpen: []Stage{StageStore, StageStore, StageInject, "something new"},
 			want: []sample{
 				{"loopguard_fail_open_total", map[string]string{"stage": "store"}, 2},
 				{"loopguard_fail_open_total", map[string]string{"stage": "inject"}, 1},
@@ -264,6 +265,32 @@ func TestObserverMetrics(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFailOpenStages: the stage label's values are the stages the proxy
+// names its failures by, and other; none is a label nothing writes.
+func TestFailOpenStages(t *testing.T) {
+	_, reg, _, _ := newTestObserver(t, Options{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if mf.GetName() != "loopguard_fail_open_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				got = append(got, l.GetValue())
+			}
+		}
+	}
+	slices.Sort(got)
+	want := []string{"detector", "inject", "other", "panic", "policy", "store", "stream", "terminate", "undecodable_body", "unreadable_history"}
+	if !slices.Equal(got, want) {
+		t.Errorf("fail-open stages %q; want %q", got, want)
 	}
 }
 
