@@ -17,7 +17,9 @@ type GeminiAnswer struct {
 	// Model is the modelVersion; empty means the model the path (Gemini)
 	// or the body (Code Assist) names, or DefaultModel.
 	Model string
-	// Thought, when set, is a thought part sent before the text.
+	// Thought, when set, is a thought part sent before the text, its
+	// tokens (a quarter of its bytes) the usageMetadata's
+	// thoughtsTokenCount.
 	Thought string
 	// Text is the model content's text, streamed ChunkSize bytes a chunk.
 	Text string
@@ -142,11 +144,16 @@ func (a *GeminiAnswer) Render(stream, sse, wrapped bool, model string, reqLen in
 		b = append(b, `,"index":0}],"usageMetadata":{"promptTokenCount":`...)
 		b = strconv.AppendInt(b, int64(prompt), 10)
 		if final {
-			out := (len(a.Text) + 3) / 4
+			out, thoughts := (len(a.Text)+3)/4, (len(a.Thought)+3)/4
 			b = append(b, `,"candidatesTokenCount":`...)
 			b = strconv.AppendInt(b, int64(out), 10)
+			if thoughts > 0 {
+				// Thinking models count thoughts apart from the candidates.
+				b = append(b, `,"thoughtsTokenCount":`...)
+				b = strconv.AppendInt(b, int64(thoughts), 10)
+			}
 			b = append(b, `,"totalTokenCount":`...)
-			b = strconv.AppendInt(b, int64(prompt+out), 10)
+			b = strconv.AppendInt(b, int64(prompt+out+thoughts), 10)
 		} else {
 			b = append(b, `,"totalTokenCount":`...)
 			b = strconv.AppendInt(b, int64(prompt), 10)

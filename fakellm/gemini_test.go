@@ -74,6 +74,12 @@ func TestGeminiRule(t *testing.T) {
 				a.FinishReason() != "STOP" || a.Model() != tt.wantModel || a.Wrapped() != tt.wantWrapped {
 				t.Errorf("text %q, call %s(%s), finish %q, model %q, wrapped %v", a.Text(), name, args, a.FinishReason(), a.Model(), a.Wrapped())
 			}
+			// A quarter of the bytes of the request, of the text and of the
+			// thought; the thought's tokens are output.
+			u, ok := a.Usage()
+			if want := (sse.Usage{PromptTokens: len(tt.body) / 4, CompletionTokens: 5 + 1, TotalTokens: len(tt.body)/4 + 6}); !ok || u != want {
+				t.Errorf("usage %+v; want %+v", u, want)
+			}
 		})
 	}
 }

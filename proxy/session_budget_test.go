@@ -60,8 +60,9 @@ var budgetAPIs = []budgetAPI{
 
 // geminiBudgetAPI is Gemini's API or Code Assist's at prefix, its streams
 // SSE events with query "?alt=sse", else one JSON array. fakellm reports a
-// quarter of the request's bytes as promptTokenCount and a quarter of the
-// text's as candidatesTokenCount.
+// quarter of the request's bytes as promptTokenCount, a quarter of the
+// text's as candidatesTokenCount and of the thought's as
+// thoughtsTokenCount.
 func geminiBudgetAPI(name, prefix, query string, wrapped bool) budgetAPI {
 	body := `{"contents":[{"role":"user","parts":[{"text":` + budgetUser + `}]}]}`
 	textPath := "candidates.0.content.parts.0.text"
@@ -71,7 +72,7 @@ func geminiBudgetAPI(name, prefix, query string, wrapped bool) budgetAPI {
 	}
 	return budgetAPI{name: name, path: prefix + "generateContent", streamPath: prefix + "streamGenerateContent" + query,
 		body:      func(bool) string { return body },
-		perAnswer: int64(len(body)/4 + (len(budgetText)+3)/4),
+		perAnswer: int64(len(body)/4 + (len(budgetText)+3)/4 + (len(budgetThought)+3)/4),
 		text:      func(a string) string { return gjson.Get(a, textPath).String() },
 		streamEnd: `"finishReason":"STOP"`}
 }
@@ -84,8 +85,11 @@ func (api budgetAPI) pathOf(stream bool) string {
 	return api.path
 }
 
-// budgetText is every scripted answer's text.
+// budgetText is every scripted answer's text; Gemini's answers think
+// budgetThought first.
 var budgetText = strings.Repeat("The repository holds a proxy. ", 4)
+
+const budgetThought = "Reading the tree before summarising it."
 
 // budgetUpstream answers every API with budgetText and a usage of 100
 // prompt and 50 completion tokens (Ollama: its own counts).
@@ -100,7 +104,9 @@ func budgetUpstream(t *testing.T) *fakellm.Server {
 				return fakellm.AnthropicAnswer{Text: budgetText, Usage: usage}
 			}),
 			fakellm.OllamaRule(func(*fakellm.Request) fakellm.OllamaAnswer { return fakellm.OllamaAnswer{Text: budgetText} }),
-			fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer { return fakellm.GeminiAnswer{Text: budgetText} }),
+			fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer {
+				return fakellm.GeminiAnswer{Thought: budgetThought, Text: budgetText}
+			}),
 		},
 		Responses: []fakellm.Response{{Content: budgetText, Usage: usage}},
 	})
