@@ -75,6 +75,9 @@ func acceptRetryable(err error) bool {
 // track wraps c, a new client connection, and keeps it in the set.
 func (l *acceptor) track(c net.Conn) net.Conn {
 	cc := &clientConn{Conn: limitSends(rawsock.Wrap(c), l.sendTimeout), conns: l.conns, budget: l.budget}
+	if hc, ok := c.(hostConn); ok {
+		cc.host = hc.Host()
+	}
 	l.conns.mu.Lock()
 	if l.conns.open == nil {
 		l.conns.open = map[*clientConn]struct{}{}
@@ -96,6 +99,9 @@ type clientConn struct {
 	budget   *bodyBudget
 	reserved atomic.Int64
 	refused  bool
+	// host is the host:port an intercepted connection was meant for
+	// (intercepted.go); "" for a connection to loopguard itself.
+	host string
 }
 
 // SyscallConn shows the socket under c: the peer watcher finds through it

@@ -9,6 +9,7 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/intercept"
 	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 )
@@ -25,6 +26,8 @@ type Config struct {
 	Policy   policy.Config  `toml:"policy"`
 	Inject   inject.Config  `toml:"inject"`
 	Judge    judge.Config   `toml:"judge"`
+	// Run is `loopguard run`'s: the model hosts it intercepts.
+	Run intercept.Config `toml:"run"`
 }
 
 // ServerConfig is the listening side.

@@ -300,7 +300,7 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 		switch {
 		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):
 			continue
-		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
+		case up.apiKey != "" && asciiEqualFold(k, "Authorization"):
 			continue
 		case inspected && asciiEqualFold(k, "Accept-Encoding"):
 			// We parse what comes back, which identity keeps cheap; an
@@ -310,8 +310,8 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 		}
 		req.Header.AddBytesKV(k, v)
 	}
-	if s.cfg.Upstream.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.cfg.Upstream.APIKey)
+	if up.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+up.apiKey)
 	}
 	if inspected {
 		req.Header.Set("Accept-Encoding", "identity")

@@ -80,8 +80,8 @@ func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
 	r := &resumable{s: s, up: up, uri: up.path(nil, p)}
 	for _, h := range authHeaders {
 		v := ctx.Request.Header.Peek(h)
-		if s.cfg.Upstream.APIKey != "" && h == "Authorization" {
-			v = []byte("Bearer " + s.cfg.Upstream.APIKey)
+		if up.apiKey != "" && h == "Authorization" {
+			v = []byte("Bearer " + up.apiKey)
 		}
 		if len(v) > 0 {
 			r.auth = append(r.auth, []byte(h), append([]byte(nil), v...))

@@ -37,6 +37,9 @@ type Server struct {
 	judgeDone func(judge.Result)
 	// resume stops cut resumable streams upstream (resumable.go).
 	resume resumeStopper
+	// icpt serves intercepted connections (WithInterception); nil when
+	// there are none.
+	icpt *interception
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
@@ -232,6 +235,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.peers.close()
 	s.spares.stop()
 	s.up.client.CloseIdleConnections()
+	s.icpt.closeIdle()
 	if s.anthropic != nil {
 		s.anthropic.client.CloseIdleConnections()
 	}
@@ -277,19 +281,24 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	if !stripSessionPrefix(ctx) || !cleanRequestPath(ctx) {
+	host := interceptedHost(ctx)
+	if host != "" {
+		// Every path of an intercepted host is the host's, /s/ and
+		// /loopguard/ too; its requests are the run's session.
+		if s.hostUpstream(host) == nil {
+			writeError(ctx, fasthttp.StatusBadGateway, "loopguard: no upstream for "+host, "upstream_error", "upstream_error")
+			return
+		}
+		ctx.SetUserValue(sessionIDKey, s.icpt.session)
+	} else if !stripSessionPrefix(ctx) {
+		return
+	}
+	if !cleanRequestPath(ctx) {
 		return
 	}
 	path := ctx.Path()
 	switch {
-	case string(path) == "/healthz":
-		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
-	case string(path) == "/readyz":
-		s.ready(ctx)
-	case string(path) == "/metrics":
-		s.metrics(ctx)
-	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
-		s.admin(ctx)
+	case host == "" && s.serveOwn(ctx, path):
 	case isSocketUpgrade(ctx):
 		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
@@ -308,9 +317,28 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// serveOwn serves loopguard's own endpoints, and reports whether path is
+// one.
+func (s *Server) serveOwn(ctx *fasthttp.RequestCtx, path []byte) bool {
+	switch {
+	case string(path) == "/healthz":
+		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+	case string(path) == "/readyz":
+		s.ready(ctx)
+	case string(path) == "/metrics":
+		s.metrics(ctx)
+	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
+		s.admin(ctx)
+	default:
+		return false
+	}
+	return true
+}
+
 // guardedAPI returns the API of the endpoints loopguard inspects, under any
 // prefix (/v1/chat/completions, /chat/completions, /openai/v1/responses,
-// /anthropic/v1/messages), and nil for everything else, which passes
+// /anthropic/v1/messages, the ChatGPT Codex backend's
+// /backend-api/codex/responses), and nil for everything else, which passes
 // through. It is the one place that maps paths to APIs.
 // Messages are matched only as /v1/messages or /messages so that OpenAI's
 // /v1/threads/{id}/messages is not mistaken for Anthropic's.
@@ -318,7 +346,7 @@ func guardedAPI(p []byte) *wireAPI {
 	switch {
 	case hasSuffixBytes(p, "/chat/completions"):
 		return chatAPI
-	case hasSuffixBytes(p, "/v1/responses") || string(p) == "/responses":
+	case hasSuffixBytes(p, "/v1/responses") || string(p) == "/responses" || hasSuffixBytes(p, chatGPTCodexPath+"/responses"):
 		return responsesAPI
 	case hasSuffixBytes(p, "/v1/messages") || string(p) == "/messages":
 		return anthropicAPI
@@ -356,7 +384,11 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 // Anthropic Messages traffic when it is set, upstream.url's for the rest.
 // Anthropic clients send anthropic-version on every request, which also
 // routes the paths beside /v1/messages (count_tokens, models).
+// An intercepted connection's requests go to the host it was meant for.
 func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
+	if host := interceptedHost(ctx); host != "" {
+		return s.hostUpstream(host)
+	}
 	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
 		guardedAPI(ctx.Path()) == anthropicAPI) {
 		return s.anthropic

@@ -98,9 +98,9 @@ func (s *Server) serveSocket(ctx *fasthttp.RequestCtx) {
 		mode:    bytes.Clone(ctx.Request.Header.Peek(headerMode)),
 		path:    bytes.Clone(ctx.Path()),
 	}
-	up := s.up
+	up := s.upstreamFor(ctx)
 	d := websocket.Dialer{
-		NetDialContext:   (&net.Dialer{Timeout: s.cfg.Upstream.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		NetDialContext:   up.dial,
 		HandshakeTimeout: s.cfg.Upstream.HeaderTimeout,
 		ReadBufferSize:   4 << 10,
 		WriteBufferSize:  4 << 10,
@@ -112,7 +112,7 @@ func (s *Server) serveSocket(ctx *fasthttp.RequestCtx) {
 	if up.client.IsTLS {
 		d.TLSClientConfig = up.client.TLSConfig
 	}
-	upc, resp, err := d.DialContext(s.stopping, socketURL(up, ctx), s.socketHeader(ctx))
+	upc, resp, err := d.DialContext(s.stopping, socketURL(up, ctx), socketHeader(ctx, up))
 	if err != nil {
 		status := s.refuseSocket(ctx, resp, err)
 		s.respond(nil, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{Session: string(sk.session), Status: status,
@@ -161,7 +161,7 @@ func socketURL(up *upstream, ctx *fasthttp.RequestCtx) string {
 // end-to-end header (Authorization, OpenAI-Beta, session headers,
 // x-codex-*), and the subprotocols offered. The dialer writes the
 // handshake's own headers; extensions are not offered.
-func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
+func socketHeader(ctx *fasthttp.RequestCtx, up *upstream) http.Header {
 	h := make(http.Header)
 	conn := ctx.Request.Header.Peek("Connection")
 	for k, v := range ctx.Request.Header.All() {
@@ -170,7 +170,7 @@ func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
 			asciiEqualFold(k, "Sec-WebSocket-Key"), asciiEqualFold(k, "Sec-WebSocket-Version"),
 			asciiEqualFold(k, "Sec-WebSocket-Extensions"):
 			continue
-		case s.cfg.Upstream.APIKey != "" && asciiEqualFold(k, "Authorization"):
+		case up.apiKey != "" && asciiEqualFold(k, "Authorization"):
 			continue
 		case asciiEqualFold(k, "Sec-WebSocket-Protocol"):
 			h["Sec-WebSocket-Protocol"] = append(h["Sec-WebSocket-Protocol"], string(v))
@@ -178,8 +178,8 @@ func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
 		}
 		h.Add(string(k), string(v))
 	}
-	if s.cfg.Upstream.APIKey != "" {
-		h.Set("Authorization", "Bearer "+s.cfg.Upstream.APIKey)
+	if up.apiKey != "" {
+		h.Set("Authorization", "Bearer "+up.apiKey)
 	}
 	return h
 }
