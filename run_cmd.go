@@ -13,10 +13,12 @@ import (
 
 	"github.com/loopguard/loopguard/agentrun"
 	"github.com/loopguard/loopguard/config"
+	"github.com/loopguard/loopguard/intercept"
 )
 
 // runAgent is `loopguard run [-config FILE] [-proxy URL] [-upstream URL]
-// [-session ID] [-json FILE] -- COMMAND [ARGS]`. It exits with the command's
+// [-session ID] [-json FILE] [-intercept=false] [-resolve HOST=URL]...
+// -- COMMAND [ARGS]`. It exits with the command's
 // exit code; 2 for a usage error, 1 when loopguard itself cannot start, and
 // as a shell does 127 when the command is not found and 126 when it cannot
 // be executed.
@@ -28,8 +30,11 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	upstream := fs.String("upstream", "", "upstream base `URL` for every wire API (default: what OPENAI_BASE_URL, ANTHROPIC_BASE_URL... held, else the config's, else the vendors' APIs)")
 	session := fs.String("session", "", "session `id` of this run (default: run-<time>-<random>)")
 	jsonFile := fs.String("json", "", "also write the summary as JSON to `file`")
+	icpt := fs.Bool("intercept", true, "intercept the agent's connections to the model hosts (README: interception); false: base-URL variables only")
+	resolve := intercept.Resolve{}
+	fs.Var(resolve, "resolve", "send what is meant for `HOST=URL`'s host to URL instead, intercepted or chosen as upstream (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: loopguard run [-config FILE] [-proxy URL] [-upstream URL] [-session ID] [-json FILE] -- COMMAND [ARGS...]")
+		fmt.Fprintln(fs.Output(), "usage: loopguard run [-config FILE] [-proxy URL] [-upstream URL] [-session ID] [-json FILE] [-intercept=false] [-resolve HOST=URL]... -- COMMAND [ARGS...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -74,17 +79,19 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}()
 
 	sum, err := agentrun.Run(context.Background(), agentrun.Options{
-		Config:   cfg,
-		Upstream: *upstream,
-		ProxyURL: *proxyURL,
-		Session:  *session,
-		Command:  fs.Args(),
-		Env:      os.Environ(),
-		Stdin:    stdin,
-		Stdout:   stdout,
-		Stderr:   stderr,
-		Notices:  stderr,
-		Signals:  forward,
+		Config:    cfg,
+		Upstream:  *upstream,
+		ProxyURL:  *proxyURL,
+		Session:   *session,
+		Command:   fs.Args(),
+		Env:       os.Environ(),
+		Stdin:     stdin,
+		Stdout:    stdout,
+		Stderr:    stderr,
+		Notices:   stderr,
+		Signals:   forward,
+		Intercept: *icpt,
+		Resolve:   resolve,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "loopguard run: %v\n", err)

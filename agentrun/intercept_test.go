@@ -1,0 +1,60 @@
+package agentrun
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestInterceptEnviron: the agent is sent through the forward proxy in
+// both spellings, trusts the run's CA, and keeps loopback and the user's
+// own NO_PROXY entries, less those that would exempt a model host.
+func TestInterceptEnviron(t *testing.T) {
+	const proxyURL = "http://loopguard:tok@127.0.0.1:5000"
+	hosts := []string{"chatgpt.com", "api.anthropic.com"}
+	files := caFiles{extra: "/tmp/x/ca.pem", bundle: "/tmp/x/bundle.pem"}
+	env := []string{"PATH=/bin", "HTTPS_PROXY=http://corp:3128", "no_proxy=.corp.example,*,anthropic.com,chatgpt.com:443,localhost",
+		"SSL_CERT_FILE=/etc/mine.pem", "OPENAI_API_KEY=sk-1"}
+	got := interceptEnviron(env, proxyURL, files, hosts)
+	want := []string{"PATH=/bin", "OPENAI_API_KEY=sk-1",
+		"HTTPS_PROXY=" + proxyURL, "https_proxy=" + proxyURL, "HTTP_PROXY=" + proxyURL, "http_proxy=" + proxyURL,
+		"NO_PROXY=localhost,127.0.0.1,::1,.corp.example", "no_proxy=localhost,127.0.0.1,::1,.corp.example",
+		"NODE_EXTRA_CA_CERTS=/tmp/x/ca.pem", "CODEX_CA_CERTIFICATE=/tmp/x/bundle.pem", "SSL_CERT_FILE=/tmp/x/bundle.pem"}
+	if !slices.Equal(got, want) {
+		t.Errorf("interceptEnviron =\n%q\nwant\n%q", got, want)
+	}
+	// Without system roots, nothing replaces a trust store.
+	got = interceptEnviron(nil, proxyURL, caFiles{extra: "/tmp/x/ca.pem"}, hosts)
+	if slices.ContainsFunc(got, func(kv string) bool { return strings.HasPrefix(kv, "SSL_CERT_FILE=") }) ||
+		!slices.Contains(got, "CODEX_CA_CERTIFICATE=/tmp/x/ca.pem") {
+		t.Errorf("interceptEnviron without roots = %q; want no SSL_CERT_FILE and Codex on the CA alone", got)
+	}
+}
+
+// TestWriteCAFiles: the CA alone for NODE_EXTRA_CA_CERTS (after the
+// user's own extra CAs), and the user's roots plus the CA for the
+// variables that replace a trust store.
+func TestWriteCAFiles(t *testing.T) {
+	dir := t.TempDir()
+	const cert = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n"
+	userRoots := filepath.Join(dir, "roots.pem")
+	userExtra := filepath.Join(dir, "extra.pem")
+	os.WriteFile(userRoots, []byte("-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n"), 0o600)
+	os.WriteFile(userExtra, []byte("-----BEGIN CERTIFICATE-----\nCORP\n-----END CERTIFICATE-----"), 0o600)
+	env := map[string]string{"SSL_CERT_FILE": userRoots, "NODE_EXTRA_CA_CERTS": userExtra}
+	out := t.TempDir()
+	f, err := writeCAFiles(out, []byte(cert), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, _ := os.ReadFile(f.extra)
+	bundle, _ := os.ReadFile(f.bundle)
+	if string(extra) != "-----BEGIN CERTIFICATE-----\nCORP\n-----END CERTIFICATE-----\n"+cert {
+		t.Errorf("extra file %q; want the user's extra CAs, then the run's", extra)
+	}
+	if string(bundle) != "-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----\n"+cert {
+		t.Errorf("bundle %q; want the user's roots, then the run's CA", bundle)
+	}
+}
