@@ -101,7 +101,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	sessionURL := g.base + "/s/" + id
 	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)
-	if len(g.upstreams) > 0 {
+	// Intercepted, the upstreams serve only base URLs that were set or an
+	// upstream that was named; without either they serve nothing.
+	fromEnv := Upstreams(lookupEnv(o.Env))
+	baseURLs := g.fp == nil || upstreamNamed(o) || len(fromEnv) > 0
+	if len(g.upstreams) > 0 && baseURLs {
 		fmt.Fprintf(o.Notices, "loopguard: upstream %s (chat, Responses: %s), %s (Anthropic)\n",
 			redact(g.upstreams[OpenAI]), g.choices[OpenAI].Reason, redact(g.upstreams[Anthropic]))
 	}
@@ -114,12 +118,15 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 
 	env := Environ(o.Env, sessionURL)
-	if g.fp == nil || upstreamNamed(o) {
-		o.Command = Args(o.Command, sessionURL)
-	} else {
+	if g.fp != nil && !upstreamNamed(o) {
 		// Each agent goes where it goes by itself, intercepted; only a
 		// base URL the user set is pointed at loopguard.
 		env = EnvironSet(o.Env, sessionURL)
+	}
+	if g.fp == nil || upstreamNamed(o) || fromEnv[OpenAI] != "" {
+		// Codex reads no base-URL variable: the one it would be sent
+		// to is given on its command line.
+		o.Command = Args(o.Command, sessionURL)
 	}
 	if g.fp != nil {
 		env = interceptEnviron(env, g.proxyURL, g.ca, g.hosts)
@@ -130,7 +137,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	log.Info().Int("exit_code", code).Msg("command ended")
 	sum := Summary{Session: id, ExitCode: code, Loops: []Loop{}, Log: logPath}
-	if c, ok := g.choices[OpenAI]; ok {
+	if c, ok := g.choices[OpenAI]; ok && baseURLs {
 		sum.Upstream, sum.UpstreamReason = redact(c.URL), c.Reason
 	}
 	d, seen, err := g.record(ctx)
