@@ -35,6 +35,10 @@ type realAgent struct {
 	looping, healthy fakellm.Rule
 	// wantPath is the upstream path of its model calls (POST).
 	wantPath string
+	// resolve, when set, are the hosts the agent reaches by itself, signed
+	// in: it runs with no base URL, intercepted, and -resolve sends these
+	// hosts to the fake.
+	resolve []string
 }
 
 func realAgents() []realAgent {
@@ -73,10 +77,12 @@ func realAgents() []realAgent {
 		wantPath: "/v1/messages",
 	}, {
 		// Claude Code as most of its users run it: signed in with a
-		// Claude.ai subscription, not an API key. Its OAuth token goes to
-		// the upstream as a bearer token with the oauth beta.
-		name: "claude-subscription",
-		env:  "LOOPGUARD_E2E_CLAUDE",
+		// Claude.ai subscription, not an API key, and no base URL: it
+		// goes to api.anthropic.com by itself, intercepted. Its OAuth
+		// token reaches the host as a bearer token with the oauth beta.
+		name:    "claude-subscription",
+		resolve: []string{"api.anthropic.com"},
+		env:     "LOOPGUARD_E2E_CLAUDE",
 		args: func(home, prompt string) []string {
 			return []string{"-p", prompt, "--model", "claude-fake", "--max-turns", "12"}
 		},
@@ -108,6 +114,22 @@ func realAgents() []realAgent {
 		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
 		wantPath: "/v1/chat/completions",
 	}}
+}
+
+// signedInEnv is the test's environment without what would take an agent
+// off its sign-in's own route: keys, base URLs, proxies.
+func signedInEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch strings.ToUpper(name) {
+		case "OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+			"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }
 
 // claudeOAuthToken is the access token of the emulated Claude.ai sign-in.
@@ -164,11 +186,18 @@ func TestRunRealAgents(t *testing.T) {
 				jsonPath := filepath.Join(home, "summary.json")
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
-				args := append([]string{"run", "-json", jsonPath, "--", bin}, a.args(home, "Make the build pass.")...)
+				args := []string{"run", "-json", jsonPath}
+				env := append(os.Environ(), "OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL())
+				if a.resolve != nil {
+					for _, h := range a.resolve {
+						args = append(args, "-resolve", h+"="+fake.URL())
+					}
+					env = signedInEnv()
+				}
+				args = append(append(args, "--", bin), a.args(home, "Make the build pass.")...)
 				cmd := exec.CommandContext(ctx, loopguard, args...)
 				cmd.WaitDelay = 10 * time.Second // the agent may outlive a killed loopguard holding the pipes
-				cmd.Env = append(os.Environ(), append(a.environ(home),
-					"OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL(), "TMPDIR="+home)...)
+				cmd.Env = append(env, append(a.environ(home), "TMPDIR="+home)...)
 				var stdout, stderr bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
 				err := cmd.Run()
