@@ -22,18 +22,8 @@ import (
 // a future exp and a recent last_refresh so that no refresh is attempted.
 func chatgptAuthFile(t *testing.T, home, account string) {
 	t.Helper()
-	seg := func(v any) string {
-		b, _ := json.Marshal(v)
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
 	now := time.Now()
-	jwt := seg(map[string]string{"alg": "none", "typ": "JWT"}) + "." + seg(map[string]any{
-		"email": "e2e@example.com",
-		"exp":   now.Add(24 * time.Hour).Unix(),
-		"iat":   now.Unix(),
-		"https://api.openai.com/auth": map[string]string{
-			"chatgpt_plan_type": "plus", "chatgpt_account_id": account, "chatgpt_user_id": "user-e2e"},
-	}) + "." + seg("unsigned") // Codex wants a signature segment, not an empty one
+	jwt := chatgptJWT(account)
 	auth := map[string]any{
 		"auth_mode":      "chatgpt",
 		"OPENAI_API_KEY": nil,
@@ -44,6 +34,23 @@ func chatgptAuthFile(t *testing.T, home, account string) {
 	if err := os.WriteFile(filepath.Join(home, "auth.json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// chatgptJWT is an unsigned access token of a ChatGPT sign-in to account,
+// valid for a day: the claims clients read without verifying them.
+func chatgptJWT(account string) string {
+	seg := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	now := time.Now().Truncate(time.Hour) // one token for a test's runs
+	return seg(map[string]string{"alg": "none", "typ": "JWT"}) + "." + seg(map[string]any{
+		"email": "e2e@example.com",
+		"exp":   now.Add(24 * time.Hour).Unix(),
+		"iat":   now.Unix(),
+		"https://api.openai.com/auth": map[string]string{
+			"chatgpt_plan_type": "plus", "chatgpt_account_id": account, "chatgpt_user_id": "user-e2e"},
+	}) + "." + seg("unsigned") // Codex wants a signature segment, not an empty one
 }
 
 // TestRunCodexSignedInWithChatGPT runs the real Codex CLI signed in with
