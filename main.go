@@ -1,5 +1,5 @@
 // Command loopguard is a transparent OpenAI-compatible reverse proxy that
-// detects and breaks LLM agent loops. See README.md and DESIGN.md;
+// detects and breaks LLM agent loops. See README.md and docs/design.md;
 // `loopguard -h` lists the subcommands, `loopguard COMMAND -h` their flags.
 package main
 

@@ -14,14 +14,16 @@ import (
 	"github.com/loopguard/loopguard/agentrun"
 	"github.com/loopguard/loopguard/config"
 	"github.com/loopguard/loopguard/intercept"
+	"github.com/loopguard/loopguard/policy"
 )
 
 // runAgent is `loopguard run [-config FILE] [-proxy URL] [-upstream URL]
-// [-session ID] [-json FILE] [-intercept=false] [-resolve HOST=URL]...
-// -- COMMAND [ARGS]`. It exits with the command's
-// exit code; 2 for a usage error, 1 when loopguard itself cannot start, and
-// as a shell does 127 when the command is not found and 126 when it cannot
-// be executed.
+// [-session ID] [-json FILE] [-max-tokens N] [-max-turns N] [-exit-on-stop]
+// [-intercept=false] [-resolve HOST=URL]... -- COMMAND [ARGS]`. It exits with the command's exit code, or with
+// -exit-on-stop agentrun.ExitLoopDetected or ExitBudgetExceeded when
+// loopguard ended the run; 2 for a usage error, 1 when loopguard itself
+// cannot start, and as a shell does 127 when the command is not found and
+// 126 when it cannot be executed.
 func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loopguard run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -30,11 +32,15 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	upstream := fs.String("upstream", "", "upstream base `URL` for every wire API (default: what OPENAI_BASE_URL, ANTHROPIC_BASE_URL... held, else the config's, else the vendors' APIs)")
 	session := fs.String("session", "", "session `id` of this run (default: run-<time>-<random>)")
 	jsonFile := fs.String("json", "", "also write the summary as JSON to `file`")
+	maxTokens := fs.Int64("max-tokens", 0, "end the run with BUDGET_EXCEEDED once the upstream reported this many `tokens` (0: the configured budget)")
+	maxTurns := fs.Int("max-turns", 0, "end the run with BUDGET_EXCEEDED after this many model `calls` (0: the configured budget)")
+	exitOnStop := fs.Bool("exit-on-stop", false, fmt.Sprintf("exit %d when loopguard ended the run with LOOP_DETECTED, %d with BUDGET_EXCEEDED, instead of the command's exit code ([run] exit_on_stop)",
+		agentrun.ExitLoopDetected, agentrun.ExitBudgetExceeded))
 	icpt := fs.Bool("intercept", true, "intercept the agent's connections to the model hosts (README: interception); false: base-URL variables only")
 	resolve := intercept.Resolve{}
 	fs.Var(resolve, "resolve", "send what is meant for `HOST=URL`'s host to URL instead, intercepted or chosen as upstream (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: loopguard run [-config FILE] [-proxy URL] [-upstream URL] [-session ID] [-json FILE] [-intercept=false] [-resolve HOST=URL]... -- COMMAND [ARGS...]")
+		fmt.Fprintln(fs.Output(), "usage: loopguard run [-config FILE] [-proxy URL] [-upstream URL] [-session ID] [-json FILE] [-max-tokens N] [-max-turns N] [-exit-on-stop] [-intercept=false] [-resolve HOST=URL]... -- COMMAND [ARGS...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -45,6 +51,10 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
+		return 2
+	}
+	if *maxTokens < 0 || *maxTurns < 0 {
+		fmt.Fprintln(stderr, "loopguard run: -max-tokens and -max-turns must not be negative")
 		return 2
 	}
 	cfg, err := config.LoadFileEnv(*file, os.Getenv)
@@ -90,6 +100,7 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Stderr:    stderr,
 		Notices:   stderr,
 		Signals:   forward,
+		Budget:    policy.Budget{MaxTokens: *maxTokens, MaxTurns: *maxTurns},
 		Intercept: *icpt,
 		Resolve:   resolve,
 	})
@@ -107,5 +118,5 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "loopguard run: -json: %v\n", err)
 		}
 	}
-	return sum.ExitCode
+	return sum.StopExitCode(*exitOnStop || cfg.Run.ExitOnStop)
 }

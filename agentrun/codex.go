@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/proxy"
 )
 
@@ -21,12 +22,15 @@ type Choice struct {
 	Reason string
 }
 
-// ChooseUpstreams picks each wire format's upstream as ResolveUpstreams
-// does, with one more step for Codex: a command that is Codex signed in with
-// ChatGPT, with no API key configured, gets the ChatGPT Codex backend for
-// OpenAI traffic unless -upstream or a base-URL variable named another. The
-// configuration file comes after it: it serves every agent, and a ChatGPT
-// token is good at the ChatGPT backend only.
+// ChooseUpstreams picks each wire format's upstream: -upstream for all,
+// else what the base-URL variables held (OLLAMA_HOST for OpenAI traffic when
+// no OpenAI variable names one: Ollama answers /v1 and its own /api alike),
+// else the configuration's (anthropic_url, then url), else the vendor's
+// public API. One more step is for Codex: a command that is Codex signed in
+// with ChatGPT, with no API key configured, gets the ChatGPT Codex backend
+// for OpenAI traffic unless -upstream or a base-URL variable named another.
+// The configuration file comes after it: it serves every agent, and a
+// ChatGPT token is good at the ChatGPT backend only.
 func ChooseUpstreams(o Options, cfg proxy.UpstreamConfig) map[Wire]Choice {
 	getenv := lookupEnv(o.Env)
 	fromEnv := Upstreams(getenv)
@@ -35,17 +39,26 @@ func ChooseUpstreams(o Options, cfg proxy.UpstreamConfig) map[Wire]Choice {
 		codex = codexChatGPT(o.Command[0], getenv)
 	}
 	out := map[Wire]Choice{}
-	for _, w := range []Wire{OpenAI, Anthropic} {
+	for _, w := range upstreamWires {
 		configured, cfgKey := cfg.URL, "upstream.url"
-		if w == Anthropic && cfg.AnthropicURL != "" {
-			configured, cfgKey = cfg.AnthropicURL, "upstream.anthropic_url"
+		if u := cfg.WireURL(w); u != "" {
+			configured, cfgKey = u, "upstream.urls."+string(w)
+			if w == wireapi.AnthropicWire && cfg.URLs[string(w)] == "" {
+				cfgKey = "upstream.anthropic_url"
+			}
+		}
+		envWire := w
+		for _, into := range wireapi.Wires {
+			if fromEnv[w] == "" && into.Into == w && fromEnv[into.Name] != "" {
+				envWire = into.Name // Ollama answers /v1 and its own /api alike
+			}
 		}
 		switch {
 		case o.Upstream != "":
 			out[w] = Choice{o.Upstream, "-upstream"}
-		case fromEnv[w] != "":
-			out[w] = Choice{fromEnv[w], envName(w, getenv) + " named it"}
-		case w == OpenAI && codex != "":
+		case fromEnv[envWire] != "":
+			out[w] = Choice{fromEnv[envWire], envName(envWire, getenv) + " named it"}
+		case w == wireapi.OpenAI && codex != "":
 			out[w] = Choice{ChatGPTCodexBackend, codex}
 		case configured != "":
 			out[w] = Choice{configured, "the configuration's " + cfgKey}

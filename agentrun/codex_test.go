@@ -1,6 +1,7 @@
 package agentrun
 
 import (
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,12 +45,12 @@ func TestChooseUpstreamsCodexChatGPT(t *testing.T) {
 		{"a base-URL variable wins", "codex", []string{"CODEX_HOME=" + signedIn, "OPENAI_BASE_URL=http://vllm:8000/v1"}, "",
 			proxy.UpstreamConfig{}, "http://vllm:8000/v1", "OPENAI_BASE_URL"},
 		{"CODEX_API_KEY: the vendor API", "codex", []string{"CODEX_HOME=" + signedIn, "CODEX_API_KEY=sk-1"}, "", proxy.UpstreamConfig{},
-			PublicUpstream[OpenAI], "vendor"},
+			PublicUpstream[wireapi.OpenAI], "vendor"},
 		{"upstream.api_key: the configuration", "codex", []string{"CODEX_HOME=" + signedIn}, "",
 			proxy.UpstreamConfig{URL: "http://cfg:1/v1", APIKey: "sk-cfg"}, "http://cfg:1/v1", "upstream.url"},
 		{"signed in with an API key", "codex", []string{"CODEX_HOME=" + apiKey}, "", proxy.UpstreamConfig{},
-			PublicUpstream[OpenAI], "vendor"},
-		{"not Codex", "claude", []string{"CODEX_HOME=" + signedIn}, "", proxy.UpstreamConfig{}, PublicUpstream[OpenAI], "vendor"},
+			PublicUpstream[wireapi.OpenAI], "vendor"},
+		{"not Codex", "claude", []string{"CODEX_HOME=" + signedIn}, "", proxy.UpstreamConfig{}, PublicUpstream[wireapi.OpenAI], "vendor"},
 	}
 	// HOME/.codex: a home whose .codex is the signed-in folder.
 	home := t.TempDir()
@@ -61,11 +62,11 @@ func TestChooseUpstreamsCodexChatGPT(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := ChooseUpstreams(Options{Command: []string{tt.command, "exec"}, Env: tt.env, Upstream: tt.flag}, tt.cfg)
-			c := got[OpenAI]
+			c := got[wireapi.OpenAI]
 			if c.URL != tt.want || !strings.Contains(c.Reason, tt.why) {
 				t.Errorf("ChooseUpstreams = %+v; want %s, a reason with %q", c, tt.want, tt.why)
 			}
-			if a := got[Anthropic].URL; a == ChatGPTCodexBackend {
+			if a := got[wireapi.AnthropicWire].URL; a == ChatGPTCodexBackend {
 				t.Errorf("Anthropic upstream %s; want it left alone", a)
 			}
 		})

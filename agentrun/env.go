@@ -4,58 +4,57 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
-// Wire is the wire format an agent speaks to its model, which decides the
-// upstream its requests go to.
-type Wire string
+// Wire is the wire an agent speaks to its model, which decides the
+// upstream its requests go to: one of the registry's (internal/wireapi).
+type Wire = wireapi.WireName
 
-// The wire formats with a base-URL variable of their own.
-const (
-	// OpenAI is chat completions and Responses.
-	OpenAI Wire = "openai"
-	// Anthropic is Anthropic Messages.
-	Anthropic Wire = "anthropic"
-	// Ollama is Ollama's own API (/api/chat), whose server also answers
-	// /v1: its upstream is the OpenAI wire's when nothing else names one.
-	Ollama Wire = "ollama"
-)
-
-// PublicUpstream is each wire format's vendor API, the upstream when nothing
-// else names one. Anthropic's ends with /v1 so that clients that put /v1 in
-// their base URL (the AI SDK) and clients that do not (Claude Code, the
-// Anthropic SDKs) both reach /v1/messages.
-var PublicUpstream = map[Wire]string{
-	OpenAI:    "https://api.openai.com/v1",
-	Anthropic: "https://api.anthropic.com/v1",
-}
+// PublicUpstream is each wire's vendor API, the upstream when nothing else
+// names one (internal/wireapi: Wire.Public).
+var PublicUpstream = func() map[Wire]string {
+	m := map[Wire]string{}
+	for _, w := range wireapi.Wires {
+		if w.Public != "" {
+			m[w.Name] = w.Public
+		}
+	}
+	return m
+}()
 
 // Variable is an environment variable that agents read their base URL from.
 type Variable struct {
-	Name string
+	wireapi.Variable
+	// Wire is the wire whose base URL it holds.
 	Wire Wire
-	// V1 is true when readers expect the URL to end with /v1 (they append
-	// /chat/completions); false when they append /v1/messages themselves.
-	V1 bool
-	// OnlyIfSet leaves the variable alone unless it was set: readers that
-	// use it for any provider must not be turned to one wire format.
-	OnlyIfSet bool
-	// Readers are the agents and libraries known to read it.
-	Readers string
 }
 
 // Variables are the base-URL variables run points at loopguard, in the
-// order their earlier values are taken as the upstream.
-var Variables = []Variable{
-	{Name: "OPENAI_BASE_URL", Wire: OpenAI, V1: true,
-		Readers: "OpenAI SDKs (Python, Node, Go), Codex CLI, Qwen Code, LiteLLM (aider, mini-swe-agent), the AI SDK (opencode)"},
-	{Name: "OPENAI_API_BASE", Wire: OpenAI, V1: true, Readers: "aider, LiteLLM, LangChain, openai-python before 1.0"},
-	{Name: "LLM_BASE_URL", Wire: OpenAI, V1: true, OnlyIfSet: true, Readers: "OpenHands"},
-	{Name: "ANTHROPIC_BASE_URL", Wire: Anthropic, Readers: "Claude Code, Anthropic SDKs, LiteLLM"},
-	{Name: "ANTHROPIC_API_BASE", Wire: Anthropic, Readers: "aider, LiteLLM"},
-	{Name: "OLLAMA_HOST", Wire: Ollama,
-		Readers: "Ollama's Python and JS libraries, LangChain's ChatOllama, LlamaIndex, LiteLLM's ollama_chat/ models (aider)"},
-}
+// order their earlier values are taken as the upstream: the registry's
+// wires' (internal/wireapi).
+var Variables = func() []Variable {
+	var vs []Variable
+	for _, w := range wireapi.Wires {
+		for _, v := range w.Variables {
+			vs = append(vs, Variable{Variable: v, Wire: w.Name})
+		}
+	}
+	return vs
+}()
+
+// upstreamWires are the wires with an upstream of their own, in the
+// registry's order: the wires run picks an upstream for.
+var upstreamWires = func() []Wire {
+	var ws []Wire
+	for _, w := range wireapi.Wires {
+		if w.Public != "" {
+			ws = append(ws, w.Name)
+		}
+	}
+	return ws
+}()
 
 // Upstreams returns, per wire format, the first base URL the variables held
 // before run changed them; a wire format none of them set is absent.
@@ -66,7 +65,7 @@ func Upstreams(getenv func(string) string) map[Wire]string {
 			continue
 		}
 		if u := strings.TrimSpace(getenv(v.Name)); u != "" {
-			if v.Wire == Ollama {
+			if v.Wire == wireapi.OllamaWire {
 				u = ollamaURL(u)
 			}
 			ups[v.Wire] = u

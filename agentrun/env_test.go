@@ -1,6 +1,7 @@
 package agentrun
 
 import (
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"slices"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func TestUpstreams(t *testing.T) {
 		"ANTHROPIC_API_BASE": "https://litellm.example",
 	}
 	got := Upstreams(func(k string) string { return env[k] })
-	if got[OpenAI] != "http://first:8000/v1" || got[Anthropic] != "https://litellm.example" {
+	if got[wireapi.OpenAI] != "http://first:8000/v1" || got[wireapi.AnthropicWire] != "https://litellm.example" {
 		t.Fatalf("Upstreams = %v; want OPENAI_BASE_URL first, ANTHROPIC_API_BASE for anthropic", got)
 	}
 	if got := Upstreams(func(string) string { return "" }); len(got) != 0 {
@@ -95,30 +96,32 @@ func TestOllamaURL(t *testing.T) {
 	}
 }
 
-func TestResolveUpstreams(t *testing.T) {
-	fromEnv := map[Wire]string{OpenAI: "http://vllm:8000/v1"}
+// TestChooseUpstreams is the order ChooseUpstreams picks in for any agent:
+// -upstream, the base-URL variables, the configuration, the vendor's API.
+func TestChooseUpstreams(t *testing.T) {
+	const vllm = "OPENAI_BASE_URL=http://vllm:8000/v1"
 	tests := []struct {
 		name    string
 		flag    string
-		env     map[Wire]string
+		env     []string
 		cfg     proxy.UpstreamConfig
 		openai  string
 		anthrop string
 	}{
-		{"the flag wins for both", "http://flag:1", fromEnv, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://flag:1", "http://flag:1"},
-		{"the environment, then the vendor", "", fromEnv, proxy.UpstreamConfig{}, "http://vllm:8000/v1", PublicUpstream[Anthropic]},
-		{"the environment before the config", "", fromEnv, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://vllm:8000/v1", "http://cfg:1"},
+		{"the flag wins for both", "http://flag:1", []string{vllm}, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://flag:1", "http://flag:1"},
+		{"the environment, then the vendor", "", []string{vllm}, proxy.UpstreamConfig{}, "http://vllm:8000/v1", PublicUpstream[wireapi.AnthropicWire]},
+		{"the environment before the config", "", []string{vllm}, proxy.UpstreamConfig{URL: "http://cfg:1"}, "http://vllm:8000/v1", "http://cfg:1"},
 		{"the config's anthropic_url", "", nil, proxy.UpstreamConfig{URL: "http://cfg:1", AnthropicURL: "http://ant:1"}, "http://cfg:1", "http://ant:1"},
-		{"nothing: the vendors' APIs", "", nil, proxy.UpstreamConfig{}, PublicUpstream[OpenAI], PublicUpstream[Anthropic]},
-		{"OLLAMA_HOST when no OpenAI variable names one", "", map[Wire]string{Ollama: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
-			"http://127.0.0.1:11434", PublicUpstream[Anthropic]},
-		{"an OpenAI variable before OLLAMA_HOST", "", map[Wire]string{OpenAI: "http://vllm:8000/v1", Ollama: "http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
-			"http://vllm:8000/v1", PublicUpstream[Anthropic]},
+		{"nothing: the vendors' APIs", "", nil, proxy.UpstreamConfig{}, PublicUpstream[wireapi.OpenAI], PublicUpstream[wireapi.AnthropicWire]},
+		{"OLLAMA_HOST when no OpenAI variable names one", "", []string{"OLLAMA_HOST=http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
+			"http://127.0.0.1:11434", PublicUpstream[wireapi.AnthropicWire]},
+		{"an OpenAI variable before OLLAMA_HOST", "", []string{vllm, "OLLAMA_HOST=http://127.0.0.1:11434"}, proxy.UpstreamConfig{},
+			"http://vllm:8000/v1", PublicUpstream[wireapi.AnthropicWire]},
 	}
 	for _, tt := range tests {
-		got := ResolveUpstreams(tt.flag, tt.env, tt.cfg)
-		if got[OpenAI] != tt.openai || got[Anthropic] != tt.anthrop {
-			t.Errorf("%s: ResolveUpstreams = %v; want openai %s, anthropic %s", tt.name, got, tt.openai, tt.anthrop)
+		got := ChooseUpstreams(Options{Upstream: tt.flag, Env: tt.env}, tt.cfg)
+		if got[wireapi.OpenAI].URL != tt.openai || got[wireapi.AnthropicWire].URL != tt.anthrop {
+			t.Errorf("%s: ChooseUpstreams = %+v; want openai %s, anthropic %s", tt.name, got, tt.openai, tt.anthrop)
 		}
 	}
 }

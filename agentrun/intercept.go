@@ -89,7 +89,11 @@ func readRoots(userFile string) []byte {
 // host (hosts).
 func interceptEnviron(env []string, proxyURL string, files caFiles, hosts []string) []string {
 	getenv := lookupEnv(env)
-	noProxy := keepNoProxy(firstNonEmpty(getenv("NO_PROXY"), getenv("no_proxy")), hosts)
+	user := getenv("NO_PROXY")
+	if user == "" {
+		user = getenv("no_proxy")
+	}
+	noProxy := keepNoProxy(user, hosts)
 	set := map[string]string{"NODE_EXTRA_CA_CERTS": files.extra, "CODEX_CA_CERTIFICATE": files.extra}
 	if files.bundle != "" {
 		set["SSL_CERT_FILE"], set["CODEX_CA_CERTIFICATE"] = files.bundle, files.bundle

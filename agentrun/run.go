@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/intercept"
+	"github.com/loopguard/loopguard/internal/wireapi"
+	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
 )
@@ -53,6 +55,9 @@ type Options struct {
 	Signals <-chan os.Signal
 	// Grace bounds the shutdown of the in-process loopguard. Default 5s.
 	Grace time.Duration
+	// Budget, when not zero, is the run's own session budget (-max-tokens,
+	// -max-turns): it wins over the configured ones.
+	Budget policy.Budget
 	// Intercept sends the agent through a forward proxy of the run's
 	// loopguard, which intercepts its connections to the model hosts
 	// (intercept.Hosts). Unused with ProxyURL.
@@ -99,6 +104,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 		defer g.stop(o.Grace, log)
 	}
+	if o.Budget != (policy.Budget{}) {
+		if err := g.setBudget(ctx, o.Budget); err != nil {
+			return Summary{}, fmt.Errorf("session budget: %w", err)
+		}
+	}
 	sessionURL := g.base + "/s/" + id
 	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)
 	// Intercepted, the upstreams serve only base URLs that were set or an
@@ -106,8 +116,12 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	fromEnv := Upstreams(lookupEnv(o.Env))
 	baseURLs := g.fp == nil || upstreamNamed(o) || len(fromEnv) > 0
 	if len(g.upstreams) > 0 && baseURLs {
-		fmt.Fprintf(o.Notices, "loopguard: upstream %s (chat, Responses: %s), %s (Anthropic)\n",
-			redact(g.upstreams[OpenAI]), g.choices[OpenAI].Reason, redact(g.upstreams[Anthropic]))
+		fmt.Fprintf(o.Notices, "loopguard: upstream %s (%s: %s)", redact(g.upstreams[wireapi.OpenAI]),
+			wireapi.OpenAI, g.choices[wireapi.OpenAI].Reason)
+		for _, w := range upstreamWires[1:] {
+			fmt.Fprintf(o.Notices, ", %s (%s)", redact(g.upstreams[w]), w)
+		}
+		fmt.Fprintln(o.Notices)
 	}
 	if g.fp != nil {
 		fmt.Fprintf(o.Notices, "loopguard: intercepting the model hosts through %s (CA %s); -intercept=false turns it off\n",
@@ -123,7 +137,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		// base URL the user set is pointed at loopguard.
 		env = EnvironSet(o.Env, sessionURL)
 	}
-	if g.fp == nil || upstreamNamed(o) || fromEnv[OpenAI] != "" {
+	if g.fp == nil || upstreamNamed(o) || fromEnv[wireapi.OpenAI] != "" {
 		// Codex reads no base-URL variable: the one it would be sent
 		// to is given on its command line.
 		o.Command = Args(o.Command, sessionURL)
@@ -137,7 +151,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	log.Info().Int("exit_code", code).Msg("command ended")
 	sum := Summary{Session: id, ExitCode: code, Loops: []Loop{}, Log: logPath}
-	if c, ok := g.choices[OpenAI]; ok && baseURLs {
+	if c, ok := g.choices[wireapi.OpenAI]; ok && baseURLs {
 		sum.Upstream, sum.UpstreamReason = redact(c.URL), c.Reason
 	}
 	d, seen, err := g.record(ctx)
@@ -167,7 +181,8 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 // configuration): every agent is sent there through its base URL, as
 // without interception.
 func upstreamNamed(o Options) bool {
-	return o.Upstream != "" || o.Config.Upstream.URL != "" || o.Config.Upstream.AnthropicURL != ""
+	u := o.Config.Upstream
+	return o.Upstream != "" || u.URL != "" || u.AnthropicURL != "" || len(u.URLs) > 0
 }
 
 // guard is the loopguard a run goes through.
@@ -198,10 +213,13 @@ func (g *guard) start(o Options, log zerolog.Logger) error {
 		g.choices[w] = c
 		g.upstreams[w] = c.URL
 	}
-	cfg.Upstream.URL = g.upstreams[OpenAI]
+	cfg.Upstream.URL = g.upstreams[wireapi.OpenAI]
 	cfg.Upstream.AnthropicURL = ""
-	if g.upstreams[Anthropic] != g.upstreams[OpenAI] {
-		cfg.Upstream.AnthropicURL = g.upstreams[Anthropic]
+	cfg.Upstream.URLs = map[string]string{}
+	for w, u := range g.upstreams {
+		if u != cfg.Upstream.URL {
+			cfg.Upstream.URLs[string(w)] = u
+		}
 	}
 	cfg.Server.Listen = "127.0.0.1:0"
 	if err := cfg.Validate(); err != nil {
@@ -232,8 +250,11 @@ func (g *guard) start(o Options, log zerolog.Logger) error {
 		g.serve(g.fp.Intercepted())
 	}
 	g.base = "http://" + ln.Addr().String()
-	log.Info().Str("listen", ln.Addr().String()).Str("upstream", redact(cfg.Upstream.URL)).
-		Str("anthropic_upstream", redact(cfg.Upstream.AnthropicURL)).Msg("loopguard serving for one run")
+	ev := log.Info().Str("listen", ln.Addr().String()).Str("upstream", redact(cfg.Upstream.URL))
+	for w, u := range cfg.Upstream.URLs {
+		ev = ev.Str(string(w)+"_upstream", redact(u))
+	}
+	ev.Msg("loopguard serving for one run")
 	return nil
 }
 
@@ -257,34 +278,6 @@ func (g *guard) stop(grace time.Duration, log zerolog.Logger) {
 func (g *guard) serve(ln net.Listener) {
 	g.serving++
 	go func() { g.served <- g.srv.Serve(ln) }()
-}
-
-// ResolveUpstreams picks each wire format's upstream: flag (-upstream) for
-// all, else what the base-URL variables held (fromEnv), else the
-// configuration's (anthropic_url, then url), else the vendor's public API.
-func ResolveUpstreams(flag string, fromEnv map[Wire]string, cfg proxy.UpstreamConfig) map[Wire]string {
-	ups := map[Wire]string{}
-	for _, w := range []Wire{OpenAI, Anthropic} {
-		configured := cfg.URL
-		if w == Anthropic && cfg.AnthropicURL != "" {
-			configured = cfg.AnthropicURL
-		}
-		env := fromEnv[w]
-		if w == OpenAI && env == "" {
-			env = fromEnv[Ollama] // Ollama answers /v1 and its own /api alike
-		}
-		ups[w] = firstNonEmpty(flag, env, configured, PublicUpstream[w])
-	}
-	return ups
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 func lookupEnv(env []string) func(string) string {

@@ -1,6 +1,7 @@
 package agentrun
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,6 +38,13 @@ type Summary struct {
 	// LoopDetected is true when the run's last model call was answered
 	// with LOOP_DETECTED: loopguard ended the loop.
 	LoopDetected bool `json:"ended_with_loop_detected"`
+	// StoppedBy says whether loopguard ended the run, and why: "loop"
+	// (LOOP_DETECTED), "budget" (BUDGET_EXCEEDED), or "" when the run's
+	// last model call was the upstream's (the agent ended on its own).
+	StoppedBy string `json:"stopped_by"`
+	// Budget is the session budget's last decision: the warning share
+	// reached or the budget spent; absent without one.
+	Budget *policy.BudgetUse `json:"budget,omitempty"`
 	// Tokens is the usage the upstream reported for the run; LoopTokens
 	// that of the answers to requests whose history showed a loop.
 	Tokens     observe.Usage `json:"tokens"`
@@ -107,6 +115,31 @@ func (g *guard) record(ctx context.Context) (d sessionDetail, ok bool, err error
 	return d, true, nil
 }
 
+// setBudget gives the run's session its own budget through the admin API
+// of the loopguard the run goes through, in-process or not.
+func (g *guard) setBudget(ctx context.Context, b policy.Budget) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(b)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/loopguard/api/sessions/"+g.id+"/budget", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if g.adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+g.adminToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("admin API: %s", resp.Status)
+	}
+	return nil
+}
+
 // fill copies a session's record into sum.
 func fill(sum *Summary, d *sessionDetail) {
 	s := &d.Session
@@ -119,6 +152,9 @@ func fill(sum *Summary, d *sessionDetail) {
 		switch e.Kind {
 		case observe.KindRequest:
 			last = e
+			if e.Budget != nil {
+				sum.Budget = e.Budget
+			}
 			if e.Category != "" {
 				sum.Loops = append(sum.Loops, Loop{Turn: e.Steps, Category: string(e.Category), Action: action(e), Brief: e.Brief})
 			}
@@ -126,7 +162,43 @@ func fill(sum *Summary, d *sessionDetail) {
 			sum.Loops = append(sum.Loops, Loop{Turn: -1, Category: string(e.Category), Action: "cut"})
 		}
 	}
-	sum.LoopDetected = last != nil && last.Action == policy.Terminate
+	ended := last != nil && last.Action == policy.Terminate
+	switch {
+	case ended && last.Budget != nil && last.Budget.Exceeded:
+		sum.StoppedBy = StoppedByBudget
+	case ended:
+		sum.StoppedBy = StoppedByLoop
+		sum.LoopDetected = true
+	}
+}
+
+// The values of Summary.StoppedBy.
+const (
+	StoppedByLoop   = "loop"
+	StoppedByBudget = "budget"
+)
+
+// Exit codes of `loopguard run -exit-on-stop` when loopguard ended the run;
+// the agent's own exit code is kept otherwise. They are above what agents
+// use for their own failures and below the 126..165 that shells give to
+// commands that could not start or died of a signal.
+const (
+	ExitLoopDetected   = 90
+	ExitBudgetExceeded = 91
+)
+
+// StopExitCode returns the exit code of a run that ended as s says: the
+// agent's own, unless stopExit is set and loopguard ended the run.
+func (s *Summary) StopExitCode(stopExit bool) int {
+	if stopExit {
+		switch s.StoppedBy {
+		case StoppedByLoop:
+			return ExitLoopDetected
+		case StoppedByBudget:
+			return ExitBudgetExceeded
+		}
+	}
+	return s.ExitCode
 }
 
 func action(e *observe.Entry) string {
@@ -156,6 +228,13 @@ func (s *Summary) Print(w io.Writer) {
 	}
 	if s.LoopDetected {
 		b.WriteString("loopguard: the run was ended with LOOP_DETECTED\n")
+	}
+	if u := s.Budget; u != nil {
+		if u.Exceeded {
+			fmt.Fprintf(&b, "loopguard: the run was ended with BUDGET_EXCEEDED: %d of %d %s\n", u.Used, u.Limit, u.Kind)
+		} else {
+			fmt.Fprintf(&b, "loopguard: session budget warning at %d of %d %s\n", u.Used, u.Limit, u.Kind)
+		}
 	}
 	fmt.Fprintf(&b, "loopguard: tokens reported by the upstream: %d in, %d out; in loop turns: %d in, %d out\n",
 		s.Tokens.Input, s.Tokens.Output, s.LoopTokens.Input, s.LoopTokens.Output)

@@ -47,6 +47,7 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 	logFormat := fs.String("log-format", "", "log format: json or console")
 	logLevel := fs.String("log-level", "", "log level: debug, info, warn, error")
 	mode := fs.String("mode", "", "policy mode: enforce, shadow or off")
+	pprof := fs.Bool("pprof", false, "serve Go's profiles at /loopguard/debug/pprof/ ([admin] pprof)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, err
@@ -83,6 +84,11 @@ func Load(name string, args []string, getenv func(string) string, stderr io.Writ
 			*f.dst = f.val
 		}
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "pprof" {
+			cfg.Admin.Pprof = *pprof
+		}
+	})
 	if *mode != "" {
 		if err := setValue(reflect.ValueOf(&cfg.Policy.Mode).Elem(), *mode); err != nil {
 			errs = append(errs, fmt.Errorf("-mode: %w", err))

@@ -145,3 +145,34 @@ func TestJudgeConfig(t *testing.T) {
 		t.Errorf("DefaultConfig().Judge.Enabled = true; want the judge off by default")
 	}
 }
+
+// TestPprofFlag: [admin] pprof is off by default; -pprof turns it on and
+// -pprof=false turns off what the file or the environment turned on.
+func TestPprofFlag(t *testing.T) {
+	dir := t.TempDir()
+	on := filepath.Join(dir, "on.toml")
+	os.WriteFile(on, []byte("[admin]\npprof = true\n"), 0o644)
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", nil, nil, false},
+		{"flag", []string{"-pprof"}, nil, true},
+		{"file", []string{"-config", on}, nil, true},
+		{"env", nil, map[string]string{"LOOPGUARD_ADMIN_PPROF": "true"}, true},
+		{"flag over file", []string{"-config", on, "-pprof=false"}, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Load("t", append([]string{"-upstream", "http://x"}, tt.args...), env(tt.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Admin.Pprof != tt.want {
+				t.Errorf("admin.pprof = %v; want %v", cfg.Admin.Pprof, tt.want)
+			}
+		})
+	}
+}

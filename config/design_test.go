@@ -8,48 +8,29 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/proxy"
 )
 
-// envRequireShared, when set to anything but "" or "0", makes a missing
-// shared/ directory (DESIGN.md beside the repository) a test failure instead
-// of a skip. CI sets it; a fresh clone has no shared/ beside it.
-const envRequireShared = "LOOPGUARD_REQUIRE_SHARED"
-
-// designDoc returns DESIGN.md from shared/ beside the repository (its parent
-// directory, or the one above it for a git worktree kept in a
-// subdirectory); it skips the test when there is none, unless CI requires
-// it.
+// designDoc returns docs/design.md, which every clone has: the test never
+// skips.
 func designDoc(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..") // the module root: tests run in config/
+	b, err := os.ReadFile(filepath.Join("..", "docs", "design.md")) // tests run in config/
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tried []string
-	for d, i := filepath.Dir(root), 0; i < 2; d, i = filepath.Dir(d), i+1 {
-		p := filepath.Join(d, "shared", "DESIGN.md")
-		if b, err := os.ReadFile(p); err == nil {
-			return string(b)
-		}
-		tried = append(tried, p)
-	}
-	msg := fmt.Sprintf("no DESIGN.md at %s", strings.Join(tried, " or "))
-	if r := os.Getenv(envRequireShared); r != "" && r != "0" {
-		t.Fatalf("%s and %s=%s", msg, envRequireShared, r)
-	}
-	t.Skipf("%s (set %s=1 to make this a failure)", msg, envRequireShared)
-	return ""
+	return string(b)
 }
 
-// designTable returns the rows of DESIGN.md's detector table: category (the
+// designTable returns the rows of docs/design.md's detector table: category (the
 // first word of the first column) to its signal and default trigger cells.
 func designTable(t *testing.T, doc string) map[string][2]string {
 	t.Helper()
 	const header = "| category | signal | default trigger |"
 	i := strings.Index(doc, header)
 	if i < 0 {
-		t.Fatalf("DESIGN.md has no detector table (%q)", header)
+		t.Fatalf("docs/design.md has no detector table (%q)", header)
 	}
 	rows := map[string][2]string{}
 	for _, line := range strings.Split(doc[i:], "\n")[2:] { // past the header and its rule
@@ -58,7 +39,7 @@ func designTable(t *testing.T, doc string) map[string][2]string {
 		}
 		cells := strings.Split(strings.Trim(line, "|"), " | ")
 		if len(cells) != 3 {
-			t.Fatalf("DESIGN.md table row with %d cells; want 3: %s", len(cells), line)
+			t.Fatalf("docs/design.md table row with %d cells; want 3: %s", len(cells), line)
 		}
 		category, _, _ := strings.Cut(strings.TrimSpace(cells[0]), " ")
 		rows[category] = [2]string{strings.TrimSpace(cells[1]), strings.TrimSpace(cells[2])}
@@ -82,7 +63,7 @@ func hasFigure(text, want string) bool {
 	}
 }
 
-// TestDesignThresholds holds DESIGN.md's detector table and aggregator
+// TestDesignThresholds holds docs/design.md's detector table and aggregator
 // thresholds to DefaultConfig (config.example.toml is held to it by
 // TestExampleDocumentsEveryKey): a default changed on one side only fails
 // here, and so does a detector added to one and not the other.
@@ -104,7 +85,8 @@ func TestDesignThresholds(t *testing.T) {
 		{"edit_undo", "", fmt.Sprintf("%d revert repeated; %d returns to one state", d.EditUndoCount, d.StateReturns)},
 		{"output_repetition", "", fmt.Sprintf(">= %g to the last, or >= %g to 2 recent", d.OutputSimilarLast, d.OutputSimilar2)},
 		{"summary_loop", "", fmt.Sprint(d.SummaryCount)},
-		{"token_degeneration", fmt.Sprintf("a phrase of %d-%d chars", d.Stream.MinPhrase, d.Stream.MaxPhrase), "cut when confident"},
+		{"token_degeneration", fmt.Sprintf("a phrase of %d-%d chars", d.Stream.MinPhrase, d.Stream.MaxPhrase),
+			fmt.Sprintf("cut when confident (%d copies of a phrase in prose, %d in code", d.Stream.Repeats, d.Stream.StructuredRepeats)},
 	}
 	rows := designTable(t, doc)
 	var listed []string
@@ -113,25 +95,29 @@ func TestDesignThresholds(t *testing.T) {
 		t.Run(tt.category, func(t *testing.T) {
 			row, ok := rows[tt.category]
 			if !ok {
-				t.Fatalf("DESIGN.md's table has no %s row", tt.category)
+				t.Fatalf("docs/design.md's table has no %s row", tt.category)
 			}
 			if signal := row[0]; tt.signal != "" && !hasFigure(signal, tt.signal) {
-				t.Errorf("DESIGN.md's %s signal is %q; DefaultConfig says %q", tt.category, signal, tt.signal)
+				t.Errorf("docs/design.md's %s signal is %q; DefaultConfig says %q", tt.category, signal, tt.signal)
 			}
 			if trigger := row[1]; !strings.HasPrefix(trigger, tt.trigger) || !hasFigure(trigger[:min(len(trigger), len(tt.trigger)+1)], tt.trigger) {
-				t.Errorf("DESIGN.md's %s trigger is %q; DefaultConfig says %q", tt.category, trigger, tt.trigger)
+				t.Errorf("docs/design.md's %s trigger is %q; DefaultConfig says %q", tt.category, trigger, tt.trigger)
 			}
 		})
 	}
 	for category := range rows {
 		if !slices.Contains(listed, category) {
-			t.Errorf("DESIGN.md's table has a %s row this test does not hold to DefaultConfig", category)
+			t.Errorf("docs/design.md's table has a %s row this test does not hold to DefaultConfig", category)
 		}
 	}
 	t.Run("aggregator", func(t *testing.T) {
-		want := fmt.Sprintf("any score > %g, or two or more > %g, or a weighted combination > %g", d.Single, d.Pair, d.Combined)
-		if !hasFigure(doc, want) {
-			t.Errorf("DESIGN.md does not say %q", want)
+		for _, want := range []string{
+			fmt.Sprintf("any score > %g, or two or more > %g, or a weighted combination > %g", d.Single, d.Pair, d.Combined),
+			fmt.Sprintf("%g for a category without a weight", inspect.DefaultWeight),
+		} {
+			if !hasFigure(strings.Join(strings.Fields(doc), " "), want) {
+				t.Errorf("docs/design.md does not say %q", want)
+			}
 		}
 	})
 }

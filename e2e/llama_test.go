@@ -210,7 +210,7 @@ func normaliseSSE(b []byte) []byte {
 
 // toolBody asks for one call of run_build (no arguments): tool_choice
 // required plus a logit bias on <tool_call> and <|im_end|> make the random
-// model call it (../shared/llama/README.md). bias adds a smaller bias on
+// model call it (its weights are random: it never calls a tool by itself). bias adds a smaller bias on
 // the tokens of the call's own text, so that the grammar rarely has to
 // reject the model's first choice, which costs a pass over the whole
 // vocabulary per token.

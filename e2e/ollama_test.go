@@ -59,6 +59,9 @@ func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func startOllama(t *testing.T) *ollamaServer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real Ollama and runs a model: skipped under -short")
+	}
 	dir, llama := findShared(t, "ollama", "ollama", "Modelfile.tmpl"), findShared(t, "llama", "tiny.gguf")
 	if dir == "" || llama == "" {
 		if os.Getenv(requireOllama) != "" {

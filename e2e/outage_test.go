@@ -87,8 +87,8 @@ func TestRedisOutageHeals(t *testing.T) {
 			t.Errorf("turn %d with redis down: status %d: %s", i, ex.status, ex.body)
 		}
 		// Without the session's ladder the loop gets the first rung, as for
-		// a fresh session (DESIGN.md: a failed store decides from the
-		// history alone); never terminate.
+		// a fresh session (docs/design.md section 7: a failed store
+		// decides from the history alone); never terminate.
 		if a := ex.header.Get(proxy.HeaderAction); a == string(policy.Terminate) {
 			t.Errorf("turn %d with redis down: action %q; the turn must reach the upstream", i, a)
 		}
@@ -187,6 +187,9 @@ func copyDelayed(dst, src net.Conn, delay time.Duration) {
 // store_timeout costs the agent at most the store's bound, never the
 // redis delay: the turn fails open and goes on.
 func TestRedisSlowBoundsLatency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times turns through a deliberately slow Redis: skipped under -short")
+	}
 	rs := redistest.Start(t)
 	const (
 		storeTimeout = 100 * time.Millisecond

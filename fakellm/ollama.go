@@ -3,9 +3,9 @@ package fakellm
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -43,12 +43,13 @@ type OllamaAnswer struct {
 func OllamaRule(answer func(*Request) OllamaAnswer) Rule {
 	return Rule{
 		Match: func(r *Request) bool {
-			return r.Method == http.MethodPost && (strings.HasSuffix(r.Path, "/api/chat") || strings.HasSuffix(r.Path, "/api/generate"))
+			api := r.API()
+			return r.Method == http.MethodPost && (api == wireapi.Ollama || api == wireapi.OllamaGenerate)
 		},
 		Respond: func(r *Request) Response {
 			a := answer(r)
 			stream := gjson.GetBytes(r.Body, "stream")
-			return a.Render(!stream.Exists() || stream.Bool(), strings.HasSuffix(r.Path, "/api/generate"), r.Model)
+			return a.Render(!stream.Exists() || stream.Bool(), r.API() == wireapi.OllamaGenerate, r.Model)
 		},
 	}
 }

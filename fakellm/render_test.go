@@ -102,7 +102,7 @@ func frameShapes(t *testing.T, sse []byte, ignore map[string]bool) []string {
 }
 
 // TestRenderMatchesWireSamples checks that each dialect's stream has the
-// structure of the re-typed real server stream in shared/reference.
+// structure of the re-typed real server stream in testdata/wire-samples.
 func TestRenderMatchesWireSamples(t *testing.T) {
 	readFile := ToolCall{Name: "read_file", Arguments: `{"path": "src/main.go"}`}
 	bash := ToolCall{Name: "bash", Arguments: `{"command": "go test ./..."}`}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -172,14 +173,6 @@ func (s *Server) Close() error {
 	err := s.hs.Close()
 	s.wg.Wait()
 	return err
-}
-
-// SetScript replaces the script and restarts its ordered responses.
-func (s *Server) SetScript(script Script) {
-	s.mu.Lock()
-	s.script = script
-	s.next = 0
-	s.mu.Unlock()
 }
 
 // SetRecording turns recording of exchanges on (the default) or off; load
@@ -348,7 +341,7 @@ func (s *Server) pickLocked(req *Request) (Response, bool) {
 }
 
 func isChat(req *Request) bool {
-	return req.Method == http.MethodPost && strings.HasSuffix(req.Path, "/chat/completions")
+	return req.Method == http.MethodPost && req.API() == wireapi.Chat
 }
 
 // write sends out and records it in x.
@@ -540,4 +533,16 @@ func echo(req *Request) *rendered {
 	h.Set("X-Fake-Path", req.Path)
 	h.Set("X-Fake-Query", req.RawQuery)
 	return &rendered{status: http.StatusOK, header: h, body: req.Body}
+}
+
+// API is the wire API whose path the request was sent to, as the registry
+// matches client paths (internal/wireapi), "" for any other path. Paths
+// that an upstream URL rewrote (ChatGPT's /backend-api/codex/responses)
+// are no client's: the Responses and Anthropic rules match them by their
+// last segment.
+func (r *Request) API() wireapi.Name {
+	if m := wireapi.Match(r.Path); m.API != nil {
+		return m.API.Name
+	}
+	return ""
 }

@@ -119,7 +119,11 @@ func (in *Injector) TerminateAnthropic(body []byte, l Loop) (Response, error) {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
-		b := append([]byte(`{"type":"error","error":{"type":"`+anthropicLoopErrorType+`","message":`), rawjson.AppendQuote(nil, content)...)
+		typ := anthropicLoopErrorType
+		if l.Budget != nil {
+			typ = BudgetErrorType
+		}
+		b := append([]byte(`{"type":"error","error":{"type":"`+typ+`","message":`), rawjson.AppendQuote(nil, content)...)
 		return in.errorAnswer(append(b, "}}"...)), nil
 	}
 	req := gjson.GetMany(rawjson.View(body), "model", "stream")

@@ -141,7 +141,7 @@ func TestAnthropicCutSDK(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var acc sse.AnthropicAccumulator
-			stream := upstreamUntil(t, tt.file, tt.marker, tt.n, func(d []byte) error { return acc.Add(d, nil) })
+			stream := upstreamUntil(t, tt.file, tt.marker, tt.n, func(d []byte) error { _, err := acc.Add(d); return err })
 			idx, open := acc.OpenBlock()
 			u, _ := acc.Usage()
 			stream = AppendAnthropicCut(stream, AnthropicCut{Category: "token_degeneration", OpenBlock: idx, HasOpen: open,

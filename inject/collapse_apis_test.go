@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -75,13 +76,13 @@ func TestCollapseOtherAPIs(t *testing.T) {
 		wantItems int    // array elements removed
 		wantNote  string // the note's count, on the first kept result
 	}{
-		{"responses/repetition", inspect.Responses, responses(rep), 4, 12, "repeated 5 times"},
-		{"responses/cycle", inspect.Responses, responses(cycle), 4, 12, "repeated 3 times"},
-		{"anthropic/repetition", inspect.AnthropicMessages, anthropic(rep, none), 4, 8, "repeated 5 times"},
-		{"anthropic/cycle", inspect.AnthropicMessages, anthropic(cycle, none), 4, 8, "repeated 3 times"},
+		{"responses/repetition", wireapi.Responses, responses(rep), 4, 12, "repeated 5 times"},
+		{"responses/cycle", wireapi.Responses, responses(cycle), 4, 12, "repeated 3 times"},
+		{"anthropic/repetition", wireapi.Anthropic, anthropic(rep, none), 4, 8, "repeated 5 times"},
+		{"anthropic/cycle", wireapi.Anthropic, anthropic(cycle, none), 4, 8, "repeated 3 times"},
 		// A results message that also says something is not only results:
 		// its turn stays, the others go.
-		{"anthropic/results-with-text", inspect.AnthropicMessages,
+		{"anthropic/results-with-text", wireapi.Anthropic,
 			anthropic(rep, func(i int) string { return map[int]string{2: "note from the user"}[i] }), 3, 6, "repeated 5 times"},
 	}
 	in := newTestInjector(t)
@@ -90,7 +91,7 @@ func TestCollapseOtherAPIs(t *testing.T) {
 			body := []byte(tt.body)
 			orig := bytes.Clone(body)
 			collapse, arr := in.CollapseResponses, "input"
-			if tt.api == inspect.AnthropicMessages {
+			if tt.api == wireapi.Anthropic {
 				collapse, arr = in.CollapseAnthropic, "messages"
 			}
 			out, c, err := collapse(body, loopCalls(t, tt.api, body))
@@ -133,7 +134,7 @@ func TestCollapseOtherAPIs(t *testing.T) {
 // its result and every result its call, and (Anthropic) that each result
 // answers the assistant turn right before it, user and assistant alternating.
 func checkPairs(api inspect.API, body []byte) error {
-	if api == inspect.Responses {
+	if api == wireapi.Responses {
 		calls := map[string]int{}
 		for _, v := range gjson.GetBytes(body, "input").Array() {
 			id := v.Get("call_id").String()

@@ -41,7 +41,7 @@ func (p Placement) valid() bool {
 // TerminateAs says how a terminate action answers the agent.
 type TerminateAs string
 
-// The termination forms (DESIGN.md section 4).
+// The termination forms (docs/design.md section 4).
 const (
 	// AsMessage answers HTTP 200 with an assistant message whose content
 	// starts with LOOP_DETECTED:, streamed when the request streams.

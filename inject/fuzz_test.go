@@ -34,12 +34,12 @@ func FuzzInsert(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"content":null,"role":"system"}]}`), uint8(3), "\x00\xff")
 	placements := []Placement{Auto, Tool, User, System}
 	f.Fuzz(func(t *testing.T, body []byte, p uint8, text string) {
-		out, _, err := Insert(body, placements[int(p)%len(placements)], text)
+		out, _, err := insertChat(body, placements[int(p)%len(placements)], text)
 		if err != nil {
 			return
 		}
 		if gjson.ValidBytes(body) && !json.Valid(out) {
-			t.Fatalf("Insert(%q) = %q: not valid JSON", body, out)
+			t.Fatalf("insertChat(%q) = %q: not valid JSON", body, out)
 		}
 	})
 }

@@ -38,7 +38,7 @@ func BenchmarkInsert(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := Insert(body, Auto, benchText); err != nil {
+		if _, _, err := insertChat(body, Auto, benchText); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -134,21 +134,16 @@ func (sp splice) applyTo(dst, body []byte) []byte {
 	return append(out, body[sp.end:]...)
 }
 
-// Insert adds text to the request body at placement p (Auto when empty) and
-// returns the new body and the placement actually used, which differs from p
-// when the history has no place of that kind (Tool without a tool message
-// becomes User).
+// insert adds text to the chat request body at placement p (Auto when
+// empty) and returns the new body, built in dst when dst has room, and the
+// placement actually used, which differs from p when the history has no
+// place of that kind (Tool without a tool message becomes User). l is the
+// messages' layout when the caller knows it.
 //
 // Only the insertion point changes: appended to a string content, the
 // original string's bytes stay as they were (its escapes are not
 // re-encoded), so removing the inserted bytes gives back body exactly. body
-// is not modified; the returned slice is new.
-func Insert(body []byte, p Placement, text string) ([]byte, Placement, error) {
-	return insert(nil, body, p, text, inspect.Layout{})
-}
-
-// insert is Insert with the messages' layout when the caller knows it, and
-// the new body built in dst when dst has room.
+// is not modified.
 func insert(dst, body []byte, p Placement, text string, l inspect.Layout) ([]byte, Placement, error) {
 	s, ok := scanLayout(body, p, l)
 	if !ok {

@@ -15,6 +15,12 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // golden compares got with testdata/name, rewriting it under -update.
+// insertChat is insert for a chat body whose layout the caller does not
+// know, into a new slice.
+func insertChat(body []byte, p Placement, text string) ([]byte, Placement, error) {
+	return insert(nil, body, p, text, inspect.Layout{})
+}
+
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	p := filepath.Join("testdata", name)
@@ -110,7 +116,7 @@ func TestInsert(t *testing.T) {
 		t.Run(tt.name+"/"+string(tt.give), func(t *testing.T) {
 			body := readRequest(t, tt.name)
 			orig := bytes.Clone(body)
-			out, used, err := Insert(body, tt.give, sampleText)
+			out, used, err := insertChat(body, tt.give, sampleText)
 			if err != nil {
 				t.Fatalf("Insert: %v", err)
 			}
@@ -118,7 +124,7 @@ func TestInsert(t *testing.T) {
 				t.Fatal("Insert modified its input")
 			}
 			if used != tt.wantUsed {
-				t.Errorf("Insert(%s) used %s; want %s", tt.give, used, tt.wantUsed)
+				t.Errorf("insertChat(%s) used %s; want %s", tt.give, used, tt.wantUsed)
 			}
 			if !gjson.ValidBytes(out) {
 				t.Fatalf("output is not valid JSON:\n%s", out)
@@ -168,7 +174,7 @@ func checkTemplateSafe(t *testing.T, body []byte) {
 func TestInsertPreservesStringBytes(t *testing.T) {
 	// The tool result holds escapes a re-encoder would rewrite (\u00e9, \/).
 	body := []byte(`{"messages":[{"role":"tool","tool_call_id":"a","content":"caf\u00e9 \/tmp"}]}`)
-	out, _, err := Insert(body, Auto, "x")
+	out, _, err := insertChat(body, Auto, "x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,13 +198,13 @@ func TestInsertErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := Insert([]byte(tt.give), Auto, "x")
+			_, _, err := insertChat([]byte(tt.give), Auto, "x")
 			if err != tt.want {
-				t.Errorf("Insert(%s) error = %v; want %v", tt.give, err, tt.want)
+				t.Errorf("insertChat(%s) error = %v; want %v", tt.give, err, tt.want)
 			}
 		})
 	}
-	if _, _, err := Insert([]byte(`{"messages":[]}`), Placement("middle"), "x"); err == nil {
+	if _, _, err := insertChat([]byte(`{"messages":[]}`), Placement("middle"), "x"); err == nil {
 		t.Error("Insert with an unknown placement succeeded")
 	}
 }
@@ -207,7 +213,7 @@ func TestInsertContentOfOtherType(t *testing.T) {
 	// A tool message whose content is an object cannot be extended: the text
 	// goes into a new trailing user message instead.
 	body := []byte(`{"messages":[{"role":"tool","tool_call_id":"a","content":{"x":1}}]}`)
-	out, used, err := Insert(body, Auto, "note")
+	out, used, err := insertChat(body, Auto, "note")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +241,7 @@ func TestInsertWithLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range []Placement{Auto, User, Tool, System} {
-			want, wantUsed, err := Insert([]byte(body), p, "[loopguard] note")
+			want, wantUsed, err := insertChat([]byte(body), p, "[loopguard] note")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -130,7 +130,7 @@ func TestCollapseOllama(t *testing.T) {
 			}
 			body := []byte(`{"model":"qwen3","messages":[{"role":"user","content":"Fix the build."},` + strings.Join(parts, ",") + `],"options":{"num_ctx":8192}}`)
 			in := stableInjector(t, Config{})
-			out, c, err := in.CollapseOllama(body, loopCalls(t, inspect.OllamaChat, body))
+			out, c, err := in.CollapseOllama(body, loopCalls(t, wireapi.Ollama, body))
 			if err != nil {
 				t.Fatal(err)
 			}

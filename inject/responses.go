@@ -265,7 +265,8 @@ func (in *Injector) TerminateResponses(body []byte, l Loop) (Response, error) {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
-		return in.errorAnswer(ErrorBody(content, LoopErrorType, LoopErrorCode)), nil
+		typ, code := errorKind(l)
+		return in.errorAnswer(ErrorBody(content, typ, code)), nil
 	}
 	req := gjson.GetMany(rawjson.View(body), "model", "stream")
 	r := responseObject{

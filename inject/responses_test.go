@@ -201,7 +201,7 @@ func TestResponsesCutOpenAIGo(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var acc sse.ResponsesAccumulator
 			stream := upstreamUntil(t, "../sse/testdata/responses/reasoning-text-two-calls.sse", tt.marker, tt.n,
-				func(d []byte) error { return acc.Add(d, nil) })
+				func(d []byte) error { _, err := acc.Add(d); return err })
 			c := ResponsesCut{Category: "token_degeneration", ID: acc.ID(), Model: acc.Model(), CreatedAt: acc.CreatedAt(),
 				Sequence: acc.Sequence(), Output: acc.AppendOutput(nil), Incomplete: tt.incomplete}
 			if idx, id, text, ok := acc.OpenMessage(); ok {

@@ -29,7 +29,7 @@ const (
 	contentSSE  = "text/event-stream"
 )
 
-// The error form's type and code (DESIGN.md section 4).
+// The error form's type and code (docs/design.md section 4).
 const (
 	LoopErrorType = "loop_detected"
 	LoopErrorCode = "LOOP_DETECTED"
@@ -40,7 +40,7 @@ const (
 const idPrefix = "chatcmpl-loopguard-"
 
 // Terminate answers a request without calling the upstream, ending the
-// agent's loop (DESIGN.md section 4). body is the chat request: its model,
+// agent's loop (docs/design.md section 4). body is the chat request: its model,
 // stream and stream_options.include_usage shape the answer.
 //
 // By default (terminate_as = "message") the answer is HTTP 200 with one
@@ -60,7 +60,8 @@ func (in *Injector) Terminate(body []byte, l Loop) (Response, error) {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
-		return in.errorAnswer(ErrorBody(content, LoopErrorType, LoopErrorCode)), nil
+		typ, code := errorKind(l)
+		return in.errorAnswer(ErrorBody(content, typ, code)), nil
 	}
 	req := gjson.GetMany(rawjson.View(body), "model", "stream", "stream_options.include_usage")
 	c := completion{
@@ -99,8 +100,11 @@ func (in *Injector) errorAnswer(body []byte) Response {
 
 // TerminateText renders the LOOP_DETECTED content for l on its own, for an
 // answer already under way: the proxy replaces a held tool call of a stream
-// with it.
+// with it. With l.Budget it is the BUDGET_EXCEEDED content instead.
 func (in *Injector) TerminateText(l Loop) (string, error) {
+	if l.Budget != nil {
+		return budgetExceeded(l.Budget), nil
+	}
 	return in.render(in.tpl.terminate, in.notice(l))
 }
 

@@ -27,7 +27,7 @@ const DefaultWarnTemplate = Marker + ` Possible loop: {{.Rule}} fired on {{.Brie
 	`{{if .Error}} The same error came back each time: "{{.Error}}".{{else if .Result}} The result did not change: "{{.Result}}".{{end}}` +
 	` Repeating it will not help; try a different approach.`
 
-// DefaultConstrainTemplate is the <loop-recovery> block of DESIGN.md
+// DefaultConstrainTemplate is the <loop-recovery> block of docs/design.md
 // section 4.
 const DefaultConstrainTemplate = `<loop-recovery reset="{{.Reset}}" urgency="{{.Urgency}}">
 Loop detected: {{.Rule}} — {{.Summary}}
@@ -87,6 +87,55 @@ type Loop struct {
 	// OtherSessions counts other sessions where the same pattern loops
 	// (cross-session incident); 0 leaves the line out.
 	OtherSessions int
+	// Budget, when set, makes this the session budget's text instead of
+	// the loop's: Warning renders the warning share, TerminateText
+	// BUDGET_EXCEEDED.
+	Budget *Budget
+}
+
+// Budget is a session budget as the texts name it: the bound reached
+// ("tokens" or "turns"), its use and its limit.
+type Budget struct {
+	Kind        string
+	Used, Limit int64
+}
+
+// BudgetPrefix starts the content of every BUDGET_EXCEEDED answer.
+const BudgetPrefix = "BUDGET_EXCEEDED:"
+
+// The error form's type and code of a BUDGET_EXCEEDED answer.
+const (
+	BudgetErrorType = "budget_exceeded"
+	BudgetErrorCode = "BUDGET_EXCEEDED"
+)
+
+// budgetWarning is the warning joined to a request once a session used
+// most of its budget: the agent is to end the task, not to start another
+// step it cannot finish.
+func budgetWarning(b *Budget) string {
+	return fmt.Sprintf("%s Session budget: %d of %d %s used. Finish now: stop starting new work, "+
+		"summarise what was done and what is left, and end your turn.", Marker, b.Used, b.Limit, budgetUnit(b.Kind))
+}
+
+// budgetExceeded is the content of the BUDGET_EXCEEDED answer.
+func budgetExceeded(b *Budget) string {
+	return fmt.Sprintf("%s this session used %d of its %d %s. loopguard ended the session without calling the model; "+
+		"raise the budget or start a new session to go on.", BudgetPrefix, b.Used, b.Limit, budgetUnit(b.Kind))
+}
+
+func budgetUnit(kind string) string {
+	if kind == "turns" {
+		return "model calls"
+	}
+	return "tokens"
+}
+
+// errorKind is the error form's type and code of l's terminate answer.
+func errorKind(l Loop) (typ, code string) {
+	if l.Budget != nil {
+		return BudgetErrorType, BudgetErrorCode
+	}
+	return LoopErrorType, LoopErrorCode
 }
 
 // Degeneration describes a stream that was cut for degenerate repetition.
@@ -449,6 +498,9 @@ func (in *Injector) render(tp *template.Template, data any) (string, error) {
 
 // Warning renders the warn action's notice for a loop.
 func (in *Injector) Warning(l Loop) (string, error) {
+	if l.Budget != nil {
+		return budgetWarning(l.Budget), nil
+	}
 	return in.render(in.tpl.warn, in.notice(l))
 }
 

@@ -33,7 +33,7 @@ func goldenText(t *testing.T, name, got string) {
 	golden(t, filepath.Join("texts", name), []byte(got))
 }
 
-// constrainShape is the <loop-recovery> block of DESIGN.md section 4, line
+// constrainShape is the <loop-recovery> block of docs/design.md section 4, line
 // by line.
 var constrainShape = regexp.MustCompile(`\A<loop-recovery reset="\d+" urgency="(warning|critical)">
 Loop detected: [a-z_]+ — [^\n]+
@@ -75,7 +75,7 @@ func TestConstraint(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !constrainShape.MatchString(got) {
-				t.Errorf("Constraint() does not have the DESIGN shape:\n%s", got)
+				t.Errorf("Constraint() does not have the <loop-recovery> shape:\n%s", got)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(got, w) {

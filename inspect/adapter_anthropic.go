@@ -1,6 +1,12 @@
 package inspect
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
+)
+
+func init() { adapters[wireapi.Anthropic] = (*parser).anthropic }
 
 // anthropic walks an Anthropic Messages body. "system" is the system prompt
 // and carries no step. Each assistant message is a step: its text blocks

@@ -1,6 +1,10 @@
 package inspect
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
+)
 
 func TestParseAnthropic(t *testing.T) {
 	type call struct {
@@ -73,7 +77,7 @@ func TestParseAnthropic(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr, err := ParseAPI(AnthropicMessages, []byte(tt.give))
+			tr, err := ParseAPI(wireapi.Anthropic, []byte(tt.give))
 			if err != nil {
 				t.Fatalf("ParseAPI: %v", err)
 			}
@@ -107,4 +111,4 @@ func TestParseAnthropic(t *testing.T) {
 }
 
 // FuzzParseAnthropic: no panic on any body, and an accepted body inspects.
-func FuzzParseAnthropic(f *testing.F) { fuzzAdapter(f, AnthropicMessages, "anthropic") }
+func FuzzParseAnthropic(f *testing.F) { fuzzAdapter(f, wireapi.Anthropic, "anthropic") }

@@ -1,5 +1,12 @@
 package inspect
 
+import "github.com/loopguard/loopguard/internal/wireapi"
+
+func init() {
+	adapters[wireapi.Ollama] = (*parser).ollamaChat
+	adapters[wireapi.OllamaGenerate] = (*parser).ollamaGenerate
+}
+
 // ollamaChat walks an Ollama /api/chat body. Its messages are chat
 // completions' with three differences the chat walker already reads or
 // skips: tool-call arguments are a JSON object (canonicalised as chat's

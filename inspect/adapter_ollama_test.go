@@ -3,6 +3,8 @@ package inspect
 import (
 	"errors"
 	"testing"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 func TestParseOllamaChat(t *testing.T) {
@@ -75,7 +77,7 @@ func TestParseOllamaChat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr, err := ParseAPI(OllamaChat, []byte(tt.give))
+			tr, err := ParseAPI(wireapi.Ollama, []byte(tt.give))
 			if err != nil {
 				t.Fatalf("ParseAPI: %v", err)
 			}
@@ -103,11 +105,11 @@ func TestParseOllamaChat(t *testing.T) {
 
 func TestParseOllamaChatMalformed(t *testing.T) {
 	for _, give := range []string{`{"model":"x"}`, `{"messages":{}}`, `{"messages":["x"]}`, `{"messages":[{"content":"x"}]}`, `{"messages":[`} {
-		if tr, err := ParseAPI(OllamaChat, []byte(give)); !errors.Is(err, ErrMalformed) {
+		if tr, err := ParseAPI(wireapi.Ollama, []byte(give)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("ParseAPI(ollama, %s) = %v, %v; want ErrMalformed", give, tr, err)
 		}
 	}
 }
 
 // FuzzParseOllamaChat: no panic on any body, and an accepted body inspects.
-func FuzzParseOllamaChat(f *testing.F) { fuzzAdapter(f, OllamaChat, "ollama") }
+func FuzzParseOllamaChat(f *testing.F) { fuzzAdapter(f, wireapi.Ollama, "ollama") }

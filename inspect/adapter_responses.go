@@ -4,45 +4,26 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
-// API names the wire format of a request body. Every API has an adapter that
-// builds the same Trajectory from its body, so the detectors never see the
-// difference; adding an API means one adapter file that registers itself in
-// adapters.
-type API string
-
-// The APIs loopguard reads. The strings are the values of a replay record's
-// optional "api" field.
-const (
-	// ChatCompletions is POST /v1/chat/completions: request.messages.
-	ChatCompletions API = "chat"
-	// Responses is OpenAI's POST /v1/responses: request.input items.
-	Responses API = "responses"
-	// AnthropicMessages is Anthropic's POST /v1/messages (also served by
-	// llama.cpp, vLLM and Ollama): request.messages with content blocks.
-	AnthropicMessages API = "anthropic"
-	// OllamaChat is Ollama's own POST /api/chat: request.messages, tool
-	// arguments as objects, results named by tool_name.
-	OllamaChat API = "ollama"
-	// OllamaGenerate is Ollama's POST /api/generate: a prompt, no
-	// history; only its answer is watched.
-	OllamaGenerate API = "ollama_generate"
-)
+// API names the wire format of a request body: one of the registry's
+// (internal/wireapi). Every API has an adapter that builds the same
+// Trajectory from its body, so the detectors never see the difference;
+// each adapter file registers itself in adapters.
+type API = wireapi.Name
 
 // adapter walks the validated body of one API into p.t (see parseBody:
 // root is the caller's body, read in place, so nothing viewing it is kept).
 type adapter func(p *parser, root string) error
 
-// adapters maps each API to its walker. Chat completions has its own entry
-// point (Parse); it is wrapped so that ParseAPI covers every API.
-var adapters = map[API]adapter{
-	Responses:         (*parser).responses,
-	AnthropicMessages: (*parser).anthropic,
-	OllamaChat:        (*parser).ollamaChat,
-	OllamaGenerate:    (*parser).ollamaGenerate,
-}
+// adapters maps each API to its walker, filled by each adapter file's
+// init. Chat completions has its own entry point (Parse); an API without a
+// walker is read as chat.
+var adapters = map[API]adapter{}
+
+func init() { adapters[wireapi.Responses] = (*parser).responses }
 
 // ParseAPI builds the trajectory of a request body in the given API, with
 // the default metadata arguments left out of fingerprints. An empty or
@@ -70,78 +51,95 @@ func parseAPI(api API, body []byte, meta []string) (*Trajectory, error) {
 	return parseBody(body, meta, walk, nil)
 }
 
-// DetectAPI tells which API a request is in: by its path when the path
-// names one (".../chat/completions", ".../responses", ".../messages"),
-// else by the body's shape, for records replayed without a path. It never
-// fails: a body it cannot place is ChatCompletions.
+// DetectAPI tells which API a request is in: by its path when an API of
+// the registry answers it (internal/wireapi), else by the body's shape,
+// for records replayed without a path. It never fails: a body it cannot
+// place is chat.
 func DetectAPI(path string, body []byte) API {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
-	path = strings.TrimRight(path, "/")
-	switch {
-	case strings.HasSuffix(path, "/chat/completions"):
-		return ChatCompletions
-	case strings.HasSuffix(path, "/responses"):
-		return Responses
-	case strings.HasSuffix(path, "/messages"):
-		return AnthropicMessages
-	case strings.HasSuffix(path, "/api/chat"):
-		return OllamaChat
-	case strings.HasSuffix(path, "/api/generate"):
-		return OllamaGenerate
+	if r := wireapi.Match(strings.TrimRight(path, "/")); r.API != nil {
+		return r.API.Name
 	}
 	return detectShape(body)
 }
 
-// detectShape places a body by the fields only one API has. A plain text
-// conversation reads the same in chat and Anthropic form, so the tie goes to
-// chat.
+// detectShape places a body by the registry's members: the first API whose
+// history member it has and one of whose marks (members only that API
+// has) it carries; else, for a "messages" history, by its messages; else
+// the first API whose history it has, or whose marks it carries. A plain
+// text conversation reads the same in chat and Anthropic form, so the tie
+// goes to chat.
 func detectShape(body []byte) API {
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
-		return ChatCompletions
+		return wireapi.Chat
+	}
+	var withHistory, marked *wireapi.API
+	for i := range wireapi.APIs {
+		a := &wireapi.APIs[i]
+		holder := a.History
+		if a.Wrap != "" {
+			holder = a.Wrap
+		}
+		has := root.Get(holder).Exists()
+		mark := false
+		for _, m := range a.Marks {
+			if root.Get(m).Exists() {
+				mark = true
+				break
+			}
+		}
+		switch {
+		case has && mark:
+			return a.Name
+		case has && withHistory == nil:
+			withHistory = a
+		case mark && marked == nil:
+			marked = a
+		}
 	}
 	msgs := root.Get("messages")
-	if !msgs.Exists() {
-		if root.Get("input").Exists() || root.Get("previous_response_id").Exists() ||
-			root.Get("instructions").Exists() || root.Get("conversation").Exists() {
-			return Responses
-		}
-		return ChatCompletions
+	switch {
+	case msgs.Exists():
+		return messagesShape(msgs)
+	case withHistory != nil:
+		return withHistory.Name
+	case marked != nil:
+		return marked.Name
 	}
-	if root.Get("system").Exists() || root.Get("anthropic_version").Exists() {
-		return AnthropicMessages
-	}
-	// Ollama's options, keep_alive and think are no other API's; a tool
-	// result named by tool_name alone is Ollama's.
-	if root.Get("options").Exists() || root.Get("keep_alive").Exists() || root.Get("think").Exists() {
-		return OllamaChat
-	}
-	api := ChatCompletions
+	return wireapi.Chat
+}
+
+// messagesShape places a "messages" history that no member placed: a tool
+// result named by tool_name alone is Ollama's, content blocks of tool use
+// or thinking are Anthropic's.
+func messagesShape(msgs gjson.Result) API {
+	api := wireapi.Chat
 	msgs.ForEach(func(_, m gjson.Result) bool {
 		if m.Get("role").String() == "tool" && m.Get("tool_name").Exists() && !m.Get("tool_call_id").Exists() {
-			api = OllamaChat
+			api = wireapi.Ollama
 			return false
 		}
 		switch m.Get("role").String() {
 		case "system", "developer", "tool", "function":
-			api = ChatCompletions
+			api = wireapi.Chat
 			return false
 		}
 		if m.Get("tool_calls").Exists() || m.Get("tool_call_id").Exists() {
-			api = ChatCompletions
+			api = wireapi.Chat
 			return false
 		}
 		m.Get("content").ForEach(func(_, b gjson.Result) bool {
 			switch b.Get("type").String() {
 			case "tool_use", "tool_result", "thinking", "redacted_thinking":
-				api = AnthropicMessages
+				api = wireapi.Anthropic
 				return false
 			}
 			return true
 		})
-		return api == ChatCompletions
+		return api == wireapi.Chat
 	})
 	return api
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 // benchAPIBody builds benchBody's healthy n-turn history (~2 KB results)
@@ -17,12 +19,12 @@ func benchAPIBody(api API, n int) []byte {
 		args, _ := json.Marshal(map[string]any{"command": fmt.Sprintf("sed -n '%d,%dp' src/module_%d.py", i, i+40, i%37)})
 		res := fmt.Sprintf("<returncode>0</returncode>\n<output>\n%d\n%s</output>", i, out)
 		switch api {
-		case Responses:
+		case wireapi.Responses:
 			items = append(items,
 				map[string]any{"type": "message", "role": "assistant", "content": []any{map[string]any{"type": "output_text", "text": "Looking at the next module."}}},
 				map[string]any{"type": "function_call", "call_id": id, "name": "bash", "arguments": string(args)},
 				map[string]any{"type": "function_call_output", "call_id": id, "output": res})
-		case AnthropicMessages:
+		case wireapi.Anthropic:
 			var input any
 			_ = json.Unmarshal(args, &input)
 			items = append(items,
@@ -33,7 +35,7 @@ func benchAPIBody(api API, n int) []byte {
 		}
 	}
 	var body map[string]any
-	if api == Responses {
+	if api == wireapi.Responses {
 		items = append([]any{map[string]any{"role": "user", "content": "Port the service."}}, items...)
 		body = map[string]any{"model": "gpt-5", "instructions": "You are a coding agent.", "input": items}
 	} else {
@@ -67,7 +69,7 @@ func benchAdapter(b *testing.B, api API, inspect bool) {
 }
 
 // The < 1 ms budget is for a 200-turn history, parse and inspect together.
-func BenchmarkParseResponses200(b *testing.B)        { benchAdapter(b, Responses, false) }
-func BenchmarkParseInspectResponses200(b *testing.B) { benchAdapter(b, Responses, true) }
-func BenchmarkParseAnthropic200(b *testing.B)        { benchAdapter(b, AnthropicMessages, false) }
-func BenchmarkParseInspectAnthropic200(b *testing.B) { benchAdapter(b, AnthropicMessages, true) }
+func BenchmarkParseResponses200(b *testing.B)        { benchAdapter(b, wireapi.Responses, false) }
+func BenchmarkParseInspectResponses200(b *testing.B) { benchAdapter(b, wireapi.Responses, true) }
+func BenchmarkParseAnthropic200(b *testing.B)        { benchAdapter(b, wireapi.Anthropic, false) }
+func BenchmarkParseInspectAnthropic200(b *testing.B) { benchAdapter(b, wireapi.Anthropic, true) }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 // sameTrajectory reports the first difference between two trajectories
@@ -63,7 +65,7 @@ func TestAdaptersMatchChat(t *testing.T) {
 			t.Fatalf("%s: Parse: %v", name, err)
 		}
 		wantV := e.Inspect(want)
-		for _, api := range []API{Responses, AnthropicMessages, OllamaChat} {
+		for _, api := range []API{wireapi.Responses, wireapi.Anthropic, wireapi.Ollama, wireapi.Gemini, wireapi.CodeAssist} {
 			t.Run(name+"/"+string(api), func(t *testing.T) {
 				body, err := os.ReadFile(strings.TrimSuffix(chatFile, "chat.json") + string(api) + ".json")
 				if err != nil {
@@ -173,7 +175,7 @@ func TestParseResponses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr, err := ParseAPI(Responses, []byte(tt.give))
+			tr, err := ParseAPI(wireapi.Responses, []byte(tt.give))
 			if err != nil {
 				t.Fatalf("ParseAPI: %v", err)
 			}
@@ -208,15 +210,15 @@ func TestParseAPIMalformed(t *testing.T) {
 		api  API
 		give string
 	}{
-		{Responses, `{"model":"x"}`},
-		{Responses, `{"input":42}`},
-		{Responses, `{"input":[1]}`},
-		{Responses, `[]`},
-		{Responses, `{"input":[`},
-		{AnthropicMessages, `{"messages":{}}`},
-		{AnthropicMessages, `{"messages":["x"]}`},
-		{AnthropicMessages, `{"messages":[{"content":"x"}]}`},
-		{ChatCompletions, `{"input":"x"}`},
+		{wireapi.Responses, `{"model":"x"}`},
+		{wireapi.Responses, `{"input":42}`},
+		{wireapi.Responses, `{"input":[1]}`},
+		{wireapi.Responses, `[]`},
+		{wireapi.Responses, `{"input":[`},
+		{wireapi.Anthropic, `{"messages":{}}`},
+		{wireapi.Anthropic, `{"messages":["x"]}`},
+		{wireapi.Anthropic, `{"messages":[{"content":"x"}]}`},
+		{wireapi.Chat, `{"input":"x"}`},
 	}
 	for _, tt := range tests {
 		if tr, err := ParseAPI(tt.api, []byte(tt.give)); !errors.Is(err, ErrMalformed) {
@@ -230,22 +232,22 @@ func TestDetectAPI(t *testing.T) {
 		path, body string
 		want       API
 	}{
-		{"/v1/chat/completions", `{}`, ChatCompletions},
-		{"/v1/responses", `{"messages":[]}`, Responses},
-		{"/v1/responses/?x=1", `{}`, Responses},
-		{"/v1/messages", `{}`, AnthropicMessages},
-		{"/anthropic/v1/messages?beta=true", `{}`, AnthropicMessages},
-		{"/api/chat", `{}`, OllamaChat},
-		{"", `{"model":"m","messages":[],"options":{"num_ctx":4096}}`, OllamaChat},
-		{"", `{"messages":[{"role":"tool","tool_name":"ls","content":"x"}]}`, OllamaChat},
-		{"", `{"input":"hi"}`, Responses},
-		{"", `{"previous_response_id":"r","input":[]}`, Responses},
-		{"", `{"system":"s","messages":[{"role":"user","content":"hi"}]}`, AnthropicMessages},
-		{"", `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x"}]}]}`, AnthropicMessages},
-		{"", `{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"x"}]}]}`, ChatCompletions},
-		{"", `{"messages":[{"role":"user","content":"hi"}]}`, ChatCompletions},
-		{"", `not json`, ChatCompletions},
-		{"/v1/models", `{"input":"x"}`, Responses},
+		{"/v1/chat/completions", `{}`, wireapi.Chat},
+		{"/v1/responses", `{"messages":[]}`, wireapi.Responses},
+		{"/v1/responses/?x=1", `{}`, wireapi.Responses},
+		{"/v1/messages", `{}`, wireapi.Anthropic},
+		{"/anthropic/v1/messages?beta=true", `{}`, wireapi.Anthropic},
+		{"/api/chat", `{}`, wireapi.Ollama},
+		{"", `{"model":"m","messages":[],"options":{"num_ctx":4096}}`, wireapi.Ollama},
+		{"", `{"messages":[{"role":"tool","tool_name":"ls","content":"x"}]}`, wireapi.Ollama},
+		{"", `{"input":"hi"}`, wireapi.Responses},
+		{"", `{"previous_response_id":"r","input":[]}`, wireapi.Responses},
+		{"", `{"system":"s","messages":[{"role":"user","content":"hi"}]}`, wireapi.Anthropic},
+		{"", `{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x"}]}]}`, wireapi.Anthropic},
+		{"", `{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"x"}]}]}`, wireapi.Chat},
+		{"", `{"messages":[{"role":"user","content":"hi"}]}`, wireapi.Chat},
+		{"", `not json`, wireapi.Chat},
+		{"/v1/models", `{"input":"x"}`, wireapi.Responses},
 	}
 	for _, tt := range tests {
 		if got := DetectAPI(tt.path, []byte(tt.body)); got != tt.want {
@@ -255,7 +257,7 @@ func TestDetectAPI(t *testing.T) {
 }
 
 // FuzzParseResponses: no panic on any body, and an accepted body inspects.
-func FuzzParseResponses(f *testing.F) { fuzzAdapter(f, Responses, "responses") }
+func FuzzParseResponses(f *testing.F) { fuzzAdapter(f, wireapi.Responses, "responses") }
 
 func fuzzAdapter(f *testing.F, api API, suffix string) {
 	seeds, _ := filepath.Glob("testdata/adapters/*." + suffix + ".json")

@@ -121,7 +121,7 @@ type StreamConfig struct {
 	LooseWindow int `toml:"loose_window"`
 }
 
-// DefaultConfig returns the thresholds of DESIGN.md section 3.
+// DefaultConfig returns the thresholds of docs/design.md section 3.
 func DefaultConfig() Config {
 	return Config{
 		Single:            0.9,
@@ -149,13 +149,16 @@ func DefaultConfig() Config {
 	}
 }
 
-var allCategories = []Category{
+// Categories is every detector family, the one list of them: config keys
+// are checked against it and observe's metric labels are built from it. It
+// is an array so that its length is a constant others can size arrays by.
+var Categories = [...]Category{
 	ToolRepetition, ToolCycle, ParamDrift, SameResult, ErrorCycle, WhackAMole,
 	TestFixCycle, EditUndo, OutputRepetition, SummaryLoop, TokenDegeneration, SemanticLoop,
 }
 
 func knownCategory(c string) bool {
-	for _, k := range allCategories {
+	for _, k := range Categories {
 		if string(k) == c {
 			return true
 		}

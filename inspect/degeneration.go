@@ -97,11 +97,12 @@ func (c StreamConfig) normalized() StreamConfig {
 // Degeneration watches one stream of generated text (a choice's content or
 // its reasoning, each with its own instance) for degenerate repetition: a
 // phrase of MinPhrase..MaxPhrase bytes repeated back to back, lines of the
-// same shape (differing only in numbers), character or word runs, and loose
-// cycles: the same spans of words coming back with small variations and
-// nothing new said (see loose.go).
+// same shape (differing only in numbers), character or word runs, blocks of
+// lines longer than a phrase repeated back to back (see blockrep.go), and
+// loose cycles: the same spans of words coming back with small variations
+// and nothing new said (see loose.go).
 //
-// Memory is about Window + 3.5 KiB at creation (5.5 KiB when MaxPhrase is
+// Memory is about Window + 4.5 KiB at creation (6.5 KiB when MaxPhrase is
 // 256 or more), and 9 KiB more once the text
 // could be a loose cycle or is longer than Window (see loose.go); Write
 // allocates nothing else. A Degeneration is not safe for concurrent use.
@@ -143,6 +144,7 @@ type Degeneration struct {
 	lastStruct int64 // end position of the last byte in structured text
 
 	loose looseCycles
+	block blockRun
 
 	// cfg is read by every byte for its MaxPhrase, which lies in the
 	// fourth line.
@@ -273,6 +275,9 @@ func (d *Degeneration) step(c byte, dist int64) bool {
 	d.buf[pos&d.mask] = c
 	end := pos + 1
 	d.pos = end
+	if c == '\n' && d.endLine(pos) {
+		return true
+	}
 
 	fire := false
 	if d.period > 0 {

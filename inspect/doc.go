@@ -2,11 +2,12 @@
 //
 // It is step 2 of a chat request's flow (proxy -> policy -> inspect -> inject):
 // it builds a Trajectory from a chat request's message history, runs the
-// detector families of DESIGN.md section 3 over it and aggregates their scores
+// detector families of docs/design.md section 3 over it and aggregates their scores
 // into a Verdict. On the response side, Degeneration watches streamed text for
 // repetition as it passes.
 //
-// Files: parse.go and adapter_*.go read the three wire APIs' histories into
+// Files: parse.go and adapter_*.go read the wire APIs' histories (the
+// registry's, internal/wireapi) into
 // a Trajectory (session_cache.go resumes from the last turn's); normalize.go
 // and errorclass.go make results comparable; one file per detector family
 // (repetition.go, cycle.go, drift.go, sameresult.go, errorcycle.go,
@@ -17,5 +18,6 @@
 //
 // inspect is pure computation over bytes: it never touches the network, the
 // session store or the request being forwarded, and it imports none of
-// loopguard's other packages.
+// loopguard's other packages but leaf ones under internal/ (rawjson, and
+// wireapi, the registry of wire APIs).
 package inspect

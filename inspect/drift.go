@@ -6,12 +6,41 @@ package inspect
 // arguments (or on the same primary target) that keeps failing or
 // returning the same thing. Changing results (paginating, reading other
 // parts of a file) are progress.
+//
+// The loop is current while its latest call is among the last
+// driftReach calls: an agent that searches again and again with trivial
+// variations reads other files between, and its request may end on one
+// of those reads.
 func (in *inspection) paramDrift() (Detection, bool) {
 	evs := in.evs
 	if len(evs) == 0 {
 		return Detection{}, false
 	}
-	L := &evs[len(evs)-1]
+	if d, ok := in.paramDriftAt(len(evs) - 1); ok {
+		return d, true
+	}
+	last := evs[len(evs)-1].step
+	for a := len(evs) - 2; a >= max(in.win, len(evs)-driftReach); a-- {
+		// Only a search that found nothing or a call that failed anchors
+		// an earlier loop: those are what is retried with variations. A
+		// call of the latest turn is no earlier loop: the turn's calls
+		// together are what repeats, which tool_cycle judges.
+		if x := &evs[a]; x.step < last && x.has && (x.neg || x.isErr) {
+			return in.paramDriftAt(a)
+		}
+	}
+	return Detection{}, false
+}
+
+// driftReach is how many of the latest calls may hold the latest call of
+// a drifting loop.
+const driftReach = 3
+
+// paramDriftAt is paramDrift for the loop whose latest call is evs[last]:
+// the calls after it are left out.
+func (in *inspection) paramDriftAt(last int) (Detection, bool) {
+	evs := in.evs[:last+1]
+	L := &evs[last]
 	var idx []int
 	fps := 0
 	lt := L.c.known().target

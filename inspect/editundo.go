@@ -197,13 +197,16 @@ func (in *inspection) editUndo() (Detection, bool) {
 		d.Evidence.Count, d.Evidence.Threshold = best, thr
 		d.Evidence.Element = evs[bestIdx[len(bestIdx)-1]].c.Name + "(" + shorten(bestPath, 40) + ") reverted"
 	}
-	idx, noProgress, replayed := in.stateReturns()
+	idx, noProgress, replayed, failing := in.stateReturns()
 	returns := in.lim.StateReturns
-	if replayed && noProgress {
+	if replayed && noProgress || failing {
 		// Each round after the first re-applied an earlier round's change
-		// and failed alike: real failing runs restore three times, healthy
-		// ones up to four, trying something new each time.
+		// and failed alike, or each round of changes to one file ended in
+		// a failing run before the file was put back: real failing runs
+		// restore three times, healthy ones up to four, trying something
+		// new each time and getting somewhere.
 		returns = min(returns, replayedReturns)
+		noProgress = noProgress || failing
 	}
 	if len(idx) >= returns {
 		// Returning to one state again and again is a loop whatever the
@@ -223,7 +226,8 @@ func (in *inspection) editUndo() (Detection, bool) {
 }
 
 // replayedReturns is how many returns to one state make a loop when every
-// round re-applied an earlier change and failed alike.
+// round re-applied an earlier change and failed alike, or every round's
+// run failed before one file was put back.
 const replayedReturns = 3
 
 // patchFile starts a file's section in an apply_patch patch (Codex).

@@ -70,9 +70,16 @@ func TestEditUndo(t *testing.T) {
 			`edit_file:{"path":"src/db.py","old_string":"conn = open_db()","new_string":"conn = open_db(retries=3)"}=>ok`, "bash:make test=>FAIL: TestDB (timeout)\nexit code 2", "bash:git reset --hard=>HEAD is now at 1a2b3c4 init",
 			"bash:cat src/db.py=>def open_db(): ...", `edit_file:{"path":"src/db.py","old_string":"conn = open_db()","new_string":"conn = open_db(retries=3)"}=>ok`, "bash:make test=>FAIL: TestDB (timeout)\nexit code 2", "bash:git reset --hard=>HEAD is now at 1a2b3c4 init",
 			"bash:grep -rn open_db src=>src/db.py:3", `edit_file:{"path":"src/db.py","old_string":"conn = open_db()","new_string":"conn = open_db(retries=3)"}=>ok`, "bash:make test=>FAIL: TestDB (timeout)\nexit code 2", "bash:git reset --hard=>HEAD is now at 1a2b3c4 init"}, want: stopped},
-		{name: "restored 3 times, a new edit each round, failing alike", give: []string{
+		{name: "restored 3 times, a new edit each round, the run failing each time", give: []string{
 			"bash:sed -i s/load(/load_all(/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>",
 			"bash:sed -i s/rows/rows or []/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>",
+			"bash:sed -i s/get(k)/get(k, None)/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>"}, want: stopped},
+		{name: "restored twice, a new edit each round, the run failing each time", give: []string{
+			"bash:sed -i s/load(/load_all(/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>",
+			"bash:sed -i s/rows/rows or []/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>"}, want: absent},
+		{name: "restored 3 times, a new edit each round, one run passing", give: []string{
+			"bash:sed -i s/load(/load_all(/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>",
+			"bash:sed -i s/rows/rows or []/ app.py=>", "bash:pytest -q=>3 passed in 0.12s", "bash:git checkout app.py=>",
 			"bash:sed -i s/get(k)/get(k, None)/ app.py=>", "bash:pytest -q=>FAILED test_app.py::test_load - KeyError: 'id'", "bash:git checkout app.py=>"}, want: absent},
 		{name: "restored 3 times, the same edit re-applied, the run changing", give: []string{
 			"bash:sed -i s/N = 1/N = 2/ cfg.py=>", "bash:python bench.py=>12.1 req per worker", "bash:git checkout cfg.py=>",

@@ -522,8 +522,8 @@ func normalizedText(s string) string {
 	return string(appendNormalized(nil, s))
 }
 
-// aggregate applies the DESIGN rules: any score > Single, or two or more
-// > Pair, or the weighted combination > Combined.
+// aggregate applies the rules of docs/design.md section 3: any score >
+// Single, or two or more > Pair, or the weighted combination > Combined.
 func aggregate(dets []Detection, lim *limits) Verdict {
 	if len(dets) == 0 {
 		return Verdict{}
@@ -630,6 +630,9 @@ func patternKey(d *Detection) string {
 		h = h.str(d.Evidence.Element)
 	case ParamDrift, EditUndo, SameResult:
 		h = h.str(d.Evidence.Element)
+	case SemanticLoop:
+		// The judge names an approach, carried out with other arguments at
+		// every turn: the tool alone.
 	default:
 		h = h.str(d.Evidence.Args)
 	}

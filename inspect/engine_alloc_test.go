@@ -2,7 +2,11 @@
 
 package inspect
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
+)
 
 // TestParseInspectAllocs holds Parse + Inspect to the allocation budget of
 // the issue that made them fast: under 200 allocations for a 200-turn
@@ -44,14 +48,14 @@ func TestSessionTurnAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(120))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(120))
 	var bodies [][]byte
 	for turn := 100; turn <= 112; turn++ {
 		bodies = append(bodies, h.body(h.msgs[:2+2*turn]))
 	}
 	c := NewSessionCache(64 << 20)
 	next := func() {
-		tr, err := e.ParseSession(c, "s", ChatCompletions, bodies[0])
+		tr, err := e.ParseSession(c, "s", wireapi.Chat, bodies[0])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -95,9 +95,11 @@ func (in *inspection) errorCycle() (Detection, bool) {
 }
 
 // newAttempt reports whether the call at a did something the window had
-// not done yet: it changes things (it does not only look), and no earlier
-// call of its tool in the window did the same or a trivially varied thing
-// (a number, whitespace).
+// not done yet, as goose restarts its error streak on a success: a change
+// (it does not only look: a read between failures is no progress) that no
+// earlier call of its tool made, bar a trivial variation (a number,
+// whitespace). An edit whose arguments resemble an earlier one's yet
+// change other text is a new change.
 func (in *inspection) newAttempt(a int) bool {
 	x := &in.evs[a]
 	if x.c.onlyLooks() {
@@ -105,11 +107,33 @@ func (in *inspection) newAttempt(a int) bool {
 	}
 	for b := in.win; b < a; b++ {
 		y := &in.evs[b]
-		if y.c.Name == x.c.Name && (y.fp == x.fp || in.similar(y.c.Args, x.c.Args, in.lim.DriftSimilarity)) {
+		if y.c.Name == x.c.Name && (y.fp == x.fp || trivialVariant(y.c.Args, x.c.Args)) {
 			return false
 		}
 	}
 	return true
+}
+
+// trivialVariant reports whether a and b differ only in digits and
+// whitespace (`sleep 5` and `sleep 10`, a re-indented edit).
+func trivialVariant(a, b string) bool {
+	i, j := 0, 0
+	for {
+		for i < len(a) && (isDigit(a[i]) || asciiSpace[a[i]]) {
+			i++
+		}
+		for j < len(b) && (isDigit(b[j]) || asciiSpace[b[j]]) {
+			j++
+		}
+		if i == len(a) || j == len(b) {
+			return i == len(a) && j == len(b)
+		}
+		if a[i] != b[j] {
+			return false
+		}
+		i++
+		j++
+	}
 }
 
 // failedBefore reports whether x is a call that produced one of the

@@ -741,4 +741,5 @@ func TestGenerateCorpus(t *testing.T) {
 	write("volatile.jsonl", volatileCases())
 	write("assistant_errors.jsonl", assistantErrorCases())
 	write("progress.jsonl", progressCases())
+	write("runaway.jsonl", runawayCases())
 }

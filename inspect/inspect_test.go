@@ -257,7 +257,7 @@ func TestAggregate(t *testing.T) {
 	for _, tt := range tests {
 		var dets []Detection
 		for i, s := range tt.scores {
-			dets = append(dets, Detection{Category: allCategories[i], Score: s, Evidence: Evidence{Tool: "t", Args: fmt.Sprint(i)}})
+			dets = append(dets, Detection{Category: Categories[i], Score: s, Evidence: Evidence{Tool: "t", Args: fmt.Sprint(i)}})
 		}
 		v := aggregate(dets, &lim)
 		if v.Loop != tt.want {

@@ -19,16 +19,3 @@ func (e *Engine) WithDetection(v Verdict, d Detection, model string) Verdict {
 	dets := append(slices.Clip(v.Detections), d)
 	return aggregate(dets, &lim)
 }
-
-// WarnsAt is the lowest score at which one detection of category c, alone,
-// makes a loop for model: through the weighted combination or the single
-// threshold, whichever comes first. A judge uses it to tell a doubtful
-// verdict (below it) from one that warns.
-func (e *Engine) WarnsAt(c Category, model string) float64 {
-	lim := e.cfg.resolve(model)
-	at := lim.single
-	if w := lim.weight(c); w > 0 {
-		at = min(at, lim.Combined/w)
-	}
-	return at
-}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 // outcomeCase is a history whose detection of cat reports want as its
@@ -78,7 +80,7 @@ func outcomeCases() (out []outcomeCase) {
 	}
 	for _, tt := range tests {
 		msgs := append([]json.RawMessage{json.RawMessage(`{"role":"user","content":"Fix the build."}`)}, tt.msgs()...)
-		h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+		h := history{api: wireapi.Chat, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
 		out = append(out, outcomeCase{cacheCase{tt.name, h}, tt.cat, tt.want})
 	}
 	return out

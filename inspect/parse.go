@@ -677,6 +677,9 @@ var automatedMarkers = []string{
 	"your response was not formatted", "please continue working", "if you have completed your assignment",
 	"you must use a tool", "please use a tool", "continue on with the task",
 	"trimming prompt", "context window limit", "prompt is too long", "maximum context length",
+	// OpenHands: an error observation sent in user role, and its
+	// condenser's placeholder summary.
+	"[error occurred in processing last action]", "no events summarized", "contextwindowexceeded",
 }
 
 // toolOutputPrefixes mark tool output that an agent sends in user role.
@@ -692,6 +695,39 @@ var churnMarkers = []string{
 	"condensed", "condensation", "trimming prompt", "trimmed the conversation", "context window", "context length",
 	"context_length", "maximum context", "prompt is too long", "conversation was compacted", "context was compacted",
 	"has been summarized", "summary of the conversation", "conversation so far", "too many tokens",
+	"contextwindowexceeded", "context_window_exceeded", "no events summarized",
+}
+
+// condenserHeads start the lines of the summaries OpenHands' condensers
+// write in place of the events they forget (STATE:, TESTS:, CHANGES:, ...
+// of the summarizing condenser; USER_CONTEXT:, COMPLETED:, PENDING:, ...
+// of the structured one), sent back in user role.
+var condenserHeads = []string{
+	"STATE:", "TESTS:", "CHANGES:", "DEPS:", "INTENT:", "USER_CONTEXT:", "TASK_TRACKING:", "COMPLETED:", "PENDING:",
+	"CURRENT_STATE:", "CODE_STATE:", "VERSION_CONTROL_STATUS:",
+}
+
+// condenserSummary reports a text laid out as a condenser's summary: three
+// or more of its lines open with a heading of condenserHeads. A person
+// writes such a layout rarely, and then not as a new task.
+func condenserSummary(txt string) bool {
+	if !strings.Contains(txt, "S:") && !strings.Contains(txt, "T:") && !strings.Contains(txt, "G:") {
+		return false // none of the headings can be there: most messages stop here
+	}
+	n := 0
+	for line := range strings.Lines(txt) {
+		line = strings.TrimSpace(line)
+		for _, h := range condenserHeads {
+			if strings.HasPrefix(line, h) {
+				n++
+				break
+			}
+		}
+		if n >= 3 {
+			return true
+		}
+	}
+	return false
 }
 
 // churnNotice reports a user-role message that says the context was cut
@@ -705,7 +741,7 @@ func churnNotice(txt string) bool {
 			return true
 		}
 	}
-	return false
+	return condenserSummary(head)
 }
 
 func classifyUser(txt string) userKind {
@@ -744,6 +780,9 @@ func classifyUser(txt string) userKind {
 	// loopguard writes its markers in lower case: no need to lower the
 	// whole message, which can be a long tool output in user role.
 	if strings.Contains(t, "<loop-recovery") || strings.Contains(t, "[loopguard]") {
+		return userAutomated
+	}
+	if condenserSummary(head) {
 		return userAutomated
 	}
 	return userGenuine

@@ -345,7 +345,13 @@ func readOnlyWords(w []string) bool {
 // the first re-applied a change an earlier round made (the same call
 // again after the restore): the agent replays what it already knows
 // fails, where a healthy run that restores tries something else.
-func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
+//
+// failing is true when the state is one file's and every round before a
+// return ended with its last run (a test, a reproduction script: a call
+// that neither looks nor changes) failing: real SWE-bench runs that loop
+// try a different change each round, run the failing test again and put
+// the file back, three times and more.
+func (in *inspection) stateReturns() (idx []int, noProgress, replayed, failing bool) {
 	evs := in.evs
 	type state struct {
 		restore
@@ -356,12 +362,23 @@ func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 		round   []uint64 // the attempts' fingerprints since the last restore of the path
 		seen    []uint64 // those of the rounds before it
 		replays int      // rounds that re-applied an earlier round's change
+		run     int8     // the round's last run: 0 none, 1 failed, 2 passed
+		failed  int      // rounds whose last run failed
 	}
 	var states []state
 	var rs []restore
 	// Most histories restore nothing: find out before classifying calls.
 	if !slices.ContainsFunc(evs, func(x ev) bool { return x.c.facts()&primaryRestores != 0 }) {
-		return nil, false, false
+		return nil, false, false, false
+	}
+	runOf := func(x *ev) int8 {
+		if !x.has || changes(x.c, ".") {
+			return 0
+		}
+		if x.isErr {
+			return 1
+		}
+		return 2
 	}
 	attempt, lastEnd := false, -1
 	var since []int // the attempts since the latest restore of anything
@@ -375,10 +392,14 @@ func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 		tried := func() {
 			attempt = true
 			since = append(since, a)
+			run := runOf(x)
 			for i := range states {
 				states[i].attempt = true
 				if changes(x.c, states[i].path) {
 					states[i].round = append(states[i].round, x.fp)
+				}
+				if run != 0 {
+					states[i].run = run
 				}
 			}
 			if x.has {
@@ -407,6 +428,9 @@ func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 					if changes(evs[b].c, r.path) {
 						states[len(states)-1].round = append(states[len(states)-1].round, evs[b].fp)
 					}
+					if run := runOf(&evs[b]); run != 0 {
+						states[len(states)-1].run = run
+					}
 				}
 				k = len(states) - 1
 			}
@@ -418,6 +442,9 @@ func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 				if slices.ContainsFunc(s.round, func(fp uint64) bool { return slices.Contains(s.seen, fp) }) {
 					s.replays++
 				}
+				if s.run == 1 {
+					s.failed++
+				}
 				s.seen = append(s.seen, s.round...)
 			}
 			// The file (every file, for ".") is back: later restores of it
@@ -426,6 +453,7 @@ func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 				if p := states[i].path; p == r.path || r.path == "." || p == "." {
 					states[i].attempt = false
 					states[i].round = states[i].round[:0]
+					states[i].run = 0
 				}
 			}
 		}
@@ -441,16 +469,17 @@ func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 		}
 	}
 	if best < 0 {
-		return nil, false, false
+		return nil, false, false, false
 	}
 	s := &states[best]
 	replayed = s.n > 1 && s.replays == s.n-1
+	failing = s.path != "." && s.failed == s.n
 	noProgress = true
 	var ref *ev
 	allErr := true
 	for _, e := range s.ends {
 		if e < 0 {
-			return s.idx, false, replayed
+			return s.idx, false, replayed, failing
 		}
 		x := &evs[e]
 		allErr = allErr && x.isErr
@@ -460,7 +489,7 @@ func (in *inspection) stateReturns() (idx []int, noProgress, replayed bool) {
 			noProgress = false
 		}
 	}
-	return s.idx, noProgress || allErr, replayed
+	return s.idx, noProgress || allErr, replayed, failing
 }
 
 // changes reports whether attempt c names the file p changes (any file,

@@ -23,6 +23,12 @@ func (in *inspection) sameResult() (Detection, bool) {
 	for a := len(evs) - 1; a >= in.win; a-- {
 		x := &evs[a]
 		if x.c.Name != L.c.Name {
+			if x.has && !x.isErr && in.newAttempt(a) {
+				// Something new succeeded in between: the answers before
+				// it were another attempt's (goose restarts its streak on
+				// a success).
+				break
+			}
 			continue
 		}
 		if !x.has || !(x.neg || x.isErr) || !(x.outcome() == L.outcome() || x.isErr && L.isErr && x.err == L.err && (L.meaningful || L.neg)) {

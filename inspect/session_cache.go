@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/zeebo/xxh3"
 )
 
@@ -143,7 +144,7 @@ func (e *Engine) ParseSession(c *SessionCache, session string, api API, body []b
 	}
 	walk, ok := adapters[api]
 	if !ok {
-		api, walk = ChatCompletions, (*parser).chat
+		api, walk = wireapi.Chat, (*parser).chat
 	}
 	// Results are digested unless a rule reads all their text (an error
 	// pattern of the configuration). A digest is of the engine's rules:
@@ -285,8 +286,8 @@ type sessionParse struct {
 
 // historyKey is the member of a body of api that holds its history.
 func historyKey(api API) string {
-	if api == Responses {
-		return "input"
+	if a := wireapi.Lookup(api); a != nil {
+		return a.History
 	}
 	return "messages"
 }

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 // benchSession measures one turn of a session whose previous turn is in
@@ -17,14 +19,14 @@ import (
 // results leave the reach), which is timed.
 func benchSession(b *testing.B, turns int, warm bool) {
 	e, _ := NewEngine(DefaultConfig())
-	h, _ := splitHistory(b, ChatCompletions, benchBody(turns+1))
+	h, _ := splitHistory(b, wireapi.Chat, benchBody(turns+1))
 	prevBody := h.body(h.msgs[:len(h.msgs)-2])
 	if !warm {
 		prevBody = benchBody20KB()
 	}
 	body := h.body(h.msgs)
 	c := NewSessionCache(1 << 30)
-	tr, err := e.ParseSession(c, "s", ChatCompletions, prevBody)
+	tr, err := e.ParseSession(c, "s", wireapi.Chat, prevBody)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func benchSession(b *testing.B, turns int, warm bool) {
 	cpu := processCPU()
 	for i := 0; i < b.N; i++ {
 		reset()
-		tr, err := e.ParseSession(c, "s", ChatCompletions, body)
+		tr, err := e.ParseSession(c, "s", wireapi.Chat, body)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -86,7 +88,7 @@ func BenchmarkSessionMiss1000(b *testing.B) { benchSession(b, 1000, false) }
 func BenchmarkSessionTurnsInterleaved(b *testing.B) {
 	const sessions, turns = 16, 200
 	e, _ := NewEngine(DefaultConfig())
-	h, _ := splitHistory(b, ChatCompletions, benchBody(turns))
+	h, _ := splitHistory(b, wireapi.Chat, benchBody(turns))
 	bodies := make([][]byte, turns)
 	for k := range bodies {
 		bodies[k] = h.body(h.msgs[:2+2*(k+1)])
@@ -104,7 +106,7 @@ func BenchmarkSessionTurnsInterleaved(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		s := i % sessions
 		buf = append(buf[:0], bodies[at[s]]...)
-		tr, err := e.ParseSession(c, ids[s], ChatCompletions, buf)
+		tr, err := e.ParseSession(c, ids[s], wireapi.Chat, buf)
 		if err != nil {
 			b.Fatal(err)
 		}

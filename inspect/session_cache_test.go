@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 // history is a request body split into its history array and the rest, so
@@ -28,7 +30,7 @@ type history struct {
 func splitHistory(t testing.TB, api API, body []byte) (history, bool) {
 	t.Helper()
 	h := history{api: api, key: "messages"}
-	if api == Responses {
+	if api == wireapi.Responses {
 		h.key = "input"
 	}
 	if err := json.Unmarshal(body, &h.rest); err != nil {
@@ -168,6 +170,9 @@ func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API
 // once judged, as the proxy does (the next turn extends its steps in
 // place), and kept (the next turn copies them).
 func TestSessionCacheSameVerdicts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays long sessions turn by turn, twice: skipped under -short")
+	}
 	for _, release := range []bool{true, false} {
 		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) { sameVerdicts(t, release) })
 	}
@@ -350,10 +355,10 @@ func TestSessionCacheBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(20))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(20))
 	turn := func(c *SessionCache, session string, k int) {
 		t.Helper()
-		if _, err := e.ParseSession(c, session, ChatCompletions, h.body(h.msgs[:k])); err != nil {
+		if _, err := e.ParseSession(c, session, wireapi.Chat, h.body(h.msgs[:k])); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -426,11 +431,11 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(40))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(40))
 	c := NewSessionCache(64 << 20)
 	want := make([]Verdict, len(h.msgs)+1)
 	for k := 1; k <= len(h.msgs); k++ {
-		tr, err := e.ParseAPI(ChatCompletions, h.body(h.msgs[:k]))
+		tr, err := e.ParseAPI(wireapi.Chat, h.body(h.msgs[:k]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +443,7 @@ func TestSessionCacheConcurrentTurns(t *testing.T) {
 	}
 	concurrently(t, 8, func(g int) string {
 		for k := 1 + g%3; k <= len(h.msgs); k++ {
-			tr, err := e.ParseSession(c, "s", ChatCompletions, h.body(h.msgs[:k]))
+			tr, err := e.ParseSession(c, "s", wireapi.Chat, h.body(h.msgs[:k]))
 			if err != nil {
 				return err.Error()
 			}
@@ -489,7 +494,7 @@ func TestSessionCacheConcurrentEdits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(60))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(60))
 	n := len(h.msgs)
 	c := NewSessionCache(64 << 20)
 	concurrently(t, 6, func(g int) string {
@@ -506,11 +511,11 @@ func TestSessionCacheConcurrentEdits(t *testing.T) {
 				cur = append(cur[:i:i], append([]json.RawMessage{editMessage(t, cur[i], false)}, cur[i+1:]...)...)
 			}
 			body := h.body(cur)
-			got, err := e.ParseSession(c, "s", ChatCompletions, body)
+			got, err := e.ParseSession(c, "s", wireapi.Chat, body)
 			if err != nil {
 				return err.Error()
 			}
-			want, err := e.ParseAPI(ChatCompletions, body)
+			want, err := e.ParseAPI(wireapi.Chat, body)
 			if err != nil {
 				return err.Error()
 			}
@@ -541,14 +546,14 @@ func TestSessionCacheLeasedTurns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(150))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(150))
 	for _, release := range []bool{true, false} {
 		c := NewSessionCache(64 << 20)
 		var prev *Trajectory
 		inPlace, turns, requests := 0, 0, 0
 		for k := 2; k <= len(h.msgs); k += 2 {
 			requests++
-			got, _ := checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("release %v, grown to %d", release, k))
+			got, _ := checkSame(t, e, c, "s", wireapi.Chat, h.body(h.msgs[:k]), fmt.Sprintf("release %v, grown to %d", release, k))
 			if prev != nil && len(prev.Steps) > 0 {
 				turns++
 				if unsafe.SliceData(got.Steps) == unsafe.SliceData(prev.Steps) {
@@ -578,14 +583,14 @@ func TestSessionCacheBytesPerSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(200))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(200))
 	grown, once := NewSessionCache(1<<30), NewSessionCache(1<<30)
 	for k := 1; k <= len(h.msgs); k++ {
-		if _, err := e.ParseSession(grown, "s", ChatCompletions, h.body(h.msgs[:k])); err != nil {
+		if _, err := e.ParseSession(grown, "s", wireapi.Chat, h.body(h.msgs[:k])); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.ParseSession(once, "s", ChatCompletions, h.body(h.msgs)); err != nil {
+	if _, err := e.ParseSession(once, "s", wireapi.Chat, h.body(h.msgs)); err != nil {
 		t.Fatal(err)
 	}
 	g, o := grown.Stats().Bytes, once.Stats().Bytes
@@ -614,7 +619,7 @@ func TestSessionCacheCutBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, api := range []API{ChatCompletions, AnthropicMessages, Responses, OllamaChat} {
+	for _, api := range []API{wireapi.Chat, wireapi.Anthropic, wireapi.Responses, wireapi.Ollama} {
 		body, err := os.ReadFile("testdata/adapters/repetition." + string(api) + ".json")
 		if err != nil {
 			t.Fatal(err)
@@ -689,13 +694,13 @@ func TestSessionCacheLongHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(120))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(120))
 	if n := len(h.body(h.msgs)); n < 3*hashBlock {
 		t.Fatalf("history of %d bytes: want several hash blocks", n)
 	}
 	c := NewSessionCache(64 << 20)
 	for k := 1; k <= len(h.msgs); k++ {
-		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
+		checkSame(t, e, c, "s", wireapi.Chat, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
 	}
 	if st := c.Stats(); st.Hits != uint64(len(h.msgs)-1) || st.Misses != 1 {
 		t.Fatalf("stats %+v after %d growing turns; want every turn after the first to hit", st, len(h.msgs))
@@ -704,11 +709,11 @@ func TestSessionCacheLongHistory(t *testing.T) {
 		msgs := slices.Clone(h.msgs)
 		msgs[i] = editMessage(t, msgs[i], false)
 		before := c.Stats().Misses
-		checkSame(t, e, c, "s", ChatCompletions, h.body(msgs), fmt.Sprintf("message %d edited", i))
+		checkSame(t, e, c, "s", wireapi.Chat, h.body(msgs), fmt.Sprintf("message %d edited", i))
 		if c.Stats().Misses != before+1 {
 			t.Errorf("message %d edited: served from the cache", i)
 		}
-		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs), "the original again") // a miss, then the cache holds it
+		checkSame(t, e, c, "s", wireapi.Chat, h.body(h.msgs), "the original again") // a miss, then the cache holds it
 	}
 }
 
@@ -741,7 +746,7 @@ func TestSessionCacheReach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(maxEvents+40))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(maxEvents+40))
 	msgs := slices.Clone(h.msgs)
 	call, res := string(msgs[len(msgs)-2]), string(msgs[len(msgs)-1])
 	id := fmt.Sprintf("call_%d", maxEvents+39)
@@ -752,7 +757,7 @@ func TestSessionCacheReach(t *testing.T) {
 	c := NewSessionCache(64 << 20)
 	var last Verdict
 	for k := 2 * (maxEvents - 20); k <= len(msgs); k++ {
-		got, _ := checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+		got, _ := checkSame(t, e, c, "s", wireapi.Chat, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
 		last = e.Inspect(got)
 	}
 	if !last.Loop {
@@ -782,10 +787,10 @@ func TestSessionCacheErrorPatterns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := splitHistory(t, ChatCompletions, benchBody(30))
+	h, _ := splitHistory(t, wireapi.Chat, benchBody(30))
 	c := NewSessionCache(64 << 20)
 	for k := 1; k <= len(h.msgs); k++ {
-		checkSame(t, e, c, "s", ChatCompletions, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
+		checkSame(t, e, c, "s", wireapi.Chat, h.body(h.msgs[:k]), fmt.Sprintf("grown to %d", k))
 	}
 	for s, st := range c.get("s").steps {
 		for _, c := range st.Calls {
@@ -799,7 +804,7 @@ func TestSessionCacheErrorPatterns(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := c.Stats()
-	checkSame(t, other, c, "s", ChatCompletions, h.body(h.msgs), "another engine")
+	checkSame(t, other, c, "s", wireapi.Chat, h.body(h.msgs), "another engine")
 	if st := c.Stats(); st.Hits != before.Hits || st.Misses != before.Misses+1 {
 		t.Fatalf("stats %+v after %+v: another engine's turn must be a miss", st, before)
 	}
@@ -818,7 +823,7 @@ func TestSessionCacheSyntaxErrors(t *testing.T) {
 	msgs := h.msgs
 	c := NewSessionCache(64 << 20)
 	for k := 1; k <= len(msgs); k++ {
-		checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+		checkSame(t, e, c, "s", wireapi.Chat, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
 	}
 	for s, st := range c.get("s").steps {
 		for _, c := range st.Calls {
@@ -844,7 +849,7 @@ func syntaxErrorHistory(turns, pad int) history {
 			"%sTraceback (most recent call last):\n  File \"parser_%d.py\", line %d\n    if x = 1:\n         ^\nSyntaxError: invalid syntax", out, i, 10+7*i)})
 		msgs = append(msgs, call, res)
 	}
-	return history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+	return history{api: wireapi.Chat, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
 }
 
 // writesHistory is a Responses history of turns steps, each an assistant
@@ -861,7 +866,7 @@ func writesHistory(turns int) history {
 		out, _ := json.Marshal(map[string]any{"type": "function_call_output", "call_id": id, "output": "File written."})
 		items = append(items, msg, call, out)
 	}
-	return history{api: Responses, key: "input", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: items}
+	return history{api: wireapi.Responses, key: "input", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: items}
 }
 
 // TestSessionCacheHeapMatchesCount: the bytes the cache counts are the
@@ -876,7 +881,7 @@ func TestSessionCacheHeapMatchesCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bench, _ := splitHistory(t, ChatCompletions, benchBody(60))
+	bench, _ := splitHistory(t, wireapi.Chat, benchBody(60))
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -938,7 +943,7 @@ func growingHistory(turns int) history {
 		res, _ := json.Marshal(map[string]any{"role": "tool", "tool_call_id": fmt.Sprintf("call_%d", i), "content": fmt.Sprintf("module %d\n%s", i, out)})
 		msgs = append(msgs, call, res)
 	}
-	return history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"fake-model"`)}, msgs: msgs}
+	return history{api: wireapi.Chat, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"fake-model"`)}, msgs: msgs}
 }
 
 // sessionHeap grows sessions sessions of h turn by turn from its first
@@ -957,7 +962,7 @@ func sessionHeap(t *testing.T, e *Engine, h history, from, sessions int) (held, 
 	before := heap()
 	for s := 0; s < sessions; s++ {
 		for k := from; k <= len(h.msgs); k += 2 {
-			tr, err := e.ParseSession(c, fmt.Sprint(s), ChatCompletions, h.body(h.msgs[:k]))
+			tr, err := e.ParseSession(c, fmt.Sprint(s), wireapi.Chat, h.body(h.msgs[:k]))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -975,12 +980,15 @@ func sessionHeap(t *testing.T, e *Engine, h history, from, sessions int) (held, 
 // of heap, as runtime.MemStats sees it, grown turn by turn. Other lengths
 // are logged for the record (max 0).
 func TestSessionCacheHeapPerSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the heap of many long sessions: skipped under -short")
+	}
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	bench := func(turns int) history {
-		h, _ := splitHistory(t, ChatCompletions, benchBody(turns))
+		h, _ := splitHistory(t, wireapi.Chat, benchBody(turns))
 		return h
 	}
 	for _, tt := range []struct {
@@ -1086,7 +1094,7 @@ func zoneHistories(w int) (out []zoneCase) {
 		}},
 	} {
 		msgs := append([]json.RawMessage{json.RawMessage(`{"role":"user","content":"Fix the build."}`)}, c.msgs()...)
-		h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
+		h := history{api: wireapi.Chat, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"gpt-4o"`)}, msgs: msgs}
 		out = append(out, zoneCase{cacheCase{c.name, h}, c.inWindow})
 	}
 	return out
@@ -1108,7 +1116,7 @@ func TestSessionCacheEvidenceZone(t *testing.T) {
 			c := NewSessionCache(64 << 20)
 			var want *Trajectory
 			for k := 1; k <= len(msgs); k++ {
-				_, want = checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+				_, want = checkSame(t, e, c, "s", wireapi.Chat, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
 			}
 			if c.Stats().Hits == 0 {
 				t.Fatal("no turn was served from the cache")
@@ -1181,11 +1189,11 @@ func TestSessionCacheLateResults(t *testing.T) {
 			}
 		}
 	}
-	h := history{api: ChatCompletions, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"m"`)}, msgs: msgs}
+	h := history{api: wireapi.Chat, key: "messages", rest: map[string]json.RawMessage{"model": json.RawMessage(`"m"`)}, msgs: msgs}
 	c := NewSessionCache(64 << 20)
 	overflowed := false
 	for k := 1; k <= len(msgs); k++ {
-		got, _ := checkSame(t, e, c, "s", ChatCompletions, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
+		got, _ := checkSame(t, e, c, "s", wireapi.Chat, h.body(msgs[:k]), fmt.Sprintf("grown to %d", k))
 		got.Release()
 		overflowed = overflowed || c.get("s").unanswered.n < 0
 	}

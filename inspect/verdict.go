@@ -5,7 +5,7 @@ package inspect
 // in metrics labels.
 type Category string
 
-// The detector families of DESIGN.md section 3.
+// The detector families of docs/design.md section 3.
 const (
 	ToolRepetition    Category = "tool_repetition"
 	ToolCycle         Category = "tool_cycle"

@@ -38,15 +38,6 @@ var ModelHosts = []ModelHost{
 	{"api.groq.com", "chat completions (/openai/v1/chat/completions)", "Groq keys in any agent"},
 }
 
-// Config is the [run] section of the configuration: what `loopguard run`
-// intercepts besides ModelHosts.
-type Config struct {
-	// Hosts are more model hosts to intercept (names, no port or scheme):
-	// a gateway or a vendor loopguard does not list. Empty (default):
-	// ModelHosts only.
-	Hosts []string `toml:"hosts"`
-}
-
 // Hosts is the set of host names a run intercepts: ModelHosts, the
 // configured ones and those given to -resolve, without ports, in lower
 // case.

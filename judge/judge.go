@@ -20,7 +20,9 @@ type Verdict struct {
 	// Confidence is the judge's confidence that the agent is stuck, in
 	// [0,1].
 	Confidence float64
-	// What names the repeated approach in the judge's words, shortened.
+	// What names the repeated approach in the judge's words, shortened:
+	// for the timeline and the log only, never for the agent (a judge can
+	// be steered by the history it reads; policy's judgedEvidence).
 	What string
 }
 
@@ -38,9 +40,6 @@ const (
 	QueueFull   Outcome = "queue_full"  // dropped: every worker busy and the queue full
 	OverBudget  Outcome = "over_budget" // skipped: a calls or tokens budget was spent
 )
-
-// Outcomes lists every Outcome, in label order.
-var Outcomes = []Outcome{Stuck, NotStuck, Failed, Timeout, Unparseable, QueueFull, OverBudget}
 
 // Job is one check: a session's digest and where to send it.
 type Job struct {

@@ -41,19 +41,19 @@ type Ollama struct {
 
 type ollamaCall struct{ name, args []byte }
 
-// Add folds one line's JSON object into the answer and tells fn what it
+// Add folds one line's JSON object into the answer and returns what it
 // added. A line that is not an object (an {"error": ...} line is one, and
 // is read as one that adds nothing) returns ErrNotObject and changes
 // nothing.
-func (a *Ollama) Add(line []byte, fn func(Update)) error {
+func (a *Ollama) Add(line []byte) (Update, error) {
+	u := Update{CallStarted: -1}
 	if !rawjson.Valid(line) {
-		return ErrNotObject
+		return u, ErrNotObject
 	}
 	s := rawjson.View(line)
 	if i := rawjson.SkipSpace(s, 0); i >= len(s) || s[i] != '{' {
-		return ErrNotObject
+		return u, ErrNotObject
 	}
-	u := Update{CallStarted: -1}
 	a.text, a.reasoning = a.text[:0], a.reasoning[:0]
 	rawjson.MembersWith(s, func(k string, at int) int {
 		end := rawjson.ValueEnd(s, at)
@@ -86,10 +86,7 @@ func (a *Ollama) Add(line []byte, fn func(Update)) error {
 	})
 	a.usage.TotalTokens = a.usage.PromptTokens + a.usage.CompletionTokens
 	u.Text, u.Reasoning = a.text, a.reasoning
-	if fn != nil {
-		fn(u)
-	}
-	return nil
+	return u, nil
 }
 
 // message reads /api/chat's message object: content, thinking, tool_calls.

@@ -29,13 +29,13 @@ func TestOllamaAccumulator(t *testing.T) {
 			var text strings.Builder
 			done := 0
 			for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
-				if err := a.Add(l, func(u Update) {
-					text.Write(u.Text)
-					if u.Done {
-						done++
-					}
-				}); err != nil {
+				u, err := a.Add(l)
+				if err != nil {
 					t.Fatal(err)
+				}
+				text.Write(u.Text)
+				if u.Done {
+					done++
 				}
 			}
 			if tt.wantText != "" && text.String() != tt.wantText {
@@ -59,7 +59,7 @@ func TestOllamaAccumulator(t *testing.T) {
 		})
 	}
 	var a Ollama
-	if err := a.Add([]byte(`"x"`), nil); err == nil {
+	if _, err := a.Add([]byte(`"x"`)); err == nil {
 		t.Error("a string line was read")
 	}
 }
@@ -70,9 +70,9 @@ func TestOllamaAddAllocs(t *testing.T) {
 	line := []byte(`{"model":"tiny","created_at":"2026-11-27T13:32:17.734724733Z","message":{"role":"assistant","content":"line\n two"},"done":false}`)
 	var a Ollama
 	n := 0
-	fn := func(u Update) { n += len(u.Text) }
-	_ = a.Add(line, fn)
-	if got := testing.AllocsPerRun(1000, func() { _ = a.Add(line, fn) }); got != 0 {
+	fn := func(u Update, _ error) { n += len(u.Text) }
+	fn(a.Add(line))
+	if got := testing.AllocsPerRun(1000, func() { fn(a.Add(line)) }); got != 0 {
 		t.Errorf("%v allocations a line; want 0", got)
 	}
 }
@@ -89,7 +89,7 @@ func FuzzOllamaAdd(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var a Ollama
-		if a.Add(line, func(Update) {}) != nil {
+		if _, err := a.Add(line); err != nil {
 			return
 		}
 		for i := 0; i < a.Calls(); i++ {

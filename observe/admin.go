@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -25,6 +26,7 @@ const DefaultPrefix = "/loopguard/"
 type SessionControl interface {
 	ResetSession(ctx context.Context, key string) error
 	SetMode(ctx context.Context, key string, m policy.Mode) error
+	SetBudget(ctx context.Context, key string, b *policy.Budget) error
 }
 
 // StateLoader reads a session's policy state. policy.Store implements it.
@@ -346,9 +348,42 @@ func (a *Admin) session(w http.ResponseWriter, r *http.Request, rest string) {
 		}
 		a.rec.admin(key, note, m, a.now())
 		writeJSON(w, http.StatusOK, map[string]any{"session": key, "mode": m})
+	case "budget":
+		a.setBudget(w, r, key)
 	default:
 		writeError(w, http.StatusNotFound, "no such admin endpoint", "not_found")
 	}
+}
+
+// setBudget serves POST sessions/{key}/budget: {"max_tokens":N,"max_turns":N}
+// sets the session's own budget (a zero field inherits the configured one,
+// a negative one turns it off), {} or null clears it.
+func (a *Admin) setBudget(w http.ResponseWriter, r *http.Request, key string) {
+	if !a.method(w, r, http.MethodPost) || !a.control(w) {
+		return
+	}
+	var b *policy.Budget
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		writeError(w, http.StatusBadRequest, `body must be {"max_tokens":N,"max_turns":N} (null clears the override)`, "invalid_request_error")
+		return
+	}
+	if b != nil && *b == (policy.Budget{}) {
+		b = nil
+	}
+	ctx, cancel := a.callCtx(r)
+	defer cancel()
+	if err := a.opts.Control.SetBudget(ctx, key, b); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "the session store could not be updated", "store_error")
+		return
+	}
+	note := "budget override cleared"
+	if b != nil {
+		note = fmt.Sprintf("budget max_tokens=%d max_turns=%d", b.MaxTokens, b.MaxTurns)
+	}
+	a.rec.admin(key, note, "", a.now())
+	writeJSON(w, http.StatusOK, map[string]any{"session": key, "budget": b})
 }
 
 // callCtx bounds a store call made for r by the admin timeout. It keeps

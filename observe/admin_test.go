@@ -21,9 +21,21 @@ import (
 
 // fakeControl records what the admin API asked of the policy.
 type fakeControl struct {
-	resets []string
-	modes  map[string]policy.Mode
-	err    error
+	resets  []string
+	modes   map[string]policy.Mode
+	budgets map[string]*policy.Budget
+	err     error
+}
+
+func (f *fakeControl) SetBudget(_ context.Context, key string, b *policy.Budget) error {
+	if f.err != nil {
+		return f.err
+	}
+	if f.budgets == nil {
+		f.budgets = map[string]*policy.Budget{}
+	}
+	f.budgets[key] = b
+	return nil
 }
 
 func (f *fakeControl) ResetSession(_ context.Context, key string) error {
@@ -184,6 +196,11 @@ func TestAdminEndpoints(t *testing.T) {
 		{"mode invalid", "POST", "/loopguard/api/sessions/loop-a/mode", `{"mode":"turbo"}`, 400, nil, nil},
 		{"mode missing", "POST", "/loopguard/api/sessions/loop-a/mode", `{}`, 400, nil, nil},
 		{"mode not json", "POST", "/loopguard/api/sessions/loop-a/mode", `mode=off`, 400, nil, nil},
+		{"budget", "POST", "/loopguard/api/sessions/loop-a/budget", `{"max_tokens":5000,"max_turns":-1}`, 200, []string{`"max_tokens":5000`}, nil},
+		{"budget clear", "POST", "/loopguard/api/sessions/loop-a/budget", `null`, 200, []string{`"budget":null`}, nil},
+		{"budget unknown field", "POST", "/loopguard/api/sessions/loop-a/budget", `{"max_dollars":5}`, 400, nil, nil},
+		{"budget not json", "POST", "/loopguard/api/sessions/loop-a/budget", `max_tokens=5`, 400, nil, nil},
+		{"budget by GET", "GET", "/loopguard/api/sessions/loop-a/budget", "", 405, nil, nil},
 		{"unknown session action", "POST", "/loopguard/api/sessions/loop-a/explode", "", 404, nil, nil},
 		{"config redacted", "GET", "/loopguard/api/config", "", 200, []string{`"token":"[REDACTED]"`}, []string{"tok-secret"}},
 		{"stats", "GET", "/loopguard/api/stats", "", 200, []string{`"bucket_seconds":60`, `"models":["gpt"]`}, nil},
@@ -224,6 +241,14 @@ func TestAdminEndpoints(t *testing.T) {
 			case "mode":
 				if ctl.modes["loop-a"] != policy.ModeOff {
 					t.Errorf("mode = %q; want off", ctl.modes["loop-a"])
+				}
+			case "budget":
+				if b := ctl.budgets["loop-a"]; b == nil || *b != (policy.Budget{MaxTokens: 5000, MaxTurns: -1}) {
+					t.Errorf("budget = %+v; want max_tokens 5000, max_turns -1", b)
+				}
+			case "budget clear":
+				if b, ok := ctl.budgets["loop-a"]; !ok || b != nil {
+					t.Errorf("budget = %+v, set %v; want cleared", b, ok)
 				}
 			}
 		})

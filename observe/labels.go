@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/policy"
 )
 
@@ -13,9 +14,6 @@ import (
 // Each set maps to a small index so that the hot path finds a pre-resolved
 // child in an array instead of hashing label strings.
 
-// Path labels: the OpenAI-compatible endpoints operators care about, and
-// Ollama's own chat and generate, matched by suffix so that prefixes (/v1,
-// /openai/v1) do not multiply series.
 // transportLabels name how a turn came: an HTTP request, or a message on a
 // Responses WebSocket.
 var transportLabels = [...]string{"http", "websocket"}
@@ -32,38 +30,60 @@ func transportIndex(transport string) int {
 	return 0
 }
 
-var pathLabels = [...]string{"chat_completions", "completions", "embeddings", "models", "responses", "messages", "ollama_chat", "ollama_generate", "other"}
+// Path labels: each guarded API's (its registry label, internal/wireapi),
+// then the OpenAI-compatible endpoints beside them that operators care
+// about, matched by suffix so that prefixes (/v1, /openai/v1) do not
+// multiply series, then "other".
+var pathLabels = func() (l [len(wireapi.APIs) + len(otherEndpoints) + 1]string) {
+	for i := range wireapi.APIs {
+		l[i] = wireapi.APIs[i].Label
+	}
+	for i, e := range otherEndpoints {
+		l[len(wireapi.APIs)+i] = e.label
+	}
+	l[pathOther] = "other"
+	return l
+}()
 
-const pathOther = len(pathLabels) - 1
+// otherEndpoints are the endpoints with a label of their own that no API
+// guards, tried in order after the APIs' paths.
+var otherEndpoints = [...]struct{ label, suffix string }{
+	{"completions", "/completions"}, {"embeddings", "/embeddings"}, {"models", "/models"},
+}
 
-var pathSuffixes = [...]string{"/chat/completions", "/completions", "/embeddings", "/models", "/responses", "/messages", "/api/chat", "/api/generate"}
+const pathOther = len(wireapi.APIs) + len(otherEndpoints)
 
-// PathLabel returns the metrics label of a request path: the endpoint name
-// for the known OpenAI-compatible endpoints, "other" for anything else.
+// PathLabel returns the metrics label of a request path: the API's or the
+// endpoint's name for the known ones, "other" for anything else.
 func PathLabel(path string) string { return pathLabels[pathIndex(path)] }
 
 func pathIndex(path string) int {
-	for i, s := range pathSuffixes {
-		if strings.HasSuffix(path, s) {
-			return i
+	if r := wireapi.Match(path); r.API != nil {
+		return r.API.Index()
+	}
+	for i, e := range otherEndpoints {
+		if strings.HasSuffix(path, e.suffix) {
+			return len(wireapi.APIs) + i
 		}
 	}
 	return pathOther
 }
 
-// categories are the detector families in label order; "none" is a request
-// without a category, "other" one this build does not know.
-var categories = [...]inspect.Category{
-	inspect.ToolRepetition, inspect.ToolCycle, inspect.ParamDrift, inspect.SameResult,
-	inspect.ErrorCycle, inspect.WhackAMole, inspect.TestFixCycle, inspect.EditUndo,
-	inspect.OutputRepetition, inspect.SummaryLoop, inspect.TokenDegeneration,
-	inspect.SemanticLoop, "none", "other",
-}
+// categories are the detector families in label order (inspect.Categories),
+// then the session budget's; "none" is a request without a category,
+// "other" one this build does not know.
+var categories = func() (c [nCat]inspect.Category) {
+	copy(c[:], inspect.Categories[:])
+	c[catBudget] = policy.BudgetCategory
+	c[catNone], c[catOther] = "none", "other"
+	return c
+}()
 
 const (
-	catNone  = len(categories) - 2
-	catOther = len(categories) - 1
-	nCat     = len(categories)
+	catBudget = len(inspect.Categories)
+	catNone   = catBudget + 1
+	catOther  = catNone + 1
+	nCat      = catNone + 2
 )
 
 func categoryIndex(c inspect.Category) int {

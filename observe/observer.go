@@ -87,7 +87,7 @@ func (o *Observer) Recorder() *Recorder { return o.rec }
 // decided. Strings must not alias buffers the proxy reuses: the recorder
 // keeps them.
 type RequestInfo struct {
-	// Session is the session key (policy.SessionKey).
+	// Session is the session key (policy.Identity.Key).
 	Session string
 	// Model is the request's model field.
 	Model string
@@ -168,6 +168,9 @@ func (o *Observer) Request(info RequestInfo) {
 	m.store(storeDecide, info.StoreDuration)
 	if d := info.Decision; d != nil {
 		cat := categoryIndex(d.Verdict.Category)
+		if d.Budget != nil && !d.Verdict.Loop {
+			cat = categoryIndex(policy.BudgetCategory)
+		}
 		act := actionIndex(d.Action)
 		if d.Verdict.Loop {
 			m.detection(cat, act)
@@ -183,6 +186,10 @@ func (o *Observer) Request(info RequestInfo) {
 		}
 		if d.Verdict.Loop || isIntervention(d.Action) {
 			o.logDecision(&info, d)
+		}
+		if b := d.Budget; b != nil {
+			o.log.Info().Str("session", info.Session).Str("budget", b.Kind).Int64("used", b.Used).
+				Int64("limit", b.Limit).Bool("exceeded", b.Exceeded).Str("action", string(d.Action)).Msg("session budget")
 		}
 	}
 	o.rec.request(&info, now)

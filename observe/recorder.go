@@ -120,6 +120,9 @@ type Entry struct {
 	// override set (Mode) or cleared.
 	Note string      `json:"note,omitempty"`
 	Mode policy.Mode `json:"mode,omitempty"`
+	// Budget is the session budget's decision on the request: the warning
+	// share reached, or the budget spent (Action terminate).
+	Budget *policy.BudgetUse `json:"budget,omitempty"`
 	// Replica names the loopguard replica that saw the entry (Options.Replica;
 	// empty for a replica that shares nothing).
 	Replica string `json:"replica,omitempty"`
@@ -376,9 +379,13 @@ func (r *Recorder) request(info *RequestInfo, now time.Time) {
 			e.Category, e.Confidence, e.Brief, e.Pattern = d.Verdict.Category, d.Verdict.Confidence, d.Brief, d.Pattern
 			e.Action, e.Would, e.Level, e.Reapplied = d.Action, d.Would, d.Level, d.Reapplied
 		} else if d.Action != policy.None && d.Action != "" {
-			// A warning about an earlier cut: an intervention without a loop
-			// in the history.
+			// A warning about an earlier cut, or the session's budget: an
+			// intervention without a loop in the history.
 			e.Action, e.Would, e.Level = d.Action, d.Would, d.Level
+		}
+		if d.Budget != nil {
+			b := *d.Budget
+			e.Budget = &b
 		}
 	}
 	r.tally(s, &e, d != nil, d != nil && len(d.Recovered) > 0)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/policy"
 )
 
@@ -30,7 +31,7 @@ func TestRecorderEvictsLeastRecentlySeen(t *testing.T) {
 // TestTimelineNamesAPI: each request entry says which wire API it came in.
 func TestTimelineNamesAPI(t *testing.T) {
 	o, _, _, _ := newTestObserver(t, Options{})
-	for _, api := range []inspect.API{inspect.ChatCompletions, inspect.OllamaChat} {
+	for _, api := range []inspect.API{wireapi.Chat, wireapi.Ollama} {
 		o.Request(RequestInfo{Session: "s", API: api})
 	}
 	_, tl, _ := o.Recorder().Session("s")

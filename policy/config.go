@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 )
@@ -13,7 +14,7 @@ import (
 // X-Loopguard-Mode request header.
 type Mode string
 
-// The modes of DESIGN.md section 4.
+// The modes of docs/design.md section 4.
 const (
 	// ModeEnforce detects loops and acts on them (the default).
 	ModeEnforce Mode = "enforce"
@@ -55,7 +56,7 @@ func (m Mode) rank() int {
 // response header, of ladder entries in the config and of metrics labels.
 type Action string
 
-// The actions of DESIGN.md section 4.
+// The actions of docs/design.md section 4.
 const (
 	None      Action = "none"      // pass the request through unchanged
 	Warn      Action = "warn"      // add a short notice naming the pattern
@@ -136,6 +137,19 @@ type Config struct {
 	GlobalSessions int `toml:"global_sessions"`
 	// GlobalWindow is the window of GlobalSessions. Default 10m.
 	GlobalWindow time.Duration `toml:"global_window"`
+
+	// SessionMaxTokens bounds the tokens the upstream reports over a
+	// session (prompt and completion of every answer, streamed ones
+	// included when the upstream reports their usage); SessionMaxTurns its
+	// model calls. At BudgetWarnPercent of either the next request carries
+	// a warning; once either is used up, the next request is answered
+	// BUDGET_EXCEEDED without calling the upstream. 0: no bound (default).
+	SessionMaxTokens int64 `toml:"session_max_tokens"`
+	SessionMaxTurns  int   `toml:"session_max_turns"`
+	// Models overrides the session budget for models matching a glob
+	// (path.Match syntax); when several match, the longest wins. Zero
+	// fields inherit; a negative one turns that bound off.
+	Models map[string]Budget `toml:"models"`
 }
 
 // Defaults of Config.
@@ -281,6 +295,17 @@ func (c Config) Validate() error {
 	}
 	if c.GlobalWindow < 0 {
 		bad("global_window", "%v is negative", c.GlobalWindow)
+	}
+	if c.SessionMaxTokens < 0 {
+		bad("session_max_tokens", "%d is negative", c.SessionMaxTokens)
+	}
+	if c.SessionMaxTurns < 0 {
+		bad("session_max_turns", "%d is negative", c.SessionMaxTurns)
+	}
+	for glob := range c.Models {
+		if _, err := path.Match(glob, ""); err != nil {
+			bad("models", "model pattern %q: %v", glob, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -1,9 +1,9 @@
 // Package policy turns verdicts into actions.
 //
 // It runs twice in a chat request's flow: before inspection it finds the
-// session (Identify: the client's id, else a key derived from the
-// conversation's opening; Policy.Session tells apart reruns of one prompt)
-// and loads the session's state from the Store;
+// session (identity.go: Identify takes the client's id, else derives a key
+// from the conversation's opening; Policy.Session tells apart reruns of one
+// prompt) and loads the session's state from the Store;
 // after inspection it walks the session's escalation ladder (warn ->
 // constrain -> terminate by default) for the verdict's loop pattern
 // (Policy.Decide) and records what was done. After a response the proxy

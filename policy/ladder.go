@@ -75,7 +75,7 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 			// Last is now: the judge saw the loop go on after any earlier
 			// intervention, so it is neither stale nor a retry.
 			v = p.merge(v, inspect.Detection{Category: inspect.SemanticLoop, Score: j.Confidence,
-				Evidence: inspect.Evidence{Element: j.What, Count: 1, First: j.Step, Last: pos.step}}, model)
+				Evidence: judgedEvidence(t, j, pos.step)}, model)
 			d.Verdict = v
 		}
 	}
@@ -86,7 +86,7 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 		// intervention, and the agent has stepped since: it is working on
 		// something else, and counting the old occurrences again would
 		// deny it the room to recover that an intervention promises
-		// (DESIGN.md: "the count restarts").
+		// (docs/design.md section 3: "the count restarts").
 		d.Stale = true
 	} else if v.Loop {
 		key = patternKey(v)

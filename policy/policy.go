@@ -86,6 +86,13 @@ type Decision struct {
 	// moved on since (Action None).
 	Stale       bool
 	StoreFailed bool
+	// Budget is set when the session's budget decided: the warning share
+	// reached (a warning joins the request) or the budget spent (Action
+	// Terminate, answered BUDGET_EXCEEDED). Budgeted says a budget applies
+	// to the session, so that the answer's usage is to be recorded
+	// (Policy.RecordUsage).
+	Budget   *BudgetUse
+	Budgeted bool
 }
 
 // Constraint is an active pattern to re-inject.
@@ -301,6 +308,16 @@ func (op *decideOp) apply(st *State) error {
 	var changed bool
 	op.d, changed = op.p.decide(st, op.v, op.t, op.now)
 	op.d.Mode = op.mode
+	if op.p.budgets() || st.Budget != nil {
+		model := ""
+		if op.t != nil {
+			model = op.t.Model
+		}
+		if op.p.spend(st, &op.d, model) {
+			st.Updated = op.now
+			changed = true
+		}
+	}
 	if !changed {
 		// Most requests change nothing; skipping the write keeps
 		// loop-free sessions out of the store entirely.
@@ -377,7 +394,9 @@ func (p *Policy) SetMode(ctx context.Context, key string, m Mode) error {
 // its mode override and the run that owns it.
 func (p *Policy) ResetSession(ctx context.Context, key string) error {
 	_, err := p.store.Update(ctx, key, func(st *State) error {
-		*st = State{Mode: st.Mode, Opening: st.Opening, Updated: p.now()}
+		// The budget is no loop: its use and override stay.
+		*st = State{Mode: st.Mode, Opening: st.Opening, Tokens: st.Tokens, Turns: st.Turns,
+			BudgetWarned: st.BudgetWarned, Budget: st.Budget, Updated: p.now()}
 		return nil
 	})
 	if err != nil {

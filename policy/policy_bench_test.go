@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/redistest"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/rs/zerolog"
 )
 
@@ -65,7 +65,7 @@ func BenchmarkSessionKey(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				_ = SessionKey(c.header, body)
+				_ = chatKey(c.header, body)
 			}
 		})
 	}
@@ -75,7 +75,7 @@ func BenchmarkSessionKey(b *testing.B) {
 // request whose history has a first assistant turn (memory store).
 func BenchmarkSessionLink(b *testing.B) {
 	p := New(DefaultConfig(), nil, zerolog.Nop())
-	id := Identify(inspect.ChatCompletions, nil, readFixture(b, "tools_longer.json"))
+	id := Identify(wireapi.Chat, nil, readFixture(b, "tools_longer.json"))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -56,6 +56,16 @@ type State struct {
 	// Opening is the Identity.Turn of the run that claimed this derived
 	// session key (Policy.Session); "" for keys a client sent.
 	Opening string `json:"opening,omitempty"`
+	// Tokens and Turns are what the session used of its budget: the
+	// tokens the upstream reported and the model calls forwarded; kept
+	// only while a budget applies. BudgetWarned: the warning share was
+	// reported.
+	Tokens       int64 `json:"tokens,omitempty"`
+	Turns        int   `json:"turns,omitempty"`
+	BudgetWarned bool  `json:"budget_warned,omitempty"`
+	// Budget, when set by an admin or `loopguard run`, overrides the
+	// configured budget of this session.
+	Budget *Budget `json:"budget,omitempty"`
 	// Updated is when the state last changed.
 	Updated time.Time `json:"updated"`
 }
@@ -138,6 +148,10 @@ func (s *State) Clone() State {
 	if s.Judgement != nil {
 		j := *s.Judgement
 		c.Judgement = &j
+	}
+	if s.Budget != nil {
+		b := *s.Budget
+		c.Budget = &b
 	}
 	return c
 }

@@ -30,10 +30,5 @@ type GlobalRecorder interface {
 	RecordPattern(ctx context.Context, pattern, session string, at time.Time, window time.Duration, threshold int) (sessions int, incident bool, err error)
 }
 
-// Errors returned by stores.
-var (
-	// ErrConflict reports an Update that kept losing races for its key.
-	ErrConflict = errors.New("policy: store update conflict, retries exhausted")
-	// ErrClosed reports a call on a closed store.
-	ErrClosed = errors.New("policy: store closed")
-)
+// ErrConflict reports an Update that kept losing races for its key.
+var ErrConflict = errors.New("policy: store update conflict, retries exhausted")

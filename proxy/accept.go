@@ -25,6 +25,7 @@ type acceptor struct {
 	sendTimeout time.Duration
 	log         zerolog.Logger
 	budget      *bodyBudget
+	pace        bodyPace
 }
 
 // connSet is the set of a Server's open client connections.
@@ -74,7 +75,9 @@ func acceptRetryable(err error) bool {
 
 // track wraps c, a new client connection, and keeps it in the set.
 func (l *acceptor) track(c net.Conn) net.Conn {
-	cc := &clientConn{Conn: limitSends(rawsock.Wrap(c), l.sendTimeout), conns: l.conns, budget: l.budget}
+	cc := &clientConn{Conn: limitSends(rawsock.Wrap(c), l.sendTimeout), conns: l.conns, pace: l.pace}
+	cc.share.budget = l.budget
+	cc.tcp, _ = c.(*net.TCPConn)
 	if hc, ok := c.(hostConn); ok {
 		cc.host = hc.Host()
 	}
@@ -92,16 +95,97 @@ func (l *acceptor) track(c net.Conn) net.Conn {
 type clientConn struct {
 	net.Conn
 	conns *connSet
-	// budget is the server's body budget; reserved is the share the
-	// connection's current request holds (budget.go), refused says that
-	// its request did not fit. reserved is given back by whoever ends
-	// first: the request, or Close from another goroutine.
-	budget   *bodyBudget
-	reserved atomic.Int64
-	refused  bool
+	// tcp is the socket under Conn, for a lingering close; nil if none.
+	tcp *net.TCPConn
 	// host is the host:port an intercepted connection was meant for
 	// (intercepted.go); "" for a connection to loopguard itself.
 	host string
+	// share is what the connection's current request holds of the body
+	// budget (budget.go), given back by whoever ends first: the request,
+	// or Close from another goroutine. refused says that its body did not
+	// fit; body is the body being read, paced by pace.
+	share   budgetShare
+	refused bool
+	body    bodyRead
+	pace    bodyPace
+	// lingering asks Close to read what the client still sends after a
+	// refused body before it closes (linger).
+	lingering atomic.Bool
+	// peer is the client watch's registration of the socket
+	// (clientwatch_linux.go), guarded by the watcher's lock.
+	peer peerReg
+	// ahead holds bytes read ahead of what was asked (readSocket), in a buffer
+	// of readAheads.
+	ahead    []byte
+	aheadBuf *[]byte
+	// take and put are takeAhead and putAhead, made once per connection.
+	take func() []byte
+	put  func([]byte)
+}
+
+// aheadReader reads more than it is asked for (rawsock.Conn, on Linux).
+type aheadReader interface {
+	ReadAhead(p []byte, get func() []byte, put func([]byte)) (int, []byte, error)
+}
+
+// readAheadBelow: a Read of fewer bytes reads ahead. fasthttp reads one
+// byte of a kept-alive connection's next request, and only then takes a
+// buffer for the rest (server.ReduceMemoryUsage keeps an idle connection
+// free of one): two reads a request, where a read ahead makes one.
+const readAheadBelow = 64
+
+// readAheads are the buffers of read-ahead bytes: those of a request's
+// headers and start, which fasthttp takes at once.
+var readAheads = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+
+// readSocket reads as the connection's socket does, but a small read reads
+// ahead (readAheadBelow), and hands the bytes it did not return to the next
+// reads. It is called by the connection's goroutine only (Read).
+func (c *clientConn) readSocket(p []byte) (int, error) {
+	if len(c.ahead) > 0 {
+		n := copy(p, c.ahead)
+		if c.ahead = c.ahead[n:]; len(c.ahead) == 0 {
+			c.releaseAhead()
+		}
+		return n, nil
+	}
+	ar, ok := c.Conn.(aheadReader)
+	if !ok || len(p) >= readAheadBelow {
+		return c.Conn.Read(p)
+	}
+	if c.take == nil {
+		c.take, c.put = c.takeAhead, c.putAhead
+	}
+	n, rest, err := ar.ReadAhead(p, c.take, c.put)
+	c.ahead = rest
+	if rest == nil {
+		c.aheadBuf = nil // given back by ReadAhead
+	}
+	return n, err
+}
+
+// takeAhead and putAhead are ReadAhead's buffer source: a buffer of
+// readAheads, kept in aheadBuf while it holds bytes.
+func (c *clientConn) takeAhead() []byte {
+	c.aheadBuf = readAheads.Get().(*[]byte)
+	return *c.aheadBuf
+}
+
+func (c *clientConn) putAhead([]byte) { c.releaseAhead() }
+
+func (c *clientConn) releaseAhead() {
+	if c.aheadBuf != nil {
+		readAheads.Put(c.aheadBuf)
+		c.aheadBuf, c.ahead = nil, nil
+	}
+}
+
+// peerReg is a client connection's lasting registration with the client
+// watch: gen names it in the watch's events (0: not registered), hup says
+// that the client hung up while none of its requests was watched.
+type peerReg struct {
+	gen uint32
+	hup bool
 }
 
 // SyscallConn shows the socket under c: the peer watcher finds through it
@@ -117,10 +201,13 @@ func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
 var errNotSocket = errors.New("not a socket")
 
 func (c *clientConn) Close() error {
-	c.giveBack()
+	c.share.giveBack()
 	c.conns.mu.Lock()
 	delete(c.conns.open, c)
 	c.conns.mu.Unlock()
+	if c.lingering.Swap(false) && c.tcp != nil {
+		linger(c.tcp)
+	}
 	return c.Conn.Close()
 }
 
@@ -135,6 +222,7 @@ func (s *Server) CloseConnections() int {
 	}
 	s.clients.mu.Unlock()
 	for _, c := range open {
+		c.lingering.Store(false)
 		_ = c.Close()
 	}
 	return len(open)

@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/loopguard/loopguard/inspect"
+import (
+	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/sse"
+)
 
 // callDedup compares the tool calls of one answer (chat: of choice 0) as
 // they complete: a call identical (name + canonical arguments) to an
@@ -15,22 +18,22 @@ type callDedup struct {
 // note compares the calls that u shows complete: the one it completed
 // (Responses, Anthropic), or each call before the one a chat chunk began,
 // or every call once the choice finished.
-func (d *callDedup) note(u answerUpdate, a answer, w *cutWatch) {
-	if u.callDone >= 0 {
-		if name, args, ok := a.toolCall(u.callDone); ok {
+func (d *callDedup) note(u sse.Update, a answer, w *cutWatch) {
+	if u.ToolCallDone >= 0 {
+		if name, args, ok := a.toolCall(u.ToolCallDone); ok {
 			d.compare(name, args, w)
 		}
 		return
 	}
-	if !u.toolCall && !u.finish {
+	if !u.ToolCall && !(u.FinishReason != nil) {
 		return
 	}
 	complete := d.checked
 	switch {
-	case u.finish:
+	case (u.FinishReason != nil):
 		complete = int(^uint(0) >> 1) // every call is complete
-	case u.callStarted >= 0:
-		complete = u.callStarted
+	case u.ToolCallStarted >= 0:
+		complete = u.ToolCallStarted
 	}
 	for ; d.checked < complete && w.cut == nil; d.checked++ {
 		name, args, ok := a.toolCall(d.checked)

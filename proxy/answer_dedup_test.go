@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/sse"
 )
 
 // callList is an answer that holds only tool calls.
@@ -24,22 +25,22 @@ func TestCallDedup(t *testing.T) {
 	// The same arguments in another key order are the same call.
 	buildReordered := [2]string{"bash", `{ "command" : "make build" }`}
 	test := [2]string{"bash", `{"command":"make test"}`}
-	started := func(pos int) answerUpdate { return answerUpdate{toolCall: true, callStarted: pos, callDone: -1} }
-	finished := answerUpdate{finish: true, callStarted: -1, callDone: -1}
-	done := func(pos int) answerUpdate { return answerUpdate{callStarted: -1, callDone: pos} }
+	started := func(pos int) sse.Update { return sse.Update{ToolCall: true, ToolCallStarted: pos, ToolCallDone: -1} }
+	finished := sse.Update{FinishReason: []byte("stop"), ToolCallStarted: -1, ToolCallDone: -1}
+	done := func(pos int) sse.Update { return sse.Update{ToolCallStarted: -1, ToolCallDone: pos} }
 	tests := []struct {
 		name    string
 		calls   [][2]string
-		updates []answerUpdate
+		updates []sse.Update
 		wantCut bool
 	}{
-		{"chat: two calls, then finish", [][2]string{build, test}, []answerUpdate{started(0), started(1), finished}, false},
-		{"chat: a duplicate, then finish", [][2]string{build, buildReordered}, []answerUpdate{started(0), started(1), finished}, true},
-		{"chat: a duplicate still streaming", [][2]string{build, test, build}, []answerUpdate{started(0), started(1), started(2)}, false},
-		{"chat: the duplicate completes when the next call begins", [][2]string{build, build, test}, []answerUpdate{started(0), started(1), started(2)}, true},
-		{"items: two calls completed", [][2]string{build, test}, []answerUpdate{done(0), done(1)}, false},
-		{"items: a duplicate completed", [][2]string{build, build}, []answerUpdate{done(0), done(1)}, true},
-		{"items: a call that is not there", [][2]string{build}, []answerUpdate{done(0), done(1)}, false},
+		{"chat: two calls, then finish", [][2]string{build, test}, []sse.Update{started(0), started(1), finished}, false},
+		{"chat: a duplicate, then finish", [][2]string{build, buildReordered}, []sse.Update{started(0), started(1), finished}, true},
+		{"chat: a duplicate still streaming", [][2]string{build, test, build}, []sse.Update{started(0), started(1), started(2)}, false},
+		{"chat: the duplicate completes when the next call begins", [][2]string{build, build, test}, []sse.Update{started(0), started(1), started(2)}, true},
+		{"items: two calls completed", [][2]string{build, test}, []sse.Update{done(0), done(1)}, false},
+		{"items: a duplicate completed", [][2]string{build, build}, []sse.Update{done(0), done(1)}, true},
+		{"items: a call that is not there", [][2]string{build}, []sse.Update{done(0), done(1)}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,7 +21,7 @@ type callHolder struct {
 	// What the event being held showed (see note).
 	tools    bool // chat: it carried tool-call deltas
 	finish   bool // chat: it finished the choice
-	started  int  // a call it began, -1 if none (answerUpdate.callStarted)
+	started  int  // a call it began, -1 if none (sse.Update.ToolCallStarted)
 	done     int  // the call it completed, -1 if none (Responses, Anthropic)
 	sequence int  // the last sequence_number before it (Responses)
 
@@ -54,16 +54,16 @@ func terminalCalls(ladder []policy.Action, d *policy.Decision) []terminalCall {
 }
 
 // note keeps what an event added to choice 0 that holding needs.
-func (h *callHolder) note(u answerUpdate) {
-	h.tools = h.tools || u.toolCall
-	h.finish = h.finish || u.finish
-	if u.callStarted >= 0 {
-		h.started = u.callStarted
+func (h *callHolder) note(u sse.Update) {
+	h.tools = h.tools || u.ToolCall
+	h.finish = h.finish || (u.FinishReason != nil)
+	if u.ToolCallStarted >= 0 {
+		h.started = u.ToolCallStarted
 	}
-	if u.callDone >= 0 {
-		h.done = u.callDone
+	if u.ToolCallDone >= 0 {
+		h.done = u.ToolCallDone
 	}
-	h.sequence = u.sequence
+	h.sequence = u.Sequence
 }
 
 // chunkEvent holds the events of an API whose calls end only when the
@@ -150,7 +150,7 @@ func (h *callHolder) itemEvent(o *answerObserver, ev *sse.Event, out []byte) ([]
 // stream after them.
 func (h *callHolder) read(o *answerObserver, ev *sse.Event, out []byte) (_ []byte, stop, done bool) {
 	if len(ev.Data) > 0 && ev.Data[0] == '{' {
-		if err := o.answer.add(ev.Data, o); err != nil {
+		if err := o.read(ev.Data); err != nil {
 			out = h.release(out)
 			return append(out, ev.Raw...), false, true
 		}
@@ -197,7 +197,10 @@ func (h *callHolder) replace(o *answerObserver, b []byte, t *terminalCall) []byt
 	o.pipeline.log.Info().Str("session", o.plan.key).Str("category", string(t.constraint.Category)).
 		Str("pattern_key", t.constraint.Pattern).Str("tool", t.constraint.Tool).
 		Msg("held tool call replaced by LOOP_DETECTED")
-	return o.answer.appendReplacement(b, o.ending(), text, h.at)
+	e := o.ending()
+	e.replacement, e.at = text, h.at
+	b, _ = o.answer.appendEnd(b, e, nil)
+	return b
 }
 
 // reset readies h for another answer, keeping its buffers.

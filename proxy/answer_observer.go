@@ -3,9 +3,11 @@ package proxy
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
+	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"
@@ -13,25 +15,28 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// answerObserver watches the answer to one guarded request as it passes:
-// its API's answer reads each event, and small parts, each owning its
-// state, act on what it read:
+// answerObserver watches the answer to one guarded request as it passes,
+// and decides: its API's answer reads each event and returns what the
+// event added (sse.Update); the observer feeds the text to the cut watch
+// (cutWatch, below: degeneration, and the cut), and the tool calls to
+// small parts, each owning its state:
 //
-//   - watch (answer_cut.go): degeneration of the text, and the cut;
 //   - dedup (answer_dedup.go): duplicate tool calls in one answer;
 //   - holder (answer_hold.go): stream.hold_tool_calls;
 //   - trimmer (answer_trim.go): stream.tail = "trim";
 //   - record (answer_record.go): the Responses history record.
 //
-// The API's answer writes the end of a cut stream in its own shape
-// (api_chat.go, api_responses.go, api_anthropic.go). Observers are pooled.
+// Once the answer is cut, the API's answer writes the end of the stream in
+// its own shape (api_chat.go, api_responses.go, api_anthropic.go,
+// api_ollama.go). Observers are pooled.
 type answerObserver struct {
 	answer answer
-	// endPending: the cut's end waits for an event (deferredEnd).
+	// endPending: the cut's end waits for one more event (answer.appendEnd).
 	endPending bool
 	encoded    bool // the answer is compressed: forward it uninspected
 	// What the request asks of its answer, fixed when the observer
-	// starts: mayCut (see cuts), holding (holdCalls), trimming
+	// starts: mayCut (stream.cut is on and the request's policy mode is
+	// enforce: shadow and off change nothing), holding (holdCalls), trimming
 	// (stream.tail = "trim") and recording (record.active).
 	mayCut, holding, trimming, recording bool
 
@@ -72,10 +77,6 @@ func (o *answerObserver) start(p *pipeline, pl *plan, done func(*ChatEvent)) {
 	o.trimming = p.cfg.Stream.Tail == TailTrim && o.mayCut
 }
 
-// cuts reports whether this answer may be cut: stream.cut is on and the
-// request's policy mode is enforce (shadow and off change nothing).
-func (o *answerObserver) cuts() bool { return o.mayCut }
-
 // holdCalls makes the holder hold tool calls while one of terminal is in
 // play (stream.hold_tool_calls); none holds nothing.
 func (o *answerObserver) holdCalls(terminal []terminalCall) {
@@ -112,8 +113,9 @@ func (o *answerObserver) header(status int, h *fasthttp.ResponseHeader) {
 	o.status = status
 	setLoopHeaders(h, o.plan)
 	// We asked for identity; an answer the upstream compresses anyway is
-	// never parsed as it comes (docs/streams.md: compression): a stream is
-	// read through its decoder (codedEvent), a body decoded whole (body).
+	// never parsed as it comes (docs/streams.md: compression): a stream in
+	// a coding loopguard reads arrives here decoded (relayStream), a body
+	// is decoded whole (body), and any other passes as sent.
 	if ce := h.Peek(fasthttp.HeaderContentEncoding); len(ce) > 0 && !asciiEqualFold(ce, "identity") {
 		o.encoded = true
 	}
@@ -137,21 +139,22 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 			return o.trimmer.event(o, ev, out)
 		}
 	} else if o.endPending {
-		return o.answer.(deferredEnd).appendDeferredEnd(ev, out, o.ending()), true
+		out, _ = o.answer.appendEnd(out, o.ending(), ev)
+		return out, true
 	}
 	if o.watch.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.mayCut && !o.recording {
 		return append(out, ev.Raw...), false
 	}
 	// Nothing reaches the client before event returns, so reading the
 	// event before appending it holds nothing back; only a cut asks
-	// whether the event is one the answer reads first (readFirst, a pure
+	// whether the event is one the API reads first (readFirst, a pure
 	// function of the data), which the cut then replaces: most events
 	// never pay for that scan (docs/streams.md).
-	err := o.answer.add(ev.Data, o)
+	err := o.read(ev.Data)
 	if o.watch.cut == nil || !o.mayCut {
 		return append(out, ev.Raw...), false
 	}
-	if o.answer.readFirst(ev.Data) {
+	if rf := o.plan.api.readFirst; rf != nil && rf(ev.Data) {
 		return o.appendEnd(out)
 	}
 	out = append(out, ev.Raw...)
@@ -161,75 +164,37 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 	return o.appendEnd(out)
 }
 
-// codedEvent reads ev of a stream the upstream compressed (codedStream):
-// the client got the event, coded as the upstream sent it, before it was
-// decoded, so nothing can be held back or replaced, and a cut ends the
-// stream after the events the client has. Those that came after the cut
-// are read into the answer all the same, so that the end reports the
-// stream as the client got it (sequence numbers, open blocks). ready: the
-// answer is cut and its end (codedEnd) may follow now.
-func (o *answerObserver) codedEvent(ev *sse.Event) (ready bool) {
-	if len(ev.Data) == 0 || ev.Data[0] != '{' {
-		return o.watch.cut != nil && !o.endPending
+// read folds one event's data into the answer and acts on what it added
+// (update); data the answer cannot read returns its error.
+func (o *answerObserver) read(data []byte) error {
+	ups, err := o.answer.add(data)
+	for _, u := range ups {
+		o.update(u)
 	}
-	if o.watch.cut != nil {
-		_ = o.answer.add(ev.Data, o)
-		// The event an end waited for (deferredEnd) has come, or another
-		// that will not wait with it.
-		o.endPending = false
-		return true
-	}
-	if o.recording && o.record.completes(ev) {
-		o.recordAnswer(ev, nil)
-		return false
-	}
-	if !o.mayCut && !o.recording {
-		return false
-	}
-	if err := o.answer.add(ev.Data, o); err != nil || o.watch.cut == nil || !o.mayCut {
-		return false
-	}
-	// The end is written later, for the events the client will have by
-	// then; asked now only whether it waits for one more event.
-	_, stop := o.answer.appendEnd(nil, o.ending())
-	o.endPending = !stop
-	return stop
-}
-
-// codedEnd appends the end of a cut coded stream, for the events read so
-// far. An end that waited for one more event (deferredEnd) and did not get
-// it is written without it.
-func (o *answerObserver) codedEnd(out []byte) []byte {
-	out, stop := o.answer.appendEnd(out, o.ending())
-	if !stop {
-		if d, ok := o.answer.(deferredEnd); ok {
-			out = d.appendDeferredEnd(&sse.Event{}, out, o.ending())
-		}
-	}
-	return out
+	return err
 }
 
 // recordAnswer reads the event that completes a recorded answer and saves
 // the record before the agent sees the end.
 func (o *answerObserver) recordAnswer(ev *sse.Event, out []byte) []byte {
 	out = o.end(out)
-	if o.answer.add(ev.Data, o) == nil {
+	if o.read(ev.Data) == nil {
 		o.record.save()
 	}
 	return append(out, ev.Raw...)
 }
 
-// update is told what each event added to the answer (updateSink): the
-// watched text goes to the cut watch, choice 0's tool calls to the holder
-// and the call dedup.
-func (o *answerObserver) update(u answerUpdate) {
-	if o.watch.cut != nil || u.choice < 0 || u.choice >= maxWatchedChoices {
+// update acts on what an event added to the answer: the watched text goes
+// to the cut watch, choice 0's tool calls to the holder and the call
+// dedup.
+func (o *answerObserver) update(u sse.Update) {
+	if o.watch.cut != nil || u.Choice < 0 || u.Choice >= maxWatchedChoices {
 		return
 	}
 	if o.watch.add(u) {
 		return
 	}
-	if u.choice == 0 {
+	if u.Choice == 0 {
 		if o.holding {
 			o.holder.note(u) // what it notes is read only while holding
 		}
@@ -238,9 +203,9 @@ func (o *answerObserver) update(u answerUpdate) {
 }
 
 // appendEnd appends the end of a cut stream in the answer's shape; stop
-// false when the answer ends it after a further event (deferredEnd).
+// false when the answer ends it after one more event (endPending).
 func (o *answerObserver) appendEnd(out []byte) ([]byte, bool) {
-	out, stop := o.answer.appendEnd(out, o.ending())
+	out, stop := o.answer.appendEnd(out, o.ending(), nil)
 	o.endPending = !stop
 	return out, stop
 }
@@ -249,6 +214,7 @@ func (o *answerObserver) appendEnd(out []byte) ([]byte, bool) {
 func (o *answerObserver) ending() ending {
 	return ending{
 		cut:          o.watch.cut,
+		dropped:      o.trimmer.dropped,
 		offset:       o.watch.offset,
 		bytes:        o.watch.bytes,
 		finishReason: o.pipeline.cfg.Stream.FinishReason,
@@ -271,12 +237,21 @@ func (o *answerObserver) end(out []byte) []byte {
 // body inspects a non-streamed answer: a degenerate text is cut at the
 // offset where the repetition began, in the API's shape (wireAPI.cutBody).
 func (o *answerObserver) body(status int, b []byte, decoded bool) []byte {
-	if status != fasthttp.StatusOK || o.encoded && !decoded || !rawjson.Valid(b) {
+	if status != fasthttp.StatusOK || o.encoded && !decoded {
+		return nil
+	}
+	if !o.mayCut && !o.record.active() {
+		// Only the usage is read (policy mode off or shadow), which the
+		// walk finds without the answer being validated first.
+		o.bodyUsage = answerUsage(b)
+		return nil
+	}
+	if !rawjson.Valid(b) {
 		return nil
 	}
 	o.bodyUsage = answerUsage(b)
 	var out []byte
-	if o.cuts() {
+	if o.mayCut {
 		out = o.plan.api.cutBody(&o.watch, b, o.pipeline.cfg.Stream.FinishReason)
 	}
 	// The record holds the output as the agent got it.
@@ -333,8 +308,160 @@ func (o *answerObserver) finish(cause error, info *observe.ResponseInfo) {
 	o.release()
 }
 
-var (
-	_ responseObserver = (*answerObserver)(nil)
-	_ codedObserver    = (*answerObserver)(nil)
-	_ updateSink       = (*answerObserver)(nil)
-)
+var _ responseObserver = (*answerObserver)(nil)
+
+// maxWatchedChoices bounds the choices (n > 1) whose text is inspected.
+const maxWatchedChoices = 4
+
+// cutWatch decides when an answer degenerated: it feeds the text and
+// reasoning of each watched choice to a degeneration detector after it was
+// forwarded, and keeps the cut, whichever part of the observer found it,
+// with when the first degenerate byte arrived.
+type cutWatch struct {
+	// cut is what ended the answer, nil while it goes on.
+	cut *inspect.Detection
+	// bytes is the text generated so far, all watched choices.
+	bytes int64
+	// text and reasoning are choice 0's content and reasoning bytes so far.
+	text, reasoning int64
+	// since is when the answer's first event arrived (monotonic
+	// nanoseconds, see monoNow); arrivals count their time from it.
+	since     int64
+	nArrivals int // arrivals recorded, the latest at (nArrivals-1) % len(arrivals)
+	// content and reason are the detectors of each watched choice's
+	// text and reasoning, made with its first byte of each.
+	content, reason [maxWatchedChoices]*inspect.Degeneration
+	cfg             *inspect.StreamConfig
+	// offset is where in the text the degeneration began.
+	offset int64
+	at     time.Time
+	// slot is 1 when the cut came from choice 0's content, 2 from its
+	// reasoning, 0 from elsewhere.
+	slot int
+
+	// arrivals remembers when recent events came and how far choice 0's
+	// content and reasoning had got, to time a cut from the arrival of the
+	// first degenerate byte. A cut whose first degenerate byte came more
+	// events back than it holds is timed from the oldest it holds. Every
+	// inspected open stream holds it, 12 bytes an event.
+	arrivals [120]arrival
+}
+
+type arrival struct {
+	at                 uint32 // microseconds after since
+	content, reasoning uint32 // text offsets, at most math.MaxUint32
+}
+
+// add feeds what one event added to a watched choice and reports whether
+// it degenerated.
+func (w *cutWatch) add(u sse.Update) bool {
+	w.bytes += int64(len(u.Text) + len(u.Reasoning))
+	if u.Choice == 0 {
+		w.text += int64(len(u.Text))
+		w.reasoning += int64(len(u.Reasoning))
+		w.arrive()
+	}
+	if len(u.Text) > 0 && w.watch(&w.content[u.Choice], u.Text) {
+		if u.Choice == 0 {
+			w.slot = 1
+		}
+		return true
+	}
+	if len(u.Reasoning) > 0 && w.watch(&w.reason[u.Choice], u.Reasoning) {
+		if u.Choice == 0 {
+			w.slot = 2
+		}
+		return true
+	}
+	return false
+}
+
+// arrive notes the time and choice 0's text offsets after an event.
+func (w *cutWatch) arrive() {
+	now := monoNow()
+	if w.nArrivals == 0 {
+		w.since = now
+	}
+	at := (now - w.since) / 1e3
+	if at > math.MaxUint32 {
+		// 71 minutes into the answer: forget the older arrivals rather
+		// than count further (the oldest remembered bounds a delay).
+		w.since, at, w.nArrivals = now, 0, 0
+	}
+	w.arrivals[w.nArrivals%len(w.arrivals)] = arrival{at: uint32(at), content: offset32(w.text), reasoning: offset32(w.reasoning)}
+	w.nArrivals++
+}
+
+// monoBase is the origin of monoNow.
+var monoBase = time.Now()
+
+// monoNow is the monotonic clock in nanoseconds since monoBase. An event
+// reads the clock once; time.Now reads the wall clock as well, twice the
+// cost, and the arrivals only need the time between events (docs/streams.md).
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+// offset32 is a text offset as an arrival keeps it.
+func offset32(n int64) uint32 { return uint32(min(n, math.MaxUint32)) }
+
+// watch feeds text to a (lazily created) detector and records a cut.
+func (w *cutWatch) watch(slot **inspect.Degeneration, text []byte) bool {
+	if *slot == nil {
+		*slot = inspect.NewDegeneration(*w.cfg)
+	}
+	if !(*slot).Write(text) {
+		return false
+	}
+	w.cutAt((*slot).Detection(), (*slot).Offset())
+	return true
+}
+
+// textDetector returns the (lazily created) detector of choice's text, for
+// a non-streamed answer.
+func (w *cutWatch) textDetector(choice int) *inspect.Degeneration {
+	if w.content[choice] == nil {
+		w.content[choice] = inspect.NewDegeneration(*w.cfg)
+	}
+	return w.content[choice]
+}
+
+// cutAt records the cut det, which found the degeneration beginning at
+// offset in the text.
+func (w *cutWatch) cutAt(det inspect.Detection, offset int64) {
+	w.cut, w.offset, w.at = &det, offset, time.Now()
+}
+
+// delay is the time from the arrival of the first degenerate byte to the
+// cut, or 0 when the cut was not in choice 0's text. When that byte is
+// older than the remembered events, the oldest one bounds it from below.
+func (w *cutWatch) delay() time.Duration {
+	if w.slot == 0 || w.nArrivals == 0 {
+		return 0
+	}
+	n := min(w.nArrivals, len(w.arrivals))
+	first := w.arrivals[(w.nArrivals-n)%len(w.arrivals)].at
+	for i := w.nArrivals - n; i < w.nArrivals; i++ {
+		a := w.arrivals[i%len(w.arrivals)]
+		end := a.content
+		if w.slot == 2 {
+			end = a.reasoning
+		}
+		if int64(end) > w.offset {
+			first = a.at
+			break
+		}
+	}
+	return w.at.Sub(monoBase) - time.Duration(w.since+int64(first)*1e3)
+}
+
+// reset readies w for another answer, keeping its detectors.
+func (w *cutWatch) reset() {
+	for i := range w.content {
+		if d := w.content[i]; d != nil {
+			d.Reset()
+		}
+		if d := w.reason[i]; d != nil {
+			d.Reset()
+		}
+	}
+	*w = cutWatch{content: w.content, reason: w.reason}
+}

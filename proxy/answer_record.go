@@ -12,16 +12,17 @@ import (
 type answerRecord struct {
 	pipeline *pipeline
 	plan     *plan
-	answer   recordedAnswer
+	answer   *responsesStream
 	// id and output are a non-streamed answer's id and output items.
 	id, output string
 	// saved: the record was saved when the stream completed.
 	saved bool
 }
 
-// start activates r for pl's record, if it has one and a can be recorded.
+// start activates r for pl's record, if it has one and a is a Responses
+// answer, the one API whose histories the upstream keeps.
 func (r *answerRecord) start(p *pipeline, pl *plan, a answer) {
-	if ra, ok := a.(recordedAnswer); ok && pl.record != nil {
+	if ra, ok := a.(*responsesStream); ok && pl.record != nil {
 		r.pipeline, r.plan, r.answer = p, pl, ra
 	}
 }
@@ -38,7 +39,7 @@ func (r *answerRecord) completes(ev *sse.Event) bool {
 // completing event read, before the agent sees its end: the agent's next
 // request may name this response at once.
 func (r *answerRecord) save() {
-	r.pipeline.saveRecord(r.plan, r.answer.responseID(), gjson.ParseBytes(r.answer.appendOutput(nil)))
+	r.pipeline.saveRecord(r.plan, r.answer.acc.ID(), gjson.ParseBytes(r.answer.acc.AppendOutput(nil)))
 	r.saved = true
 }
 
@@ -63,7 +64,7 @@ func (r *answerRecord) finish() {
 	}
 	if r.id != "" {
 		r.pipeline.saveRecord(r.plan, r.id, gjson.Parse(r.output))
-	} else if id := r.answer.responseID(); id != "" {
-		r.pipeline.saveRecord(r.plan, id, gjson.ParseBytes(r.answer.appendOutput(nil)))
+	} else if id := r.answer.acc.ID(); id != "" {
+		r.pipeline.saveRecord(r.plan, id, gjson.ParseBytes(r.answer.acc.AppendOutput(nil)))
 	}
 }

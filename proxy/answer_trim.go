@@ -17,6 +17,9 @@ import (
 type trimmer struct {
 	queue []trimmed
 	buf   []byte
+	// dropped is the text a cut kept from the client: the end of the
+	// stream reports the text as the client got it (ending.dropped).
+	dropped int64
 }
 
 // trimmed is one event held back: its bytes in trimmer.buf and the span of
@@ -31,7 +34,7 @@ func (t *trimmer) event(o *answerObserver, ev *sse.Event, out []byte) ([]byte, b
 	w := &o.watch
 	before := w.text
 	if len(ev.Data) > 0 && ev.Data[0] == '{' {
-		_ = o.answer.add(ev.Data, o) // an unreadable event is held and forwarded as it is
+		_ = o.read(ev.Data) // an unreadable event is held and forwarded as it is
 	}
 	held := trimmed{start: before, end: w.text}
 	held.raw = t.keep(ev.Raw)
@@ -52,11 +55,10 @@ func (t *trimmer) event(o *answerObserver, ev *sse.Event, out []byte) ([]byte, b
 	x := w.offset
 	out = t.release(out, x)
 	if len(t.queue) > 0 && t.queue[0].start < x {
-		out = t.appendTruncated(out, &t.queue[0], int(x-t.queue[0].start), o.answer.textPath())
+		out = t.appendTruncated(out, &t.queue[0], int(x-t.queue[0].start), o.plan.api.textPath)
 	}
 	t.queue = t.queue[:0]
-	// The cut tail reports the text as the client got it.
-	o.answer.dropText(int(w.text - x))
+	t.dropped = w.text - x
 	return o.appendEnd(out)
 }
 

@@ -5,21 +5,24 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 )
 
 // wireAPI is what the request flow needs to know about one wire API that
 // loopguard guards (chat completions, the Responses API, Anthropic
-// Messages). Its hooks are fields, as httputil.ReverseProxy's are: the flow
-// calls them and never asks which API it serves. Each API is one value,
-// declared in its own file (api_chat.go, api_responses.go,
-// api_anthropic.go, api_ollama.go) with its answer (see answer); the
+// Messages, Ollama's, Gemini's). Its hooks are fields, as
+// httputil.ReverseProxy's are: the flow calls them and never asks which API
+// it serves. Each API is one value, declared in its own file (api_chat.go,
+// api_responses.go, api_anthropic.go, api_ollama.go) with its answer (see
+// answer), and registered for its entry of the registry (internal/wireapi),
+// which holds its paths, how it asks for a stream and its upstream; the
 // response's content type picks the stream's framing (SSE, or NDJSON
-// lines read by ndjson.Reader as events); guardedAPI maps request
-// paths to them. Adding an API is one more such file, its inject and sse
-// counterparts, and its tests. Every hook but history is required.
+// lines read by ndjson.Reader as events). Adding an API is its registry
+// entry, one more such file, its inject and sse counterparts, and its
+// tests. Every hook but history and readFirst is required.
 type wireAPI struct {
-	// name is the API as inspect and policy know it.
+	// name is the API as inspect and policy know it: its registry name.
 	name inspect.API
 	// transport is how its turns come (observe.ResponseInfo.Transport):
 	// "" for HTTP requests.
@@ -47,94 +50,70 @@ type wireAPI struct {
 	// find the repetition began, and records the cut in w; nil when the
 	// answer is left alone. finish is stream.finish_reason.
 	cutBody func(w *cutWatch, b []byte, finish string) []byte
+	// textPath is where a streamed event's data carries the text it adds
+	// to the answer (chat: choice 0's content), for tail = "trim".
+	textPath string
+	// readFirst, if not nil, reports whether an event that a cut came
+	// with is one the cut replaces rather than follows, because it shows
+	// the start of a further call (chat: a chunk that opens a tool call may
+	// show the call before it a duplicate). It depends on data alone: the
+	// observer asks only once reading the event cut the answer.
+	readFirst func(data []byte) bool
 	// streamByDefault: a request without a "stream" member is answered
-	// as a stream (Ollama's native API).
+	// as a stream (Ollama's native API); register sets it from the
+	// registry.
 	streamByDefault bool
+}
+
+// wireAPIs holds the registered flow of each registry API, at the API's
+// index in wireapi.APIs; an API without one passes through unguarded.
+var wireAPIs [len(wireapi.APIs)]*wireAPI
+
+// register makes api the flow of its registry entry, and returns it.
+func register(api *wireAPI) *wireAPI {
+	reg := wireapi.Lookup(api.name)
+	api.streamByDefault = reg.Stream == wireapi.StreamUnlessFalse
+	wireAPIs[reg.Index()] = api
+	return api
 }
 
 // answer reads one streamed answer in its API's shape as it passes, and
 // writes the events loopguard ends it with in that shape. It holds the
-// API's accumulator from sse; the observer holds one per request.
+// API's accumulator from sse (or ndjson); the observer holds one per
+// request, and decides what each event's updates come to.
 type answer interface {
-	// add folds one event's data into the answer and tells to what it
-	// added; data it cannot read returns an error and changes nothing.
-	add(data []byte, to updateSink) error
-	// readFirst reports whether an event must be read before it is
-	// forwarded, because a cut it shows replaces it (chat: a chunk that
-	// opens a tool call may show the call before it a duplicate). It
-	// depends on data alone: the observer asks only once add has cut.
-	readFirst(data []byte) bool
+	// add folds one event's data into the answer and returns what it
+	// added: an update for each choice (chat) or whole call (Ollama) the
+	// event touched, else one. The updates alias the answer's buffers
+	// until the next add. Data it cannot read returns an error and changes
+	// nothing.
+	add(data []byte) ([]sse.Update, error)
 	// toolCall returns the name and arguments of the answer's pos-th tool
 	// call (chat: of choice 0), ok false if there is none.
 	toolCall(pos int) (name, args []byte, ok bool)
 	// usage is the token usage the upstream reported, zero if none.
 	usage() sse.Usage
-	// textPath is where an event's data carries the text it adds to the
-	// answer (chat: choice 0's content), for tail = "trim".
-	textPath() string
-	// dropText takes the last n bytes of text off the answer: the client
-	// never got them (tail = "trim").
-	dropText(n int)
 	// appendEnd appends the events that end the stream after the cut e
-	// describes. stop false: the end waits for a further event, handled by
-	// the answer's deferredEnd.
-	appendEnd(b []byte, e ending) (_ []byte, stop bool)
-	// appendReplacement ends the stream with text, the LOOP_DETECTED
-	// answer, in place of the held tool call that began at at.
-	appendReplacement(b []byte, e ending, text string, at heldCall) []byte
+	// describes. next is nil when the cut came; stop false says that the
+	// end waits for one more event (Responses: a duplicate call's
+	// output_item.done), and the observer calls appendEnd again with it.
+	appendEnd(b []byte, e ending, next *sse.Event) (_ []byte, stop bool)
 	// release empties the answer and returns it to its API's pool.
 	release()
-}
-
-// deferredEnd is an answer whose end after a cut may wait for one more
-// event (Responses: a duplicate call's output_item.done, so that the stream
-// shows whole calls only).
-type deferredEnd interface {
-	// appendDeferredEnd handles the event after a cut whose appendEnd did
-	// not stop, and appends the end.
-	appendDeferredEnd(ev *sse.Event, out []byte, e ending) []byte
-}
-
-// recordedAnswer is an answer whose output loopguard records for the
-// requests that continue it (Responses: responses_record.go).
-type recordedAnswer interface {
-	// responseID is the answer's id, "" before the stream named it.
-	responseID() string
-	// appendOutput appends the answer's output items as a JSON array.
-	appendOutput(dst []byte) []byte
-}
-
-// updateSink is told what each event added to an answer.
-type updateSink interface{ update(answerUpdate) }
-
-// answerUpdate is what one event added to a streamed answer, whatever its
-// API. Its slices alias the answer's buffers until the next add.
-type answerUpdate struct {
-	// choice is chat's choice index; 0 in the other APIs.
-	choice int
-	// text and reasoning are the decoded text the event added.
-	text, reasoning []byte
-	// toolCall: the chat chunk carried tool-call deltas for the choice.
-	toolCall bool
-	// finish: the chat chunk finished the choice, so each of its calls is
-	// complete.
-	finish bool
-	// callStarted is where the first tool call the event began sits in the
-	// API's own numbering (chat: its position among the choice's calls,
-	// each one before it being complete; Responses: its output_index;
-	// Anthropic: its content block index), -1 if none began.
-	callStarted int
-	// callDone is the position of the tool call the event completed
-	// (Responses, Anthropic), -1 if none.
-	callDone int
-	// sequence is the last sequence_number before the event (Responses).
-	sequence int
 }
 
 // ending is what the events that end a cut answer report beside what the
 // answer read itself.
 type ending struct {
 	cut *inspect.Detection
+	// replacement, when not empty, is the LOOP_DETECTED answer that takes
+	// the place of the held tool call that began at at
+	// (stream.hold_tool_calls).
+	replacement string
+	at          heldCall
+	// dropped is how many bytes of the answer's text the client never got
+	// (tail = "trim"): the end reports the text as the client got it.
+	dropped int64
 	// offset is where in the answer's text the degeneration began.
 	offset int64
 	// bytes is the text generated: the output tokens, estimated.

@@ -5,47 +5,40 @@ import (
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
 )
 
 // anthropicAPI is Anthropic Messages (POST /v1/messages), which Claude Code
 // speaks: every request carries the whole history.
-var anthropicAPI = &wireAPI{
-	name:      inspect.AnthropicMessages,
+var anthropicAPI = register(&wireAPI{
+	name:      wireapi.Anthropic,
 	apply:     (*inject.Injector).ApplyAnthropic,
 	terminate: (*inject.Injector).TerminateAnthropic,
 	newAnswer: func() answer { return anthropicStreams.Get().(*anthropicStream) },
 	holdEvent: (*callHolder).itemEvent,
 	cutBody:   cutAnthropicBody,
-}
+	textPath:  "delta.text",
+})
 
 // anthropicStream is a streamed Anthropic message: content blocks (text,
 // thinking, tool_use) that open and close with events of their own.
 type anthropicStream struct {
 	acc sse.AnthropicAccumulator
-	to  updateSink // of the add in progress
+	up  [1]sse.Update // what the last add returned
 }
 
 var anthropicStreams = sync.Pool{New: func() any { return new(anthropicStream) }}
 
-func (a *anthropicStream) add(data []byte, to updateSink) error {
-	a.to = to
-	return a.acc.Add(data, a.update)
+func (a *anthropicStream) add(data []byte) ([]sse.Update, error) {
+	u, err := a.acc.Add(data)
+	if err != nil {
+		return nil, err
+	}
+	a.up[0] = u
+	return a.up[:], nil
 }
-
-func (a *anthropicStream) update(u sse.Update) {
-	a.to.update(answerUpdate{
-		text:        u.Text,
-		reasoning:   u.Reasoning,
-		callStarted: u.ToolCallStarted,
-		callDone:    u.ToolCallDone,
-	})
-}
-
-// readFirst is false: a tool_use block completes with an event of its own,
-// which is forwarded before the duplicate it shows ends the stream.
-func (a *anthropicStream) readFirst([]byte) bool { return false }
 
 func (a *anthropicStream) toolCall(pos int) (name, args []byte, ok bool) {
 	return a.acc.ToolCallBytes(pos)
@@ -56,28 +49,20 @@ func (a *anthropicStream) usage() sse.Usage {
 	return u
 }
 
-func (a *anthropicStream) textPath() string { return "delta.text" }
-
-// dropText does nothing: a cut Anthropic stream's end does not repeat the
-// text.
-func (a *anthropicStream) dropText(int) {}
-
-// appendEnd appends the events that end a cut stream well-formed.
-func (a *anthropicStream) appendEnd(b []byte, e ending) ([]byte, bool) {
-	return a.appendCut(b, e, "", heldCall{}), true
+// appendEnd appends the events that end a cut stream well-formed; a cut
+// Anthropic stream's end does not repeat the text, so what tail = "trim"
+// dropped needs no word.
+func (a *anthropicStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) {
+	return a.appendCut(b, e), true
 }
 
-func (a *anthropicStream) appendReplacement(b []byte, e ending, text string, at heldCall) []byte {
-	return a.appendCut(b, e, text, at)
-}
-
-// appendCut appends the end of the stream, with replacement, when not
-// empty, as a text block in place of the held tool_use block that began at at.
-func (a *anthropicStream) appendCut(b []byte, e ending, replacement string, at heldCall) []byte {
+// appendCut appends the end of the stream, with e's replacement, when not
+// empty, as a text block in place of the held tool_use block it names.
+func (a *anthropicStream) appendCut(b []byte, e ending) []byte {
 	c := inject.AnthropicCut{Category: string(e.cut.Category), OutputTokens: estimateTokens(e.bytes),
-		Answer: replacement, AnswerIndex: at.index}
+		Answer: e.replacement, AnswerIndex: e.at.index}
 	c.OpenBlock, c.HasOpen = a.acc.OpenBlock()
-	if e.cut.Category == inspect.ToolRepetition && replacement == "" {
+	if e.cut.Category == inspect.ToolRepetition && e.replacement == "" {
 		// The calls forwarded so far, the first duplicate included, are
 		// complete: let the agent run them.
 		c.StopReason = "tool_use"
@@ -87,7 +72,7 @@ func (a *anthropicStream) appendCut(b []byte, e ending, replacement string, at h
 
 func (a *anthropicStream) release() {
 	a.acc.Reset()
-	a.to = nil
+	a.up = [1]sse.Update{}
 	anthropicStreams.Put(a)
 }
 

@@ -8,27 +8,27 @@ import (
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/sjson"
 )
 
 // chatAPI is OpenAI's chat completions (POST /v1/chat/completions), which
 // most servers speak: every request carries the whole history.
-var chatAPI = &wireAPI{
-	name:      inspect.ChatCompletions,
+var chatAPI = register(&wireAPI{
+	name:      wireapi.Chat,
 	apply:     (*inject.Injector).Apply,
 	terminate: (*inject.Injector).Terminate,
 	newAnswer: func() answer { return chatStreams.Get().(*chatStream) },
 	holdEvent: (*callHolder).chunkEvent,
 	cutBody:   cutChatBody,
-}
+	textPath:  "choices.0.delta.content",
+	readFirst: opensCalls,
+})
 
 // chatStream is a streamed chat completion: chunks of choices whose tool
 // calls end only when the next begins or the choice finishes.
-type chatStream struct {
-	acc sse.ChatAccumulator
-	to  updateSink // of the add in progress
-}
+type chatStream struct{ acc sse.ChatAccumulator }
 
 var chatStreams = sync.Pool{New: func() any {
 	a := new(chatStream)
@@ -38,32 +38,16 @@ var chatStreams = sync.Pool{New: func() any {
 	return a
 }}
 
-func (a *chatStream) add(data []byte, to updateSink) error {
-	a.to = to
-	return a.acc.Add(data, a.delta)
-}
-
-// delta tells the sink what one chunk added to one choice.
-func (a *chatStream) delta(d sse.Delta) {
-	a.to.update(answerUpdate{
-		choice:      d.Choice,
-		text:        d.Content,
-		reasoning:   d.Reasoning,
-		toolCall:    d.ToolCall,
-		finish:      d.FinishReason != nil,
-		callStarted: d.ToolCallStarted,
-		callDone:    -1,
-	})
-}
+func (a *chatStream) add(data []byte) ([]sse.Update, error) { return a.acc.Add(data) }
 
 // toolCallsKey marks chunks that carry tool calls or finish them.
 var toolCallsKey = []byte(`"tool_calls"`)
 
-// readFirst: a chunk that may open a tool call or finish the calls is read
-// before it is forwarded: when it shows that the call before it was a
-// duplicate, the cut replaces it, so the agent never sees the start of a
-// further call (an empty, unrunnable one).
-func (a *chatStream) readFirst(data []byte) bool { return bytes.Contains(data, toolCallsKey) }
+// opensCalls is chat's readFirst: a chunk that may open a tool call or
+// finish the calls is read before it is forwarded: when it shows that the
+// call before it was a duplicate, the cut replaces it, so the agent never
+// sees the start of a further call (an empty, unrunnable one).
+func opensCalls(data []byte) bool { return bytes.Contains(data, toolCallsKey) }
 
 func (a *chatStream) toolCall(pos int) (name, args []byte, ok bool) {
 	return a.acc.ToolCallBytes(0, pos)
@@ -74,16 +58,14 @@ func (a *chatStream) usage() sse.Usage {
 	return u
 }
 
-func (a *chatStream) textPath() string { return "choices.0.delta.content" }
-
-// dropText does nothing: a cut chat stream's end does not repeat the text.
-func (a *chatStream) dropText(int) {}
-
 // appendEnd appends the end of the client's stream after a cut,
 // well-formed: a comment naming the rule, a final chunk per choice carrying
 // the stream's id, model and created, a usage chunk if the request asked
-// for one, and [DONE].
-func (a *chatStream) appendEnd(b []byte, e ending) ([]byte, bool) {
+// for one, and [DONE]; or e's replacement (appendReplacement).
+func (a *chatStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) {
+	if e.replacement != "" {
+		return a.appendReplacement(b, e), true
+	}
 	b = append(b, ": loopguard cut category="...)
 	b = append(b, e.cut.Category...)
 	b = append(b, " offset="...)
@@ -127,13 +109,14 @@ func (a *chatStream) appendEnd(b []byte, e ending) ([]byte, bool) {
 	return append(b, "data: [DONE]\n\n"...), true
 }
 
-// appendReplacement ends the stream with the LOOP_DETECTED text as choice
-// 0's content, in the stream's own id and model.
-func (a *chatStream) appendReplacement(b []byte, e ending, text string, _ heldCall) []byte {
+// appendReplacement ends the stream with e's replacement, the
+// LOOP_DETECTED text, as choice 0's content, in the stream's own id and
+// model.
+func (a *chatStream) appendReplacement(b []byte, e ending) []byte {
 	b = append(b, "data: "...)
 	b = a.appendChunkHead(b, e.model)
 	b = append(b, `"choices":[{"index":0,"delta":{"role":"assistant","content":`...)
-	b = rawjson.AppendQuote(b, text)
+	b = rawjson.AppendQuote(b, e.replacement)
 	b = append(b, `},"finish_reason":null}]}`+"\n\n"...)
 	b = append(b, "data: "...)
 	b = a.appendChunkHead(b, e.model)
@@ -159,7 +142,6 @@ func (a *chatStream) appendChunkHead(b []byte, model string) []byte {
 
 func (a *chatStream) release() {
 	a.acc.Reset()
-	a.to = nil
 	chatStreams.Put(a)
 }
 

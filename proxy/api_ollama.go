@@ -1,14 +1,13 @@
 package proxy
 
 import (
-	"bytes"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/loopguard/loopguard/inject"
-	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/ndjson"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
@@ -20,28 +19,30 @@ import (
 // history, as chat completions' does, in the same message shape, so the
 // warnings and recovery blocks go where chat's go. It streams NDJSON lines
 // unless the request says "stream": false.
-var ollamaAPI = &wireAPI{
-	name:            inspect.OllamaChat,
-	apply:           (*inject.Injector).ApplyOllama,
-	terminate:       (*inject.Injector).TerminateOllama,
-	newAnswer:       newOllamaAnswer,
-	holdEvent:       (*callHolder).itemEvent,
-	cutBody:         cutOllamaBody,
-	streamByDefault: true,
-}
+var ollamaAPI = register(&wireAPI{
+	name:      wireapi.Ollama,
+	apply:     (*inject.Injector).ApplyOllama,
+	terminate: (*inject.Injector).TerminateOllama,
+	newAnswer: newOllamaAnswer,
+	holdEvent: (*callHolder).itemEvent,
+	cutBody:   cutOllamaBody,
+	textPath:  "message.content",
+	readFirst: opensCalls,
+})
 
 // ollamaGenerateAPI is Ollama's POST /api/generate: a prompt, no history,
 // so there is nothing to judge but the answer, whose degenerate streams
 // are cut as chat's are.
-var ollamaGenerateAPI = &wireAPI{
-	name:            inspect.OllamaGenerate,
-	apply:           keepBody,
-	terminate:       (*inject.Injector).TerminateOllamaGenerate,
-	newAnswer:       newOllamaAnswer,
-	holdEvent:       (*callHolder).itemEvent,
-	cutBody:         cutOllamaBody,
-	streamByDefault: true,
-}
+var ollamaGenerateAPI = register(&wireAPI{
+	name:      wireapi.OllamaGenerate,
+	apply:     keepBody,
+	terminate: (*inject.Injector).TerminateOllamaGenerate,
+	newAnswer: newOllamaAnswer,
+	holdEvent: (*callHolder).itemEvent,
+	cutBody:   cutOllamaBody,
+	textPath:  "response",
+	readFirst: opensCalls,
+})
 
 // keepBody is apply for an API whose requests have no history to write
 // into: the body goes as it came.
@@ -53,36 +54,33 @@ func keepBody(_ *inject.Injector, body []byte, _ inject.Edit) (inject.Result, er
 // whole in one line, the last line "done": true with the counts.
 type ollamaStream struct {
 	acc ndjson.Ollama
-	to  updateSink // of the add in progress
+	ups []sse.Update // what the last add returned
 }
 
 var ollamaStreams = sync.Pool{New: func() any { return new(ollamaStream) }}
 
 func newOllamaAnswer() answer { return ollamaStreams.Get().(*ollamaStream) }
 
-func (a *ollamaStream) add(data []byte, to updateSink) error {
-	a.to = to
-	return a.acc.Add(data, a.update)
-}
-
-// update: a call arrives whole, so it starts and completes in one line;
-// a line with several calls is told as one update a call, so that each is
+// add: a call arrives whole, so it starts and completes in one line; a
+// line with several calls returns one update a call, so that each is
 // compared with those before it.
-func (a *ollamaStream) update(u ndjson.Update) {
-	au := answerUpdate{text: u.Text, reasoning: u.Reasoning, callStarted: -1, callDone: -1}
+func (a *ollamaStream) add(data []byte) ([]sse.Update, error) {
+	u, err := a.acc.Add(data)
+	if err != nil {
+		return nil, err
+	}
+	au := sse.Update{Text: u.Text, Reasoning: u.Reasoning, ToolCallStarted: -1, ToolCallDone: -1}
+	a.ups = a.ups[:0]
 	for k := 0; k < max(u.Calls, 1); k++ {
 		if u.Calls > 0 {
-			au.toolCall = true
-			au.callStarted, au.callDone = u.CallStarted+k, u.CallStarted+k
+			au.ToolCall = true
+			au.ToolCallStarted, au.ToolCallDone = u.CallStarted+k, u.CallStarted+k
 		}
-		a.to.update(au)
-		au.text, au.reasoning = nil, nil
+		a.ups = append(a.ups, au)
+		au.Text, au.Reasoning = nil, nil
 	}
+	return a.ups, nil
 }
-
-// readFirst: a line that carries tool calls is read before it is
-// forwarded, so that a duplicate call it shows is replaced, never shown.
-func (a *ollamaStream) readFirst(data []byte) bool { return bytes.Contains(data, toolCallsKey) }
 
 func (a *ollamaStream) toolCall(pos int) (name, args []byte, ok bool) { return a.acc.ToolCall(pos) }
 
@@ -91,20 +89,14 @@ func (a *ollamaStream) usage() sse.Usage {
 	return u
 }
 
-func (a *ollamaStream) textPath() string {
-	if a.acc.Generate() {
-		return "response"
-	}
-	return "message.content"
-}
-
-// dropText does nothing: the end of a cut stream does not repeat the text.
-func (a *ollamaStream) dropText(int) {}
-
 // appendEnd ends a cut stream with Ollama's final line: "done": true,
 // done_reason "loopguard_cut", and what was cut (category, offset) beside
-// it, so that a client reading NDJSON ends as after any answer.
-func (a *ollamaStream) appendEnd(b []byte, e ending) ([]byte, bool) {
+// it, so that a client reading NDJSON ends as after any answer; or with
+// e's replacement (appendReplacement).
+func (a *ollamaStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) {
+	if e.replacement != "" {
+		return a.appendReplacement(b, e), true
+	}
 	b = a.appendHead(b, e.model)
 	if a.acc.Generate() {
 		b = append(b, `,"response":""`...)
@@ -120,14 +112,14 @@ func (a *ollamaStream) appendEnd(b []byte, e ending) ([]byte, bool) {
 	return append(b, "}\n"...), true
 }
 
-// appendReplacement ends the stream with text, the LOOP_DETECTED answer,
-// in place of a held tool call.
-func (a *ollamaStream) appendReplacement(b []byte, e ending, text string, _ heldCall) []byte {
+// appendReplacement ends the stream with e's replacement, the
+// LOOP_DETECTED answer, in place of a held tool call.
+func (a *ollamaStream) appendReplacement(b []byte, e ending) []byte {
 	model, at := e.model, time.Now().UTC().Format(time.RFC3339Nano)
 	if m := a.acc.Model(); len(m) > 0 {
 		model = string(m)
 	}
-	b = inject.AppendOllamaLine(b, model, at, text, "")
+	b = inject.AppendOllamaLine(b, model, at, e.replacement, "")
 	return inject.AppendOllamaLine(b, model, at, "", "stop")
 }
 
@@ -146,7 +138,7 @@ func (a *ollamaStream) appendHead(b []byte, model string) []byte {
 
 func (a *ollamaStream) release() {
 	a.acc.Reset()
-	a.to = nil
+	a.ups = a.ups[:0]
 	ollamaStreams.Put(a)
 }
 

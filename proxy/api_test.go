@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
 // TestGuardedAPI: each guarded path, under any prefix, maps to its API,
@@ -13,18 +14,18 @@ func TestGuardedAPI(t *testing.T) {
 		path string
 		want inspect.API // "" for a path that passes through
 	}{
-		{"/v1/chat/completions", inspect.ChatCompletions},
-		{"/chat/completions", inspect.ChatCompletions},
-		{"/openai/v1/chat/completions", inspect.ChatCompletions},
-		{"/v1/responses", inspect.Responses},
-		{"/responses", inspect.Responses},
-		{"/openai/v1/responses", inspect.Responses},
-		{"/v1/messages", inspect.AnthropicMessages},
-		{"/messages", inspect.AnthropicMessages},
-		{"/anthropic/v1/messages", inspect.AnthropicMessages},
-		{"/api/chat", inspect.OllamaChat},
-		{"/ollama/api/chat", inspect.OllamaChat},
-		{"/api/generate", inspect.OllamaGenerate},
+		{"/v1/chat/completions", wireapi.Chat},
+		{"/chat/completions", wireapi.Chat},
+		{"/openai/v1/chat/completions", wireapi.Chat},
+		{"/v1/responses", wireapi.Responses},
+		{"/responses", wireapi.Responses},
+		{"/openai/v1/responses", wireapi.Responses},
+		{"/v1/messages", wireapi.Anthropic},
+		{"/messages", wireapi.Anthropic},
+		{"/anthropic/v1/messages", wireapi.Anthropic},
+		{"/api/chat", wireapi.Ollama},
+		{"/ollama/api/chat", wireapi.Ollama},
+		{"/api/generate", wireapi.OllamaGenerate},
 		{"/api/tags", ""},
 		{"/v1/threads/thread_1/messages", ""},
 		{"/v1/embeddings", ""},

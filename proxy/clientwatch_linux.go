@@ -26,9 +26,16 @@ import (
 // the connection's own, and thousands of streams stay open at once
 // (docs/streams.md). Both are made on the first watch and end with close.
 //
-// Sockets are registered one-shot: after an event the socket is not
-// reported again until it is re-armed, so a client that pipelines its next
-// request wakes the watcher once, which then stops watching it.
+// A client connection of the server's own (clientConn) is registered once,
+// on its first watch, and stays in the epoll set until it is closed: for
+// its hang-up alone (EPOLLRDHUP, edge-triggered), so that its next request
+// does not wake the watcher, and a watch of its later requests costs no
+// system call, where adding and deleting it cost two a request. A hang-up
+// while nothing is watched is kept on the connection (peerReg) for its next
+// watch. Other sockets are registered one-shot for each watch: after an
+// event the socket is not reported again until it is re-armed, so a client
+// that pipelines its next request wakes the watcher once, which then stops
+// watching it.
 type peerWatcher struct {
 	mu    sync.Mutex
 	fired sync.Cond // an onClose call returned; L is &mu
@@ -45,6 +52,10 @@ type peerWatcher struct {
 	// once it is closed; each watch's gen, carried in its epoll event, tells
 	// a late event of an older watch from one of the current.
 	byFD map[int32]*peerWatch
+	// regs holds the registrations of client connections by socket, a
+	// closed connection's until its number is reused; their gen tells
+	// their events apart as a watch's does.
+	regs map[int32]*peerReg
 	gen  uint32
 	done chan struct{} // closed when run returns
 }
@@ -58,6 +69,9 @@ type peerWatch struct {
 	gen     uint32
 	onClose func()
 	firing  bool // run is calling onClose; stop waits for it
+	// reg is the connection's lasting registration, nil for a one-shot
+	// watch (a socket that is not a clientConn).
+	reg *peerReg
 
 	// op is what ctl does to the socket; ctl is made once per pooled watch,
 	// so that a watch allocates no closure for raw.Control.
@@ -84,8 +98,13 @@ const watchRetry = time.Second
 // fail as it does when the process is out of descriptors.
 var epollCreate = unix.EpollCreate1
 
-// ctl ops besides the EPOLL_CTL ones: peek at the socket.
-const opPeek = -1
+// ctl ops besides the EPOLL_CTL ones: peek at the socket, learn its
+// number, and add it for good (a clientConn).
+const (
+	opPeek = -1 - iota
+	opFD
+	opRegister
+)
 
 func (p *peerWatch) control(fd uintptr) {
 	// Raw system calls (rawsock): a watch is armed and stopped for every
@@ -97,8 +116,15 @@ func (p *peerWatch) control(fd uintptr) {
 		return
 	}
 	p.fd = int32(fd)
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd), Pad: int32(p.gen)}
-	if errno := rawsock.EpollCtl(p.w.epfd, p.op, int(fd), &ev); errno != 0 {
+	if p.op == opFD {
+		return
+	}
+	op, events := p.op, uint32(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLONESHOT)
+	if op == opRegister {
+		op, events = unix.EPOLL_CTL_ADD, unix.EPOLLRDHUP|unix.EPOLLET
+	}
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd), Pad: int32(p.gen)}
+	if errno := rawsock.EpollCtl(p.w.epfd, op, int(fd), &ev); errno != 0 {
 		p.opErr = errno
 	}
 }
@@ -127,12 +153,48 @@ func (w *peerWatcher) watch(conn net.Conn, onClose func()) *peerWatch {
 		return nil
 	}
 	p := peerWatches.Get().(*peerWatch)
+	p.w, p.raw, p.onClose = w, raw, onClose
+	if cc, ok := conn.(*clientConn); ok {
+		return w.watchRegistered(p, &cc.peer)
+	}
 	w.gen++
-	p.w, p.raw, p.gen, p.onClose = w, raw, w.gen, onClose
+	p.gen = w.gen
 	// Registered under mu: an event that comes at once waits for byFD.
 	if !p.do(unix.EPOLL_CTL_ADD) {
 		p.release()
 		return nil
+	}
+	w.byFD[p.fd] = p
+	return p
+}
+
+// watchRegistered arms p on a client connection's lasting registration
+// reg, registering the socket on its first watch. A hang-up that came
+// while nothing was watched is confirmed with a peek and reported at once,
+// on the caller's goroutine. w.mu is held.
+func (w *peerWatcher) watchRegistered(p *peerWatch, reg *peerReg) *peerWatch {
+	p.reg = reg
+	if reg.gen == 0 {
+		w.gen++
+		p.gen = w.gen
+		// Registered under mu: an event that comes at once waits for regs.
+		if !p.do(opRegister) {
+			p.release()
+			return nil
+		}
+		reg.gen = p.gen
+		w.regs[p.fd] = reg
+	} else if p.gen = reg.gen; !p.do(opFD) {
+		p.release()
+		return nil // closed
+	}
+	if reg.hup {
+		if p.do(opPeek) && p.closed {
+			// Reported here, as the event's watch would have been: the
+			// caller's request goes no further than it would then.
+			p.onClose()
+		}
+		return p // not armed: nothing more comes
 	}
 	w.byFD[p.fd] = p
 	return p
@@ -166,6 +228,7 @@ func (w *peerWatcher) start() bool {
 	}
 	w.epfd, w.wake, w.started = epfd, wake, true
 	w.byFD = make(map[int32]*peerWatch)
+	w.regs = make(map[int32]*peerReg)
 	w.fired.L = &w.mu
 	w.done = make(chan struct{})
 	go w.run()
@@ -197,13 +260,13 @@ func (w *peerWatcher) disarm(p *peerWatch) {
 		return
 	}
 	delete(w.byFD, p.fd)
-	if !w.closed {
+	if !w.closed && p.reg == nil {
 		p.do(unix.EPOLL_CTL_DEL)
 	}
 }
 
 func (p *peerWatch) release() {
-	p.w, p.raw, p.onClose = nil, nil, nil
+	p.w, p.raw, p.onClose, p.reg = nil, nil, nil, nil
 	peerWatches.Put(p)
 }
 
@@ -235,6 +298,9 @@ func (w *peerWatcher) readable(fd int32, gen uint32) {
 	w.mu.Lock()
 	p := w.byFD[fd]
 	if p == nil || p.gen != gen {
+		if reg := w.regs[fd]; reg != nil && reg.gen == gen {
+			reg.hup = true // a client connection hung up between watches
+		}
 		w.mu.Unlock()
 		return // stopped since the event came
 	}
@@ -243,13 +309,16 @@ func (w *peerWatcher) readable(fd int32, gen uint32) {
 		w.mu.Unlock()
 		return
 	}
+	if p.reg != nil && (p.closed || p.readable) {
+		p.reg.hup = true // a hang-up is reported once: later watches peek
+	}
 	switch {
 	case p.closed:
 		w.disarm(p)
 		p.firing = true
 	case p.readable:
-		w.disarm(p)
-	default:
+		w.disarm(p) // a pipelined request: the watch stops
+	case p.reg == nil:
 		p.do(unix.EPOLL_CTL_MOD) // woken for nothing: watch again
 	}
 	w.mu.Unlock()

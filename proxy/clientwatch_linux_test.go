@@ -4,9 +4,12 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/loopguard/loopguard/internal/rawsock"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection: the dialed one
@@ -271,4 +274,173 @@ func TestPeerWatcherClose(t *testing.T) {
 		t.Error("watch after close != nil")
 	}
 	w.close()
+}
+
+// TestPeerWatcherRegistered: a client connection of the server's own is
+// registered once, on its first watch, and its later watches reuse the
+// registration; a hang-up is reported while it is watched, and at its next
+// watch when it came in between; a pipelined request is no hang-up.
+func TestPeerWatcherRegistered(t *testing.T) {
+	var w peerWatcher
+	defer w.close()
+	registration := func(cc *clientConn) peerReg {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return cc.peer
+	}
+
+	t.Run("once for every watch", func(t *testing.T) {
+		_, s := tcpPair(t)
+		cc := &clientConn{Conn: s}
+		onClose, fired := fires()
+		w.watch(cc, onClose).stop()
+		first := registration(cc)
+		if first.gen == 0 {
+			t.Fatal("the first watch did not register the connection")
+		}
+		for range 3 {
+			p := w.watch(cc, onClose)
+			if !armed(&w, p) {
+				t.Fatal("a later watch is not armed")
+			}
+			p.stop()
+		}
+		if got := registration(cc); got != first {
+			t.Errorf("registration %+v after more watches; want %+v, the first", got, first)
+		}
+		wantQuiet(t, fired, "client still there")
+	})
+
+	t.Run("hang-up while watched", func(t *testing.T) {
+		c, s := tcpPair(t)
+		cc := &clientConn{Conn: s}
+		onClose, fired := fires()
+		w.watch(cc, onClose).stop() // registered by an earlier request
+		p := w.watch(cc, onClose)
+		c.Close()
+		wantFired(t, fired, "client closed during a later watch")
+		p.stop()
+	})
+
+	t.Run("hang-up between watches", func(t *testing.T) {
+		c, s := tcpPair(t)
+		cc := &clientConn{Conn: s}
+		onClose, fired := fires()
+		w.watch(cc, onClose).stop()
+		c.Close()
+		for deadline := time.Now().Add(2 * time.Second); !registration(cc).hup; {
+			if time.Now().After(deadline) {
+				t.Fatal("the hang-up between watches was not noted")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		wantQuiet(t, fired, "nothing watched")
+		p := w.watch(cc, onClose)
+		wantFired(t, fired, "the next watch after a hang-up")
+		p.stop()
+	})
+
+	t.Run("pipelined, then closed", func(t *testing.T) {
+		c, s := tcpPair(t)
+		cc := &clientConn{Conn: s}
+		onClose, fired := fires()
+		p := w.watch(cc, onClose)
+		const next = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+		if _, err := io.WriteString(c, next); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		wantQuiet(t, fired, "client pipelined, then closed")
+		p.stop()
+		got, err := io.ReadAll(s)
+		if string(got) != next || err != nil {
+			t.Errorf("read after the watch = %q, %v; want %q", got, err, next)
+		}
+	})
+
+	t.Run("socket number reused", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		_, a := tcpPair(t)
+		old := &clientConn{Conn: a}
+		oldClose, oldFired := fires()
+		w.watch(old, oldClose).stop()
+		fd := socketFD(t, a)
+		a.Close() // leaves the epoll set with the socket
+		// Lower numbers may be free too: connect until one gets a's.
+		var b, bPeer net.Conn
+		for range 64 {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			peer, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer peer.Close()
+			if socketFD(t, c) == fd {
+				b, bPeer = c, peer
+				break
+			}
+			if socketFD(t, peer) == fd {
+				b, bPeer = peer, c
+				break
+			}
+		}
+		if b == nil {
+			t.Fatalf("socket number %d not reused; the test proves nothing", fd)
+		}
+		cc := &clientConn{Conn: b}
+		newClose, newFired := fires()
+		p := w.watch(cc, newClose)
+		if p == nil || registration(cc).gen == registration(old).gen {
+			t.Fatal("the new connection on the reused number is not registered for itself")
+		}
+		bPeer.Close()
+		wantFired(t, newFired, "client of the reused socket closed")
+		wantQuiet(t, oldFired, "old connection")
+		p.stop()
+	})
+}
+
+// TestClientConnReadAhead: fasthttp's one-byte read of a kept-alive
+// connection's next request reads the request ahead, and the reads after
+// it get the rest, in order, before the socket is read again.
+func TestClientConnReadAhead(t *testing.T) {
+	d, a := tcpPair(t)
+	cc := &clientConn{Conn: rawsock.Wrap(a)}
+	first := "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+	second := strings.Repeat("x", 10<<10) // past the read-ahead buffer
+	if _, err := io.WriteString(d, first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	one := make([]byte, 1)
+	if n, err := cc.Read(one); n != 1 || err != nil || one[0] != 'P' {
+		t.Fatalf("one-byte read = %d %q, %v; want 1 \"P\"", n, one[:n], err)
+	}
+	if len(cc.ahead) != len(first)-1 {
+		t.Fatalf("%d bytes read ahead; want the request's %d", len(cc.ahead), len(first)-1)
+	}
+	go io.WriteString(d, second)
+	got := []byte("P")
+	buf := make([]byte, 16<<10)
+	for len(got) < len(first)+len(second) {
+		n, err := cc.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != first+second {
+		t.Errorf("read %d bytes out of order", len(got))
+	}
+	if cc.aheadBuf != nil {
+		t.Error("the read-ahead buffer is held after its bytes were read")
+	}
 }

@@ -3,13 +3,15 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/loopguard/loopguard/inject"
 	"github.com/loopguard/loopguard/inspect"
-	"github.com/loopguard/loopguard/intercept"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 )
@@ -26,8 +28,21 @@ type Config struct {
 	Policy   policy.Config  `toml:"policy"`
 	Inject   inject.Config  `toml:"inject"`
 	Judge    judge.Config   `toml:"judge"`
-	// Run is `loopguard run`'s: the model hosts it intercepts.
-	Run intercept.Config `toml:"run"`
+	Run      RunConfig      `toml:"run"`
+}
+
+// RunConfig is what `loopguard run` reads of the configuration; the proxy
+// itself ignores it.
+type RunConfig struct {
+	// ExitOnStop makes `loopguard run` exit with a code of its own when
+	// loopguard ended the run (LOOP_DETECTED or BUDGET_EXCEEDED) rather
+	// than with the agent's, which is usually 0 (-exit-on-stop). Default
+	// false.
+	ExitOnStop bool `toml:"exit_on_stop"`
+	// Hosts are more model hosts to intercept (names, no port or scheme)
+	// besides intercept.ModelHosts: a gateway or a vendor loopguard does
+	// not list. Empty (default): those only.
+	Hosts []string `toml:"hosts"`
 }
 
 // ServerConfig is the listening side.
@@ -37,12 +52,23 @@ type ServerConfig struct {
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 64 MiB:
 	// agents resend their whole history, and base64 images exceed fasthttp's 4 MiB.
 	MaxBodyBytes int `toml:"max_body_bytes"`
-	// MaxBodyMemory bounds the bytes that request bodies being read or
-	// held take together: a request whose body (its Content-Length; the
-	// body limit when chunked) does not fit beside those in flight gets
-	// 503 with Retry-After, unread. A body alone is always let in. Default
-	// 256 MiB; 0: no bound.
+	// MaxBodyMemory bounds the bytes that request bodies take together:
+	// each body's bytes as they arrive, what decoding a compressed body
+	// produces as it is produced, and each Responses WebSocket message as
+	// it is read. A request whose next bytes do not fit beside those in
+	// flight gets 503 with Retry-After. A body alone is always let in.
+	// Default 256 MiB; 0: no bound.
 	MaxBodyMemory int64 `toml:"max_body_memory"`
+	// BodyTimeout is the longest wait for a request body's next bytes, as
+	// nginx's client_body_timeout; past it the request gets 408. Default
+	// 10s; 0: only read_timeout bounds a body.
+	BodyTimeout time.Duration `toml:"body_timeout"`
+	// MinBodyRate is the slowest a request body may arrive, in bytes per
+	// second on average, once body_timeout has passed since it began (as
+	// Apache's mod_reqtimeout MinRate): a client that trickles its body
+	// gets 408 instead of holding a connection until read_timeout.
+	// Default 1024; 0: no minimum.
+	MinBodyRate int64 `toml:"min_body_rate"`
 	// ReadTimeout bounds reading one request (headers and body). Default 60s.
 	ReadTimeout time.Duration `toml:"read_timeout"`
 	// IdleTimeout closes idle client keep-alive connections. Default 120s.
@@ -67,11 +93,25 @@ type UpstreamConfig struct {
 	// (requests that carry an anthropic-version header, as every Anthropic
 	// client sends, or post to /v1/messages), for agents whose Anthropic
 	// endpoint lives on another host than their OpenAI-style one. Same form
-	// as URL. Empty (default): URL serves every wire API.
+	// as URL; urls.anthropic says the same. Empty (default): URL serves
+	// every wire API.
 	AnthropicURL string `toml:"anthropic_url"`
+	// URLs name the upstream of one wire's traffic each, keyed by the
+	// wire's name ([upstream.urls] anthropic = "...", the wires of
+	// internal/wireapi): its API's requests, those carrying its header or
+	// with its path prefix. Same form as URL. A wire not named here goes
+	// to URL.
+	URLs map[string]string `toml:"urls"`
 	// APIKey, when set, replaces the client's Authorization header with
-	// "Bearer <APIKey>". Empty: the client's header passes through.
+	// "Bearer <APIKey>" on the Passthrough paths; a request to any other
+	// path goes with the client's own credentials, or gets 401 without.
+	// Empty: the client's header passes through everywhere.
 	APIKey string `toml:"api_key"`
+	// Passthrough are the paths APIKey serves: each matches the paths that
+	// end with its segments, "*" matching any one; "guarded" stands for
+	// the guarded APIs' paths. Default DefaultPassthrough: the guarded
+	// APIs, the model listings and Ollama's read-only endpoints.
+	Passthrough []string `toml:"passthrough"`
 	// ConnectTimeout bounds dialling the upstream. Default 5s.
 	ConnectTimeout time.Duration `toml:"connect_timeout"`
 	// HeaderTimeout bounds the wait for the response headers, which for LLM
@@ -145,6 +185,11 @@ type AdminConfig struct {
 	// Replica names this replica in the admin view that replicas sharing a
 	// redis store show together. Empty: the host name and the listen port.
 	Replica string `toml:"replica"`
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /loopguard/debug/pprof/, under the same access rule as /metrics.
+	// Default false: a profile costs CPU while it is taken and shows the
+	// process's internals.
+	Pprof bool `toml:"pprof"`
 }
 
 // DefaultConfig returns the configuration loopguard runs with when nothing is set.
@@ -154,6 +199,8 @@ func DefaultConfig() Config {
 			Listen:        "127.0.0.1:8787",
 			MaxBodyBytes:  64 << 20,
 			MaxBodyMemory: 256 << 20,
+			BodyTimeout:   10 * time.Second,
+			MinBodyRate:   1 << 10,
 			ReadTimeout:   60 * time.Second,
 			IdleTimeout:   120 * time.Second,
 			SendTimeout:   60 * time.Second,
@@ -165,6 +212,7 @@ func DefaultConfig() Config {
 			IdleTimeout:         5 * time.Minute,
 			MaxConns:            4096,
 			MaxIdleConnDuration: 4 * time.Second,
+			Passthrough:         append([]string(nil), DefaultPassthrough...),
 		},
 		Stream: StreamConfig{
 			Cut:           true,
@@ -197,6 +245,14 @@ func (c *Config) Validate() error {
 			bad("upstream.anthropic_url", "%q is not an http(s) URL", c.Upstream.AnthropicURL)
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(c.Upstream.URLs)) {
+		v := c.Upstream.URLs[name]
+		if wireapi.LookupWire(wireapi.WireName(name)) == nil {
+			bad("upstream.urls."+name, "names no wire (%s)", wireNames())
+		} else if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("upstream.urls."+name, "%q is not an http(s) URL", v)
+		}
+	}
 	if c.Server.Listen == "" {
 		bad("server.listen", "is empty")
 	}
@@ -206,8 +262,12 @@ func (c *Config) Validate() error {
 	if c.Server.MaxBodyMemory < 0 {
 		bad("server.max_body_memory", "must not be negative, got %d", c.Server.MaxBodyMemory)
 	}
+	if c.Server.MinBodyRate < 0 {
+		bad("server.min_body_rate", "must not be negative, got %d", c.Server.MinBodyRate)
+	}
 	for key, d := range map[string]time.Duration{
 		"server.read_timeout":             c.Server.ReadTimeout,
+		"server.body_timeout":             c.Server.BodyTimeout,
 		"server.idle_timeout":             c.Server.IdleTimeout,
 		"server.send_timeout":             c.Server.SendTimeout,
 		"server.shutdown_grace":           c.Server.ShutdownGrace,
@@ -219,6 +279,11 @@ func (c *Config) Validate() error {
 	} {
 		if d < 0 {
 			bad(key, "must not be negative, got %s", d)
+		}
+	}
+	for _, p := range c.Upstream.Passthrough {
+		if !strings.HasPrefix(p, "/") && p != guardedPaths {
+			bad("upstream.passthrough", "%q is neither a path nor %q", p, guardedPaths)
 		}
 	}
 	if c.Upstream.MaxConns <= 0 {
@@ -270,4 +335,25 @@ func section(name string, err error) error {
 		lines[i] = l
 	}
 	return errors.New(strings.Join(lines, "\n"))
+}
+
+// WireURL returns the upstream base URL the configuration names for wire
+// w's traffic, "" when URL serves it.
+func (c UpstreamConfig) WireURL(w wireapi.WireName) string {
+	if u := c.URLs[string(w)]; u != "" {
+		return u
+	}
+	if w == wireapi.AnthropicWire {
+		return c.AnthropicURL
+	}
+	return ""
+}
+
+// wireNames lists the wires' names, for an error.
+func wireNames() string {
+	names := make([]string, len(wireapi.Wires))
+	for i := range wireapi.Wires {
+		names[i] = string(wireapi.Wires[i].Name)
+	}
+	return strings.Join(names, ", ")
 }

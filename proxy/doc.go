@@ -9,7 +9,8 @@
 // waits out a shortage of descriptors), server.go (routing and loopguard's
 // own endpoints), budget.go (the memory all request bodies hold together),
 // path.go (dot-segments resolved before the upstream's base is joined),
-// session.go (the /s/<id>/ prefix and the client's session id),
+// session_id.go (the /s/<id>/ prefix and the session id the client names,
+// from which policy/identity.go derives the session's identity),
 // encoding.go (compressed request bodies decoded for inspection), and
 // pipeline.go (session, verdict, ladder, rewrite or LOOP_DETECTED).
 // Going out: forward.go sends the request and relays a non-streamed answer
@@ -21,23 +22,30 @@
 // client, with sendlimit*.go bounding a write to a client that stopped
 // reading; clientwatch*.go notice clients that leave; spare.go runs a
 // streamed request's pipeline on a spare goroutine so the stream's own
-// keeps a small stack; encoding_stream.go inspects a stream the upstream
-// compressed anyway; failsafe.go keeps the rest of the answer's path
-// failing open; errors.go writes loopguard's own errors.
+// keeps a small stack; encoding_stream.go decodes a stream the upstream
+// compressed anyway, which is then relayed decoded like any other;
+// failsafe.go keeps the rest of the answer's path failing open; errors.go
+// writes loopguard's own errors.
 // socket.go and socket_turn.go do the same for the Responses API's
-// WebSocket mode: the relay, and each response.create as a turn.
+// WebSocket mode: the relay, and each response.create as a turn, whose
+// events, framed one a message, take the stream relay's event step.
 //
 // What differs between the guarded APIs lies behind one wireAPI each
 // (api.go): api_chat.go, api_responses.go, api_anthropic.go and
 // api_ollama.go apply rewrites, answer LOOP_DETECTED, read a streamed
-// answer and write the end of a cut one in their API's shape; api_body.go
-// cuts non-streamed answers whose text lies in items. answer_observer.go
-// watches an answer on the way back, composed of parts: answer_cut.go
-// (degeneration and the cut), answer_dedup.go (duplicate tool calls),
-// answer_hold.go (stream.hold_tool_calls), answer_trim.go (tail = "trim")
-// and answer_record.go with responses_record.go (the Responses history
-// record). usage.go reads the tokens answers report; hooks.go is what the
-// proxy tells observe of each request; config.go is its configuration.
+// answer (their answer's add returns what each event added) and write the
+// end of a cut one in their API's shape; api_body.go cuts non-streamed
+// answers whose text lies in items. answer_observer.go watches an answer
+// on the way back and decides: it pulls each event's updates from the
+// API's answer, feeds the text to the degeneration detectors (its
+// cutWatch) and asks the API for the end of a cut stream; its parts act on
+// the tool calls and on what is held back: answer_dedup.go (duplicate tool
+// calls), answer_hold.go (stream.hold_tool_calls), answer_trim.go
+// (tail = "trim") and answer_record.go with responses_record.go (the
+// Responses history record). So a Responses stream is cut in stream.go,
+// answer_observer.go, api_responses.go and inject/responses.go. usage.go
+// reads the tokens answers report; hooks.go is what the proxy tells
+// observe of each request; config.go is its configuration.
 // Why the stream path is shaped as it is: docs/streams.md.
 //
 // proxy is the only package that speaks HTTP (fasthttp on both sides); a

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+	brotli "github.com/molecule-man/go-brrr"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -86,20 +90,28 @@ func (c *codings) empty() bool { return c.n == 0 }
 // it decoding stops with errDecodedTooLarge, so a small body that inflates
 // to gigabytes costs no more than limit bytes.
 func (c *codings) decode(dst, src []byte, limit int) ([]byte, error) {
-	if c.n == 1 {
-		return decodeOne(dst, src, c.list[0], limit)
-	}
+	return c.decodeHeld(dst, src, limit, nil)
+}
+
+// decodeHeld is decode with every buffer it grows taken from hold first:
+// past what hold may take, decoding stops with errBodyMemory, so that
+// bodies that inflate together stay within the body budget.
+func (c *codings) decodeHeld(dst, src []byte, limit int, hold *budgetShare) ([]byte, error) {
 	cur := src
 	for i := c.n - 1; i >= 0; i-- {
 		var out []byte
 		if i == 0 {
 			out = dst
 		}
-		next, err := decodeOne(out, cur, c.list[i], limit)
+		w := limitWriter{b: out, limit: limit, hold: hold}
+		err := decodeInto(&w, cur, c.list[i])
 		if err != nil {
+			if i == 0 {
+				return w.b, err
+			}
 			return dst, err
 		}
-		cur = next
+		cur = w.b
 	}
 	return cur, nil
 }
@@ -135,78 +147,198 @@ func encodeOne(dst, src []byte, k coding) []byte {
 	}
 }
 
-func decodeOne(dst, src []byte, k coding, limit int) ([]byte, error) {
+// decodeInto writes src with coding k undone to w.
+func decodeInto(w *limitWriter, src []byte, k coding) error {
 	if k == codingZstd {
-		return decodeZstd(dst, src, limit)
+		return decodeZstd(w, src)
 	}
-	w := limitWriter{b: dst, limit: limit}
 	var err error
 	switch k {
 	case codingGzip:
-		_, err = fasthttp.WriteGunzip(&w, src)
+		_, err = fasthttp.WriteGunzip(w, src)
 	case codingDeflate:
-		_, err = fasthttp.WriteInflate(&w, src)
+		_, err = fasthttp.WriteInflate(w, src)
 	case codingBrotli:
-		_, err = fasthttp.WriteUnbrotli(&w, src)
+		err = decodeBrotli(w, src)
 	}
-	if w.over {
-		return w.b, errDecodedTooLarge
+	switch {
+	case w.over:
+		return errDecodedTooLarge
+	case w.short:
+		return errBodyMemory
+	case err != nil:
+		return fmt.Errorf("decode %s: %w", k, err)
 	}
-	if err != nil {
-		return w.b, fmt.Errorf("decode %s: %w", k, err)
+	return nil
+}
+
+// decodeBrotli writes src, brotli-coded, to w. Its decoder holds a ring
+// buffer as large as the stream's window (up to 16 MiB) and up to as much
+// output not yet written, taken from w's hold while it decodes; a decoder
+// of its own, closed after, so that no pool keeps its output buffer
+// (fasthttp's readers keep theirs).
+func decodeBrotli(w *limitWriter, src []byte) error {
+	held := 2 * int64(brotliWindow(src))
+	if !w.hold.take(held) {
+		w.short = true
+		return errBodyMemory
 	}
-	return w.b, nil
+	defer w.hold.drop(held)
+	r := brotli.NewReader(bytes.NewReader(src))
+	defer r.Close()
+	_, err := io.Copy(w, r)
+	return err
+}
+
+// brotliWindow is the window size a brotli stream's header declares (RFC
+// 7932 section 9.1): the most its decoder holds besides its output. A
+// header that asks for a large window (a non-standard extension) counts
+// as 1 GiB, its largest.
+func brotliWindow(src []byte) int {
+	if len(src) == 0 {
+		return 0
+	}
+	b := src[0]
+	wbits := 16
+	switch n, m := (b>>1)&7, (b>>4)&7; {
+	case b&1 == 0:
+	case n != 0:
+		wbits = 17 + int(n)
+	case m == 1:
+		wbits = 30
+	case m == 0:
+		wbits = 17
+	default:
+		wbits = 8 + int(m)
+	}
+	return 1<<wbits - 16
 }
 
 // limitWriter appends what is written to b, and fails once b would pass
-// limit, which stops the decoder that writes to it.
+// limit, or would grow past what hold may take, which stops the decoder
+// that writes to it.
 type limitWriter struct {
 	b     []byte
 	limit int
-	over  bool
+	// hold is taken the capacity b grows to before it grows (nil: no
+	// bound); held is what it holds for b.
+	hold *budgetShare
+	held int
+	over bool // past limit
+	// short: past what hold may take.
+	short bool
 }
 
 func (w *limitWriter) Write(p []byte) (int, error) {
-	if w.limit > 0 && len(w.b)+len(p) > w.limit {
-		w.over = true
-		return 0, errDecodedTooLarge
+	if err := w.room(len(p)); err != nil {
+		return 0, err
 	}
 	w.b = append(w.b, p...)
 	return len(p), nil
 }
 
+// ReadFrom appends the rest of r to b, growing b as Write does.
+func (w *limitWriter) ReadFrom(r io.Reader) (int64, error) {
+	var n int64
+	for {
+		if len(w.b) == cap(w.b) {
+			if err := w.room(1); err != nil {
+				return n, err
+			}
+		}
+		m, err := r.Read(w.b[len(w.b):cap(w.b)])
+		w.b = w.b[:len(w.b)+m]
+		n += int64(m)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// room makes b able to take n more bytes without growing. A larger b is
+// taken from hold before it is made, and the old one given back once it
+// is copied: what hold holds is what the decoding holds.
+func (w *limitWriter) room(n int) error {
+	need := len(w.b) + n
+	if w.limit > 0 && need > w.limit {
+		w.over = true
+		return errDecodedTooLarge
+	}
+	if need <= cap(w.b) {
+		return nil
+	}
+	c := max(need, 2*cap(w.b), minDecodeBuf)
+	if w.limit > 0 {
+		c = min(c, w.limit)
+	}
+	if !w.hold.take(int64(c)) {
+		w.short = true
+		return errBodyMemory
+	}
+	b := make([]byte, len(w.b), c)
+	copy(b, w.b)
+	w.hold.drop(int64(w.held))
+	w.b, w.held = b, c
+	return nil
+}
+
+// minDecodeBuf is the smallest buffer a decoding grows.
+const minDecodeBuf = 16 << 10
+
 // zstd decoders are kept per limit (a server has one body limit; tests a
 // few): DecodeAll is safe for concurrent use and its memory bound is an
-// option of the decoder.
+// option of the decoder. Each decodes into the capacity it is given and
+// no further (WithDecodeAllCapLimit), which limitWriter.room grows.
 var zstdDecoders sync.Map // int -> *zstd.Decoder
 
-func decodeZstd(dst, src []byte, limit int) ([]byte, error) {
-	d, ok := zstdDecoders.Load(limit)
+func decodeZstd(w *limitWriter, src []byte) error {
+	d, ok := zstdDecoders.Load(w.limit)
 	if !ok {
-		opts := []zstd.DOption{zstd.WithDecoderConcurrency(0)}
-		if limit > 0 {
+		opts := []zstd.DOption{zstd.WithDecoderConcurrency(0), zstd.WithDecodeAllCapLimit(true)}
+		if w.limit > 0 {
 			// The decoder refuses a frame that says it is larger, and stops
 			// one that turns out to be, near the limit.
-			opts = append(opts, zstd.WithDecoderMaxMemory(uint64(limit)))
+			opts = append(opts, zstd.WithDecoderMaxMemory(uint64(w.limit)))
 		}
 		nd, err := zstd.NewReader(nil, opts...)
 		if err != nil {
-			return dst, err
+			return err
 		}
-		d, _ = zstdDecoders.LoadOrStore(limit, nd)
+		d, _ = zstdDecoders.LoadOrStore(w.limit, nd)
 	}
-	n := len(dst)
-	out, err := d.(*zstd.Decoder).DecodeAll(src, dst)
-	// A frame whose window is larger than the limit asks for more memory
-	// than a body may take; the decoder refuses it before allocating.
-	if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) ||
-		err == nil && limit > 0 && len(out)-n > limit {
-		return dst, errDecodedTooLarge
+	// A frame that says its size gets that room at once; one that does
+	// not, a guess, doubled and decoded again while it does not fit.
+	room := max(4*len(src), minDecodeBuf)
+	var h zstd.Header
+	if h.Decode(src) == nil && h.HasFCS {
+		room = int(min(h.FrameContentSize, uint64(math.MaxInt32)))
 	}
-	if err != nil {
-		return dst, fmt.Errorf("decode zstd: %w", err)
+	for {
+		if w.limit > 0 {
+			room = min(room, w.limit-len(w.b)+1)
+		}
+		if err := w.room(room); err != nil {
+			return err
+		}
+		out, err := d.(*zstd.Decoder).DecodeAll(src, w.b)
+		switch {
+		case err == nil:
+			w.b = out
+			return nil
+		case errors.Is(err, zstd.ErrDecoderSizeExceeded) && (w.limit <= 0 || cap(w.b) < w.limit):
+			room = 2 * (cap(w.b) - len(w.b))
+		case errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded):
+			// A frame whose window is larger than the limit asks for more
+			// memory than a body may take; the decoder refuses it before
+			// allocating.
+			return errDecodedTooLarge
+		default:
+			return fmt.Errorf("decode zstd: %w", err)
+		}
 	}
-	return out, nil
 }
 
 var zstdEnc struct {
@@ -237,6 +369,13 @@ func (k coding) String() string {
 	return "identity"
 }
 
+// looksJSONObject reports a body that is a JSON object as it is: no
+// coding's output begins with '{' and parses whole.
+func looksJSONObject(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && gjson.ValidBytes(b)
+}
+
 // codedBody is a request body sent with a content coding, decoded for
 // inspection. Its buffers are pooled: release it once the upstream call
 // has sent the request.
@@ -249,11 +388,12 @@ type codedBody struct {
 
 var codedBodies = sync.Pool{New: func() any { return new(codedBody) }}
 
-// decodeBody decodes raw, coded with cs, within limit bytes.
-func decodeBody(cs codings, raw []byte, limit int) (*codedBody, error) {
+// decodeBody decodes raw, coded with cs, within limit bytes and what hold
+// may take (nil: no bound).
+func decodeBody(cs codings, raw []byte, limit int, hold *budgetShare) (*codedBody, error) {
 	c := codedBodies.Get().(*codedBody)
 	var err error
-	c.decoded, err = cs.decode(c.decoded[:0], raw, limit)
+	c.decoded, err = cs.decodeHeld(c.decoded[:0], raw, limit, hold)
 	if err != nil {
 		c.release()
 		return nil, err
@@ -286,6 +426,7 @@ func (c *codedBody) release() {
 	codedBodies.Put(c)
 }
 
-// maxPooledBody: larger buffers are left to the collector, so that one
-// huge body does not stay held by the pool.
-const maxPooledBody = 8 << 20
+// maxPooledBody: larger buffers are left to the collector, so that large
+// bodies do not stay held by the pool, outside the body budget, after
+// their requests.
+const maxPooledBody = 256 << 10

@@ -37,7 +37,7 @@ func BenchmarkCodedTurn(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			c, err := decodeBody(cs, coded, 64<<20)
+			c, err := decodeBody(cs, coded, 64<<20, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func BenchmarkCodedTurn(b *testing.B) {
 				var c *codedBody
 				if enc != "" {
 					var err error
-					if c, err = decodeBody(cs, coded, 64<<20); err != nil {
+					if c, err = decodeBody(cs, coded, 64<<20, nil); err != nil {
 						b.Fatal(err)
 					}
 					in = c.decoded

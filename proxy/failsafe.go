@@ -6,11 +6,10 @@ import (
 	"runtime/debug"
 
 	"github.com/loopguard/loopguard/observe"
-	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
 )
 
-// The response path fails open (DESIGN.md section 1): sse/, the detectors
+// The response path fails open (docs/design.md section 7): sse/, the detectors
 // and the chat observer read bytes the upstream chose, and a bug there that
 // panics must neither kill the process nor cost the client a byte
 // (docs/streams.md: a healthy stream arrives whole). Each stage that runs
@@ -77,27 +76,4 @@ func (s *Server) observeFinish(obs responseObserver, cause error, info *observe.
 		}
 	}()
 	obs.finish(cause, info)
-}
-
-// observeCodedEvent runs obs.codedEvent; ok false when it panicked, and
-// the rest of the stream passes uninspected.
-func (s *Server) observeCodedEvent(obs codedObserver, ev *sse.Event) (ready, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.recovered(obs, "event", r)
-			ready, ok = false, false
-		}
-	}()
-	return obs.codedEvent(ev), true
-}
-
-// observeCodedEnd runs obs.codedEnd; ok false when it panicked.
-func (s *Server) observeCodedEnd(obs codedObserver) (end []byte, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.recovered(obs, "end", r)
-			end, ok = nil, false
-		}
-	}()
-	return obs.codedEnd(nil), true
 }

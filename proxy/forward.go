@@ -115,6 +115,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	// connection, so the model stops. Only requests that can start a
 	// generation are watched: the watch costs two system calls.
 	x := acquireExchange()
+	// What loopguard watches the answer of is an inference call on an API
+	// it guards.
+	x.inference = obs != nil
 	var watch *peerWatch
 	if !ctx.IsGet() && !ctx.IsHead() {
 		watch = s.peers.watch(ctx.Conn(), x.clientGone)
@@ -296,11 +299,12 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 	req.Header.SetHost(up.host)
 
 	conn := in.Header.Peek("Connection")
+	key := s.operatorKey(ctx)
 	for k, v := range in.Header.All() {
 		switch {
 		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):
 			continue
-		case up.apiKey != "" && asciiEqualFold(k, "Authorization"):
+		case key != "" && asciiEqualFold(k, "Authorization"):
 			continue
 		case inspected && asciiEqualFold(k, "Accept-Encoding"):
 			// We parse what comes back, which identity keeps cheap; an
@@ -310,8 +314,8 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 		}
 		req.Header.AddBytesKV(k, v)
 	}
-	if up.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+up.apiKey)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	if inspected {
 		req.Header.Set("Accept-Encoding", "identity")
@@ -455,11 +459,15 @@ func (s *Server) respond(obs responseObserver, method, path []byte, cause error,
 	// bytes, not a copy.
 	info.Path = rawjson.View(path)
 	if obs != nil {
+		budgeted := budgetedSession(obs)
 		// The observer gets a copy: a pointer to info itself would move it
 		// to the heap on every response, observed or not.
 		observed := info
 		s.observeFinish(obs, cause, &observed)
 		info = observed
+		if budgeted != "" {
+			s.pipeline.recordUsage(budgeted, info.Usage)
+		}
 	}
 	s.obs.Response(info)
 	e := s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", info.Status).

@@ -62,7 +62,7 @@ func (s *Server) hostUpstream(hostport string) *upstream {
 		return up
 	}
 	c := s.cfg.Upstream
-	c.URL, c.APIKey = i.BaseURL(hostport), "" // the agent's own credentials go to its host
+	c.URL = i.BaseURL(hostport)
 	up, err := newUpstream(c)
 	if err != nil {
 		s.log.Error().Err(err).Str("host", hostport).Msg("no upstream for an intercepted host")

@@ -146,26 +146,37 @@ func TestOllamaTransparent(t *testing.T) {
 
 // TestOllamaStreamCut: a degenerate NDJSON stream on /api/chat and
 // /api/generate is cut: the upstream connection closes and the client's
-// last line is a well-formed final one naming the cut.
+// last line is a well-formed final one naming the cut. A stream the
+// upstream compressed is cut alike, decoded (encoding_stream.go).
 func TestOllamaStreamCut(t *testing.T) {
 	const phrase = "I will now read the file to see the error. "
-	for _, tt := range []struct{ path, body, field, tail string }{
-		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`, TailKeep},
-		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`, TailTrim},
-		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`, TailKeep},
-		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`, TailTrim},
+	for _, tt := range []struct{ path, body, field, tail, enc string }{
+		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`, TailKeep, ""},
+		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`, TailTrim, ""},
+		{"/api/chat", loopHistory(1, true, ""), `"message":{"role":"assistant","content":%q}`, TailTrim, "zstd"},
+		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`, TailKeep, ""},
+		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`, TailTrim, ""},
+		{"/api/generate", `{"model":"tiny","prompt":"hi"}`, `"response":%q`, TailKeep, "gzip"},
 	} {
-		t.Run(tt.path+"/"+tt.tail, func(t *testing.T) {
+		t.Run(tt.path+"/"+tt.tail+"/"+tt.enc, func(t *testing.T) {
 			closed := make(chan int, 1)
 			up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/x-ndjson")
+				var dst io.Writer = w
+				flush := func() {}
+				if tt.enc != "" {
+					w.Header().Set("Content-Encoding", tt.enc)
+					e := newFlushEncoder(t, tt.enc, w)
+					dst, flush = e, func() { e.Flush() }
+				}
 				deadline := time.Now().Add(10 * time.Second)
 				for i := 0; time.Now().Before(deadline); i++ {
 					line := `{"model":"tiny","created_at":"2026-11-27T12:00:00Z",` + fmt.Sprintf(tt.field, phrase) + `,"done":false}` + "\n"
-					if _, err := io.WriteString(w, line); err != nil || r.Context().Err() != nil {
+					if _, err := io.WriteString(dst, line); err != nil || r.Context().Err() != nil {
 						closed <- i + 1
 						return
 					}
+					flush()
 					w.(http.Flusher).Flush()
 				}
 				closed <- 0
@@ -193,6 +204,9 @@ func TestOllamaStreamCut(t *testing.T) {
 				t.Errorf("client got %d copies of the repeated phrase with tail %s", c, tt.tail)
 			}
 			resp.Body.Close()
+			if ce := resp.Header.Get("Content-Encoding"); ce != "" {
+				t.Errorf("client Content-Encoding %q; want none (the stream is relayed decoded)", ce)
+			}
 			if sent := <-closed; sent == 0 {
 				t.Errorf("the upstream sent everything; the cut did not close it")
 			}

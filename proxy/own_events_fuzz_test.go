@@ -41,7 +41,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		o := newAnswerObserver(p, &plan{api: chatAPI, requestFacts: requestFacts{stream: true, usage: true, model: model}}, nil)
 		chunk := `{"id":` + q(id) + `,"object":"chat.completion.chunk","created":1,"model":` + q(model) +
 			`,"choices":[{"index":0,"delta":{"content":` + q(text) + `,"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":` + q(name) + `,"arguments":` + q(text) + `}}]}}]}`
-		_ = o.answer.add([]byte(chunk), o)
+		_ = o.read([]byte(chunk))
 		o.watch.cut = cut
 		written["chat cut"], _ = o.appendEnd(nil)
 		o.watch.cut = nil
@@ -59,7 +59,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			t.Fatalf("trim released %q with %d events held; want the event held", out, len(o.trimmer.queue))
 		}
 		for keep := 1; keep < len(text); keep++ {
-			written["trimmed event"] = o.trimmer.appendTruncated(written["trimmed event"], &o.trimmer.queue[0], keep, o.answer.textPath())
+			written["trimmed event"] = o.trimmer.appendTruncated(written["trimmed event"], &o.trimmer.queue[0], keep, o.plan.api.textPath)
 		}
 		o.release()
 
@@ -70,7 +70,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			`{"type":"response.output_text.delta","sequence_number":2,"item_id":` + q(id) + `,"output_index":0,"content_index":0,"delta":` + q(text) + `}`,
 			`{"type":"response.output_item.done","sequence_number":3,"output_index":1,"item":{"id":"fc","type":"function_call","status":"completed","call_id":"c","name":` + q(name) + `,"arguments":` + q(text) + `}}`,
 		} {
-			_ = o.answer.add([]byte(ev), o)
+			_ = o.read([]byte(ev))
 		}
 		o.watch.cut = cut
 		written["responses cut"], _ = o.appendEnd(nil)
@@ -82,7 +82,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			`{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":` + q(name) + `,"input":{}}}`,
 			`{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":` + q(text) + `}}`,
 		} {
-			_ = o.answer.add([]byte(ev), o)
+			_ = o.read([]byte(ev))
 		}
 		o.watch.cut = cut
 		written["anthropic cut"], _ = o.appendEnd(nil)
@@ -109,7 +109,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 		o = newAnswerObserver(p, &plan{api: ollamaAPI, requestFacts: requestFacts{stream: true, model: model}}, nil)
 		line := `{"model":` + q(model) + `,"created_at":` + q(id) + `,"message":{"role":"assistant","content":` + q(text) +
 			`,"tool_calls":[{"function":{"name":` + q(name) + `,"arguments":{"a":` + q(text) + `}}}]},"done":false}`
-		_ = o.answer.add([]byte(line), o)
+		_ = o.read([]byte(line))
 		o.watch.cut = cut
 		lines["ollama cut"], _ = o.appendEnd(nil)
 		o.watch.cut = nil
@@ -122,7 +122,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			t.Fatalf("trim released %q; want the line held", out)
 		}
 		for keep := 1; keep < len(text); keep++ {
-			lines["ollama trimmed line"] = o.trimmer.appendTruncated(lines["ollama trimmed line"], &o.trimmer.queue[0], keep, o.answer.textPath())
+			lines["ollama trimmed line"] = o.trimmer.appendTruncated(lines["ollama trimmed line"], &o.trimmer.queue[0], keep, o.plan.api.textPath)
 		}
 		o.release()
 		for name, body := range map[string]string{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,12 +21,15 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Response headers on every answer to a guarded request (DESIGN.md section 5).
+// Response headers on every answer to a guarded request (docs/design.md section 4).
 const (
 	HeaderSession = "X-Loopguard-Session"
 	HeaderAction  = "X-Loopguard-Action"
 	HeaderLoop    = "X-Loopguard-Loop"
-	headerMode    = "X-Loopguard-Mode"
+	// HeaderBudget names the session budget that decided the request,
+	// "tokens" or "turns", and its use: "tokens 81200/100000".
+	HeaderBudget = "X-Loopguard-Budget"
+	headerMode   = "X-Loopguard-Mode"
 )
 
 // pipeline runs policy, inspect and inject on the requests of the guarded
@@ -207,23 +211,35 @@ func (p *pipeline) submitCheck(pl *plan) {
 
 // decodeRequest decodes a request body sent with Content-Encoding ce for
 // inspection. ok false: the request is answered (the decoded body is over
-// the body limit, 413 as for a plain body that is). A body that does not
-// decode is forwarded as sent, uninspected, and counted as a fail-open:
-// ok false too. coded nil with ok: the coding is identity.
+// the body limit, 413 as for a plain body that is; or it does not fit in
+// the body budget, 503 as for a plain body that does not). A body that does not
+// decode is inspected as it is if it is JSON as it is (a wrong label);
+// otherwise it is forwarded as sent, uninspected, and counted as a
+// fail-open: ok false too. coded nil with ok: the coding is identity.
 func (p *pipeline) decodeRequest(ctx *fasthttp.RequestCtx, s *Server, ce, raw []byte) (coded *codedBody, ok bool) {
 	cs, err := parseCodings(ce)
 	if err == nil && cs.empty() {
 		return nil, true
 	}
 	if err == nil {
-		coded, err = decodeBody(cs, raw, p.cfg.Server.MaxBodyBytes)
+		coded, err = decodeBody(cs, raw, p.cfg.Server.MaxBodyBytes, heldBy(ctx))
 	}
 	switch {
+	case errors.Is(err, errBodyMemory):
+		writeBodyMemoryError(ctx)
+		s.respond(nil, ctx.Method(), ctx.Path(), nil, observe.ResponseInfo{Status: fasthttp.StatusServiceUnavailable})
+		return nil, false
 	case errors.Is(err, errDecodedTooLarge):
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "decoded request body exceeds server.max_body_bytes",
 			"invalid_request_error", "request_too_large")
 		s.respond(nil, ctx.Method(), ctx.Path(), nil, observe.ResponseInfo{Status: fasthttp.StatusRequestEntityTooLarge})
 		return nil, false
+	case err != nil && looksJSONObject(raw):
+		// Labelled with a coding it is not in: an upstream that ignores
+		// the label serves it as it is, so it is inspected as it is (and
+		// any rewrite goes with the same label).
+		p.log.Debug().Bytes("content_encoding", ce).Msg("request body is plain JSON despite its Content-Encoding; inspected as it is")
+		return nil, true
 	case err != nil:
 		// The upstream answers what it cannot read; loopguard only cannot
 		// see this turn. The coding's name is logged, never the body.
@@ -277,7 +293,8 @@ func (pl *plan) event() ChatEvent {
 // goes wrong, the plan falls back to sending the original body unchanged.
 func (p *pipeline) decide(ctx *fasthttp.RequestCtx, api *wireAPI, body []byte) (pl plan) {
 	pcfg := p.policy.Config()
-	return p.decideFor(sessionID(ctx, &pcfg), ctx.Request.Header.Peek(headerMode), api, body)
+	session, mode := clientHeaders(ctx, &pcfg)
+	return p.decideFor(session, mode, api, body)
 }
 
 // decideFor is decide for a request whose session id (the /s/<id>/
@@ -562,6 +579,9 @@ func (p *pipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
 			e.Constraints = append(e.Constraints, loopOf(d, collapse))
 		}
 	}
+	if b := d.Budget; b != nil && !b.Exceeded {
+		e.Warnings = append(e.Warnings, inject.Loop{Budget: budgetOf(b)})
+	}
 	res, err := pl.api.apply(p.inject, body, e)
 	if err != nil {
 		bodyBufs.Put(buf)
@@ -589,6 +609,9 @@ func loopOf(d *policy.Decision, collapse bool) inject.Loop {
 		Urgency:  inject.Urgency(d.Urgency),
 		Collapse: collapse,
 		Failed:   d.Failed,
+	}
+	if d.Budget != nil && d.Budget.Exceeded {
+		l.Budget = budgetOf(d.Budget)
 	}
 	if d.CrossSession && d.GlobalSessions > 1 {
 		l.OtherSessions = d.GlobalSessions - 1
@@ -626,6 +649,9 @@ func setLoopHeaders(h *fasthttp.ResponseHeader, pl *plan) {
 	// alone; the header names loops loopguard acts on or would act on.
 	if v := pl.decision.Verdict; v.Loop && !pl.decision.Stale {
 		h.Set(HeaderLoop, string(v.Category))
+	}
+	if b := pl.decision.Budget; b != nil {
+		h.Set(HeaderBudget, b.Kind+" "+strconv.FormatInt(b.Used, 10)+"/"+strconv.FormatInt(b.Limit, 10))
 	}
 }
 

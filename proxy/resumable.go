@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"io"
-	"net/url"
 	"sync"
 	"time"
 
@@ -52,10 +51,6 @@ type resumable struct {
 	auth [][]byte
 }
 
-// authHeaders are the request headers a DELETE carries over: whoever may
-// start a generation may stop it.
-var authHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key"}
-
 // resumableOf returns how to stop ctx's generation if it is a resumable
 // stream (an X-Conversation-Id request, or a resume), or nil.
 func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
@@ -65,29 +60,51 @@ func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
 	}
 	var p []byte
 	if id := ctx.Request.Header.Peek(headerConversation); len(id) > 0 {
-		if string(id) == "." || string(id) == ".." {
-			// A dot-segment, which escaping leaves as it is: the DELETE
-			// would name the route's parent, not a stream.
+		if !safeStreamID(id) {
 			return nil
 		}
 		p = append(p, streamPath...)
-		p = append(p, url.PathEscape(string(id))...)
+		p = append(p, id...)
 	} else if isResume(ctx) {
+		path := ctx.Path()
+		if !safeStreamID(path[bytes.LastIndex(path, []byte(streamPath))+len(streamPath):]) {
+			return nil
+		}
 		p = ctx.URI().PathOriginal()
 	} else {
 		return nil
 	}
 	r := &resumable{s: s, up: up, uri: up.path(nil, p)}
-	for _, h := range authHeaders {
+	key := s.operatorKey(ctx)
+	for _, h := range credentialHeaders {
 		v := ctx.Request.Header.Peek(h)
-		if up.apiKey != "" && h == "Authorization" {
-			v = []byte("Bearer " + up.apiKey)
+		if key != "" && h == "Authorization" {
+			v = []byte("Bearer " + key)
 		}
 		if len(v) > 0 {
 			r.auth = append(r.auth, []byte(h), append([]byte(nil), v...))
 		}
 	}
 	return r
+}
+
+// safeStreamID reports a conversation id a DELETE may name: letters,
+// digits and -_.: only, and not a dot-segment. Any other (an escaped
+// slash, "..") could name another resource once an upstream, or a proxy
+// in front of it, decodes and resolves the path; such a stream is not
+// stopped by loopguard, which is no worse than without it.
+func safeStreamID(id []byte) bool {
+	if len(id) == 0 || string(id) == "." || string(id) == ".." {
+		return false
+	}
+	for _, c := range id {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // isResume reports whether ctx fetches a resumable stream again:

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,11 +27,13 @@ type Server struct {
 	cfg Config
 	log zerolog.Logger
 	up  *upstream
-	// anthropic serves Anthropic Messages traffic when upstream.anthropic_url
-	// is set; nil otherwise (up serves everything).
-	anthropic *upstream
-	http      *fasthttp.Server
-	pipeline  *pipeline
+	// wires serve the traffic of the wires (internal/wireapi) whose
+	// upstream the configuration names (upstream.urls,
+	// upstream.anthropic_url), at the wire's index in wireapi.Wires; nil
+	// for the others, which up serves.
+	wires    [len(wireapi.Wires)]*upstream
+	http     *fasthttp.Server
+	pipeline *pipeline
 	// chatDone, when set, sees every chat request's outcome (WithChatDone).
 	chatDone func(*ChatEvent)
 	// judgeDone, when set, sees every judge check's outcome (WithJudgeDone).
@@ -43,7 +46,7 @@ type Server struct {
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
-	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard
+	admin   fasthttp.RequestHandler // /loopguard/: admin API and dashboard (and profiles: withPprof)
 	// cluster shares the admin view with the other replicas; nil unless
 	// the store is shared.
 	cluster *observe.Cluster
@@ -66,6 +69,8 @@ type Server struct {
 	spares *spares
 	// bodies bounds the memory of request bodies in flight (budget.go).
 	bodies bodyBudget
+	// passthrough are the paths [upstream] api_key serves (passthrough.go).
+	passthrough pathSet
 	// stopping is cancelled (stop) when Shutdown begins: the admin
 	// handlers' request context (withLocalAddr).
 	stopping context.Context
@@ -82,12 +87,15 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory}}
-	if cfg.Upstream.AnthropicURL != "" {
-		c := cfg.Upstream
-		c.URL = c.AnthropicURL
-		if s.anthropic, err = newUpstream(c); err != nil {
-			return nil, err
+	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory},
+		passthrough: newPathSet(cfg.Upstream.Passthrough)}
+	for i := range wireapi.Wires {
+		if u := cfg.Upstream.WireURL(wireapi.Wires[i].Name); u != "" {
+			c := cfg.Upstream
+			c.URL = u
+			if s.wires[i], err = newUpstream(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, o := range opts {
@@ -117,6 +125,9 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.admin = withLocalAddr(admin, s.stopping)
+	if cfg.Admin.Pprof {
+		s.admin = withPprof(s.admin, admin.Guard, s.stopping)
+	}
 	s.metrics = withLocalAddr(admin.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), s.stopping)
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
@@ -201,7 +212,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners = append(s.listeners, ln)
 	s.mu.Unlock()
-	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log, budget: &s.bodies})
+	err := s.http.Serve(&acceptor{Listener: ln, conns: &s.clients, sendTimeout: s.cfg.Server.SendTimeout, log: s.log,
+		budget: &s.bodies, pace: bodyPace{timeout: s.cfg.Server.BodyTimeout, rate: s.cfg.Server.MinBodyRate}})
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}
@@ -236,8 +248,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.spares.stop()
 	s.up.client.CloseIdleConnections()
 	s.icpt.closeIdle()
-	if s.anthropic != nil {
-		s.anthropic.client.CloseIdleConnections()
+	for _, up := range s.wires {
+		if up != nil {
+			up.client.CloseIdleConnections()
+		}
 	}
 	if s.cluster != nil {
 		s.cluster.Close() // before the store it writes to
@@ -268,8 +282,9 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 // through the pipeline, everything else straight to the upstream. A
 // /s/<id>/ session prefix is taken off first, whatever the path.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	if cc, ok := ctx.Conn().(*clientConn); ok && cc.reserved.Load() > 0 {
-		defer cc.giveBack()
+	if cc, ok := ctx.Conn().(*clientConn); ok {
+		cc.endBody()
+		defer cc.share.giveBack()
 	}
 	if ambiguousFraming(&ctx.Request.Header) {
 		// RFC 9112 section 6.3: Content-Length beside Transfer-Encoding is
@@ -299,6 +314,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	switch {
 	case host == "" && s.serveOwn(ctx, path):
+	case host == "" && s.refuseUnkeyed(ctx):
 	case isSocketUpgrade(ctx):
 		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
@@ -335,25 +351,13 @@ func (s *Server) serveOwn(ctx *fasthttp.RequestCtx, path []byte) bool {
 	return true
 }
 
-// guardedAPI returns the API of the endpoints loopguard inspects, under any
-// prefix (/v1/chat/completions, /chat/completions, /openai/v1/responses,
-// /anthropic/v1/messages, the ChatGPT Codex backend's
-// /backend-api/codex/responses), and nil for everything else, which passes
-// through. It is the one place that maps paths to APIs.
-// Messages are matched only as /v1/messages or /messages so that OpenAI's
-// /v1/threads/{id}/messages is not mistaken for Anthropic's.
+// guardedAPI returns the flow of the API whose path p is, as the registry
+// matches paths (internal/wireapi: /v1/chat/completions,
+// /openai/v1/responses, /anthropic/v1/messages...), and nil for everything
+// else, which passes through.
 func guardedAPI(p []byte) *wireAPI {
-	switch {
-	case hasSuffixBytes(p, "/chat/completions"):
-		return chatAPI
-	case hasSuffixBytes(p, "/v1/responses") || string(p) == "/responses" || hasSuffixBytes(p, chatGPTCodexPath+"/responses"):
-		return responsesAPI
-	case hasSuffixBytes(p, "/v1/messages") || string(p) == "/messages":
-		return anthropicAPI
-	case hasSuffixBytes(p, "/api/chat"):
-		return ollamaAPI
-	case hasSuffixBytes(p, "/api/generate"):
-		return ollamaGenerateAPI
+	if r := wireapi.Match(p); r.API != nil {
+		return wireAPIs[r.API.Index()]
 	}
 	return nil
 }
@@ -380,24 +384,29 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 	return length && transfer
 }
 
-// upstreamFor is the upstream of one request: upstream.anthropic_url's for
-// Anthropic Messages traffic when it is set, upstream.url's for the rest.
-// Anthropic clients send anthropic-version on every request, which also
-// routes the paths beside /v1/messages (count_tokens, models).
+// upstreamFor is the upstream of one request: its wire's when the
+// configuration names one (upstream.urls, upstream.anthropic_url),
+// upstream.url's otherwise. The wire is the one whose header the request
+// carries or whose prefix its path has (Anthropic clients send
+// anthropic-version on every request, which also routes the paths beside
+// /v1/messages: count_tokens, models), else its API's (internal/wireapi).
 // An intercepted connection's requests go to the host it was meant for.
 func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
 	if host := interceptedHost(ctx); host != "" {
 		return s.hostUpstream(host)
 	}
-	if s.anthropic != nil && (len(ctx.Request.Header.Peek("anthropic-version")) > 0 ||
-		guardedAPI(ctx.Path()) == anthropicAPI) {
-		return s.anthropic
+	w := wireapi.WireOf(ctx.Path(), func(name string) bool { return len(ctx.Request.Header.Peek(name)) > 0 })
+	if w == nil {
+		r := wireapi.Match(ctx.Path())
+		if r.API == nil {
+			return s.up
+		}
+		w = wireapi.LookupWire(r.API.Wire)
+	}
+	if up := s.wires[w.Index()]; up != nil {
+		return up
 	}
 	return s.up
-}
-
-func hasSuffixBytes(b []byte, s string) bool {
-	return len(b) >= len(s) && string(b[len(b)-len(s):]) == s
 }
 
 // ready answers 200 when the upstream accepts a TCP connection.
@@ -416,22 +425,24 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) {
 }
 
 // handleServerError answers what fasthttp refuses before our handler runs.
+// fasthttp closes the connection after the answer; one whose body is
+// refused unread lingers first, so that the client reads the answer.
 func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
-	if cc, ok := ctx.Conn().(*clientConn); ok {
-		cc.giveBack() // the body's read failed
+	cc, _ := ctx.Conn().(*clientConn)
+	if cc != nil {
+		cc.endBody()
+		cc.share.giveBack() // the body's read failed
 		if cc.refused {
 			cc.refused = false
-			// Out of body memory: the body is unread, and the connection
-			// ends with the answer.
-			writeError(ctx, fasthttp.StatusServiceUnavailable,
-				"loopguard: too many request bodies in flight (server.max_body_memory); retry shortly",
-				"server_error", "body_memory_exhausted")
-			ctx.Response.Header.Set("Retry-After", "1")
-			ctx.SetConnectionClose()
+			cc.lingering.Store(true)
+			writeBodyMemoryError(ctx)
 			return
 		}
 	}
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		if cc != nil {
+			cc.lingering.Store(true)
+		}
 		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "request body exceeds server.max_body_bytes", "invalid_request_error", "request_too_large")
 		return
 	}
@@ -441,6 +452,15 @@ func (s *Server) handleServerError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	writeError(ctx, fasthttp.StatusBadRequest, "cannot parse the request", "invalid_request_error", "bad_request")
+}
+
+// writeBodyMemoryError answers a request whose body, or its decoding, does
+// not fit in server.max_body_memory beside those in flight.
+func writeBodyMemoryError(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, fasthttp.StatusServiceUnavailable,
+		"loopguard: too many request bodies in flight (server.max_body_memory); retry shortly",
+		"server_error", "body_memory_exhausted")
+	ctx.Response.Header.Set("Retry-After", "1")
 }
 
 type fasthttpLogger struct{ log zerolog.Logger }

@@ -3,11 +3,13 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/websocket"
@@ -21,7 +23,10 @@ import (
 // socket. loopguard opens the upstream socket before it answers the
 // client's handshake, so that an upstream that refuses the upgrade refuses
 // the client too, with its own status and body: Codex falls back to HTTP
-// at once on a 426 and only after seconds of retries on anything else.
+// at once on a 426 and only after seconds of retries on anything else. It
+// checks the client's handshake first: the upstream is dialled with the
+// client's credentials, or the operator's key, for no handshake that the
+// upgrader would then refuse.
 //
 // The library is github.com/fasthttp/websocket, gorilla/websocket's code
 // adapted to fasthttp: its upgrader takes the connection through
@@ -85,6 +90,11 @@ type socket struct {
 	turn *socketTurn
 	// cut: the upstream socket was closed because its answer was cut.
 	cut bool
+	// share is what the client's message being read holds of the body
+	// budget; refusing: a message that did not fit is being refused
+	// (refuseMessage), which ends the socket.
+	share    budgetShare
+	refusing atomic.Bool
 }
 
 // serveSocket relays a Responses WebSocket handshake and, once the upstream
@@ -97,6 +107,18 @@ func (s *Server) serveSocket(ctx *fasthttp.RequestCtx) {
 		session: bytes.Clone(sessionID(ctx, &pcfg)),
 		mode:    bytes.Clone(ctx.Request.Header.Peek(headerMode)),
 		path:    bytes.Clone(ctx.Path()),
+	}
+	sk.share.budget = &s.bodies
+	// A handshake the upgrader would refuse is refused before the upstream
+	// is dialled with the client's (or the operator's) credentials.
+	if status, why := checkHandshake(ctx); status != 0 {
+		writeError(ctx, status, "loopguard: invalid WebSocket handshake: "+why, "invalid_request_error", "bad_handshake")
+		if status == fasthttp.StatusUpgradeRequired {
+			ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
+		}
+		s.respond(nil, ctx.Method(), ctx.Path(), nil, observe.ResponseInfo{Session: string(sk.session), Status: status,
+			Duration: time.Since(start)})
+		return
 	}
 	up := s.upstreamFor(ctx)
 	d := websocket.Dialer{
@@ -112,7 +134,7 @@ func (s *Server) serveSocket(ctx *fasthttp.RequestCtx) {
 	if up.client.IsTLS {
 		d.TLSClientConfig = up.client.TLSConfig
 	}
-	upc, resp, err := d.DialContext(s.stopping, socketURL(up, ctx), socketHeader(ctx, up))
+	upc, resp, err := d.DialContext(s.stopping, socketURL(up, ctx), s.socketHeader(ctx))
 	if err != nil {
 		status := s.refuseSocket(ctx, resp, err)
 		s.respond(nil, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{Session: string(sk.session), Status: status,
@@ -139,6 +161,26 @@ func (s *Server) serveSocket(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// checkHandshake checks a client's opening handshake as RFC 6455 section
+// 4.2.1 asks, and the upgrader would: Connection: Upgrade, version 13 and a
+// key of 16 bytes in base64. It returns 0, or the status to refuse it with
+// (426 for another version, which names the one spoken) and why.
+func checkHandshake(ctx *fasthttp.RequestCtx) (int, string) {
+	h := &ctx.Request.Header
+	if !tokenListHas(h.Peek("Connection"), "upgrade") {
+		return fasthttp.StatusBadRequest, "Connection does not hold upgrade"
+	}
+	if string(h.Peek("Sec-WebSocket-Version")) != "13" {
+		return fasthttp.StatusUpgradeRequired, "Sec-WebSocket-Version must be 13"
+	}
+	key := bytes.TrimSpace(h.Peek("Sec-WebSocket-Key"))
+	var raw [18]byte
+	if n, err := base64.StdEncoding.Decode(raw[:], key); err != nil || n != 16 || len(key) != 24 {
+		return fasthttp.StatusBadRequest, "Sec-WebSocket-Key is not 16 bytes in base64"
+	}
+	return 0, ""
+}
+
 // socketURL is the upstream socket's URL: the request path joined onto the
 // upstream's base as for HTTP, with the query.
 func socketURL(up *upstream, ctx *fasthttp.RequestCtx) string {
@@ -161,8 +203,9 @@ func socketURL(up *upstream, ctx *fasthttp.RequestCtx) string {
 // end-to-end header (Authorization, OpenAI-Beta, session headers,
 // x-codex-*), and the subprotocols offered. The dialer writes the
 // handshake's own headers; extensions are not offered.
-func socketHeader(ctx *fasthttp.RequestCtx, up *upstream) http.Header {
+func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
 	h := make(http.Header)
+	key := s.operatorKey(ctx)
 	conn := ctx.Request.Header.Peek("Connection")
 	for k, v := range ctx.Request.Header.All() {
 		switch {
@@ -170,7 +213,7 @@ func socketHeader(ctx *fasthttp.RequestCtx, up *upstream) http.Header {
 			asciiEqualFold(k, "Sec-WebSocket-Key"), asciiEqualFold(k, "Sec-WebSocket-Version"),
 			asciiEqualFold(k, "Sec-WebSocket-Extensions"):
 			continue
-		case up.apiKey != "" && asciiEqualFold(k, "Authorization"):
+		case key != "" && asciiEqualFold(k, "Authorization"):
 			continue
 		case asciiEqualFold(k, "Sec-WebSocket-Protocol"):
 			h["Sec-WebSocket-Protocol"] = append(h["Sec-WebSocket-Protocol"], string(v))
@@ -178,8 +221,8 @@ func socketHeader(ctx *fasthttp.RequestCtx, up *upstream) http.Header {
 		}
 		h.Add(string(k), string(v))
 	}
-	if up.apiKey != "" {
-		h.Set("Authorization", "Bearer "+up.apiKey)
+	if key != "" {
+		h.Set("Authorization", "Bearer "+key)
 	}
 	return h
 }
@@ -248,6 +291,7 @@ func (sk *socket) run(client, upstream *websocket.Conn) {
 	}()
 	sk.fromClient()
 	<-done
+	sk.share.giveBack()
 	sk.endTurn(nil, errSocketClosed)
 	_ = client.Close()
 	_ = upstream.Close()
@@ -286,41 +330,61 @@ func relayControl(from, to *websocket.Conn) {
 
 // ended makes the other side's reader return once one side's reader has:
 // after a close frame (already passed on) it has a moment to read the
-// reply, after a dropped connection the other is dropped too, as the
-// client did.
+// reply; after a dropped connection the other is dropped too, as the
+// peer did, at once. The library reports a connection that ended without
+// a close frame as a close of code 1006, which no peer sends.
 func ended(err error, other net.Conn) {
-	var ce *websocket.CloseError
-	if errors.As(err, &ce) {
+	if peerClosed(err) {
 		_ = other.SetReadDeadline(time.Now().Add(socketControlTimeout))
 		return
 	}
 	_ = other.Close()
 }
 
+// peerClosed reports a reader's end that was a close frame from the peer.
+func peerClosed(err error) bool {
+	var ce *websocket.CloseError
+	return errors.As(err, &ce) && ce.Code != websocket.CloseAbnormalClosure
+}
+
+// socketKeepBuf is the largest message buffer a socket keeps for its next
+// message; a larger one is let go once its message is relayed, so that an
+// idle socket holds no more.
+const socketKeepBuf = 64 << 10
+
 // fromClient relays the client's messages to the upstream, each
 // response.create through the pipeline (socketTurn), until the client's
-// side ends.
+// side ends. A message is taken from the body budget as it is read; one
+// that does not fit ends the socket with 1013 (try again later).
 func (sk *socket) fromClient() {
-	var buf []byte
+	msg := limitWriter{hold: &sk.share}
 	for {
 		mt, r, err := sk.client.NextReader()
 		if err != nil {
 			ended(err, sk.upstream.NetConn())
 			return
 		}
-		if buf, err = readMessage(buf[:0], r); err != nil {
+		msg.b = msg.b[:0]
+		if _, err = msg.ReadFrom(r); err != nil {
+			if msg.short {
+				letGo(&msg)
+				sk.refuseMessage(r)
+				return
+			}
 			ended(err, sk.upstream.NetConn())
 			return
 		}
-		send := buf
+		send := msg.b
 		if mt == websocket.TextMessage {
 			var forward bool
-			if send, forward = sk.clientMessage(buf); !forward {
+			if send, forward = sk.clientMessage(msg.b); !forward {
+				letGo(&msg)
 				continue
 			}
 		}
 		err = sk.upstream.WriteMessage(mt, send)
 		sk.sent()
+		letGo(&msg)
 		if err != nil {
 			_ = sk.clientConn.Close()
 			return
@@ -328,31 +392,75 @@ func (sk *socket) fromClient() {
 	}
 }
 
+// refuseMessage ends a socket whose client's message, the rest of which
+// r holds, does not fit in the body budget: the client is told why (1013,
+// try again later), the upstream socket closed, and the rest of the
+// message read and discarded for a while (as linger does for a refused
+// body), so that the client reads the close rather than a reset.
+func (sk *socket) refuseMessage(r io.Reader) {
+	sk.refusing.Store(true)
+	sk.toClient.Lock()
+	_ = sk.client.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "server.max_body_memory"),
+		time.Now().Add(socketControlTimeout))
+	sk.toClient.Unlock()
+	_ = sk.upstream.NetConn().Close()
+	_ = sk.clientConn.SetReadDeadline(time.Now().Add(lingerFor))
+	buf := lingerBufs.Get().(*[4 << 10]byte)
+	defer lingerBufs.Put(buf)
+	_, _ = io.CopyBuffer(io.Discard, r, buf[:])
+	// The client's close reply, or the deadline.
+	_, _, _ = sk.client.NextReader()
+}
+
+// letGo gives back a message buffer past socketKeepBuf, and what it held.
+func letGo(msg *limitWriter) {
+	if c := cap(msg.b); c > socketKeepBuf {
+		msg.hold.drop(int64(msg.held))
+		msg.b, msg.held = nil, 0
+		if c >= largeBuffer {
+			returnMemory()
+		}
+	}
+}
+
 // fromUpstream relays the upstream's messages to the client, each event of
 // a guarded turn's answer through its observer, until the upstream's side
-// ends or a cut ends it.
+// ends or a cut ends it. An upstream that drops its connection, mid-message
+// or between messages, ends the client's socket with 1011.
 func (sk *socket) fromUpstream() {
-	var buf []byte
+	var msg limitWriter
 	for {
 		mt, r, err := sk.upstream.NextReader()
-		if err != nil {
-			if sk.cutDone() {
-				return
-			}
-			ended(err, sk.clientConn)
-			return
+		if err == nil {
+			msg.b = msg.b[:0]
+			_, err = msg.ReadFrom(r)
 		}
-		if buf, err = readMessage(buf[:0], r); err != nil {
+		if err != nil {
+			if sk.cutDone() || sk.refusing.Load() {
+				return // the client's side ends the socket
+			}
+			if !peerClosed(err) && !errors.Is(err, net.ErrClosed) {
+				sk.toClient.Lock()
+				_ = sk.client.WriteControl(websocket.CloseMessage,
+					websocket.FormatCloseMessage(websocket.CloseInternalServerErr, "upstream connection lost"),
+					time.Now().Add(socketShutdownWrite))
+				sk.toClient.Unlock()
+			}
 			ended(err, sk.clientConn)
 			return
 		}
 		if mt == websocket.TextMessage {
-			if stop := sk.upstreamMessage(buf); stop {
+			stop := sk.upstreamMessage(msg.b)
+			letGo(&msg)
+			if stop {
 				return
 			}
 			continue
 		}
-		if err := sk.write(mt, buf); err != nil {
+		err = sk.write(mt, msg.b)
+		letGo(&msg)
+		if err != nil {
 			_ = sk.upstream.NetConn().Close()
 			return
 		}
@@ -364,24 +472,6 @@ func (sk *socket) write(mt int, b []byte) error {
 	sk.toClient.Lock()
 	defer sk.toClient.Unlock()
 	return sk.client.WriteMessage(mt, b)
-}
-
-// readMessage appends the rest of r to buf: one message, into a buffer
-// the reader keeps for the next.
-func readMessage(buf []byte, r io.Reader) ([]byte, error) {
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
 }
 
 // sockets are the open sockets, which Shutdown closes: fasthttp no longer

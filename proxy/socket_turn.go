@@ -41,17 +41,28 @@ func terminateOnSocket(in *inject.Injector, body []byte, l inject.Loop) (inject.
 }
 
 // socketTurn is one response.create on a socket and the answer the
-// upstream streams for it, watched by the same observer as an SSE stream.
+// upstream streams for it, watched by the same observer as an SSE stream,
+// through the same fail-open event step (streamRelay's event and end,
+// stream.go). The socket's messages come framed, one event each, so the
+// relay's read loop, which splits a byte stream into events and batches
+// their writes, has nothing to do here: the socket's reader hands each
+// message to upstreamMessage.
 type socketTurn struct {
-	obs   *answerObserver
+	rl    streamRelay
 	plan  *plan
 	start time.Time
 	// events and bytes count what the client got of the answer.
 	events int
 	bytes  int64
 	// frame and out are reused per event: the event framed as SSE for the
-	// observer, and what the observer makes of it.
+	// observer, and what the client gets at the answer's end.
 	frame, out []byte
+}
+
+// newSocketTurn watches the answer to pl with an observer that reports to
+// done.
+func (sk *socket) newSocketTurn(pl *plan, done func(*ChatEvent)) *socketTurn {
+	return &socketTurn{rl: streamRelay{s: sk.s, obs: newAnswerObserver(sk.s.pipeline, pl, done)}, plan: pl, start: pl.start}
 }
 
 // transportSocket names the transport of a turn on a socket in the log and
@@ -74,7 +85,7 @@ func (sk *socket) clientMessage(msg []byte) (send []byte, forward bool) {
 		_, rec, _ := socketResponsesAPI.history(p, context.Background(), msg)
 		if rec != nil {
 			pl := &plan{api: socketResponsesAPI, requestFacts: requestFacts{passive: true, stream: true}, record: rec, start: time.Now()}
-			sk.open(&socketTurn{obs: newAnswerObserver(p, pl, nil), plan: pl, start: pl.start})
+			sk.open(sk.newSocketTurn(pl, nil))
 		}
 		return msg, true
 	}
@@ -85,7 +96,7 @@ func (sk *socket) clientMessage(msg []byte) (send []byte, forward bool) {
 		sk.answer(pl)
 		return nil, false
 	}
-	sk.open(&socketTurn{obs: newAnswerObserver(p, pl, sk.s.chatDone), plan: pl, start: pl.start})
+	sk.open(sk.newSocketTurn(pl, sk.s.chatDone))
 	return pl.body, true
 }
 
@@ -130,7 +141,7 @@ func (sk *socket) endTurn(t *socketTurn, cause error) {
 // finish accounts for a turn that is over, as respond does for a request.
 func (sk *socket) finish(t *socketTurn, cause error) {
 	t.plan.releaseBody()
-	sk.s.respond(t.obs, []byte(fasthttp.MethodGet), sk.path, cause, observe.ResponseInfo{
+	sk.s.respond(t.rl.obs, []byte(fasthttp.MethodGet), sk.path, cause, observe.ResponseInfo{
 		Status: fasthttp.StatusOK, Duration: time.Since(t.start), Events: t.events, Bytes: t.bytes,
 		Transport: transportSocket})
 }
@@ -258,25 +269,25 @@ func (sk *socket) cutDone() bool {
 
 // observe shows the observer one event, framed as the SSE event it would be
 // on HTTP, and returns what the client gets as SSE text (the frame itself
-// when nothing changed). ok false: the observer panicked; the client gets
-// the event as sent and the turn is watched no more.
+// when nothing changed). ok false: the event goes as sent, the turn's
+// observer having failed on an earlier one. An observer that panics on
+// this one gives the client what it held and the event, and watches the
+// turn no more (streamRelay.event).
 func (sk *socket) observe(t *socketTurn, typ string, msg []byte) (out []byte, stop, ok bool) {
-	if t.obs == nil {
+	if t.rl.raw {
 		return nil, false, false
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			sk.s.recovered(t.obs, "event", r)
-			out, stop, ok = nil, false, false
-		}
-	}()
 	t.frame = appendFrame(t.frame[:0], typ, msg)
 	ev := sse.Event{Name: t.frame[len("event: ") : len("event: ")+len(typ)], Data: msg, Raw: t.frame}
-	t.out, stop = t.obs.event(&ev, t.out[:0])
+	out, stop = t.rl.event(&ev)
 	if !stop && terminalEvent(typ) {
-		t.out = t.obs.end(t.out)
+		// The answer is over: what the observer held back goes with its
+		// last event. end reuses the buffer out is in.
+		t.out = append(t.out[:0], out...)
+		out = append(t.out, t.rl.end()...)
+		t.out = out
 	}
-	return t.out, stop, true
+	return out, stop, true
 }
 
 // appendFrame appends msg as the SSE event it would be on HTTP; a message

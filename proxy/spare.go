@@ -134,17 +134,25 @@ func hasStreamHint(body []byte, val string) bool {
 }
 
 // hasStream reports a "stream" key whose value is val in b, with any
-// spaces around the colon.
+// spaces around the colon. It looks for the key's "m" and reads around it:
+// a search for the whole key (bytes.Index) starts at its quote, which JSON
+// is full of, and soon falls back to comparing the key at every byte.
 func hasStream(b []byte, val string) bool {
-	for {
-		i := bytes.Index(b, []byte(`"stream"`))
-		if i < 0 {
+	const key = `"stream"`
+	const m = len(key) - 2 // the index of its 'm'
+	for i := m; i+1 < len(b); i++ {
+		j := bytes.IndexByte(b[i:len(b)-1], 'm')
+		if j < 0 {
 			return false
 		}
-		b = b[i+len(`"stream"`):]
-		v := bytes.TrimLeft(b, " \t\r\n")
+		i += j
+		if b[i+1] != '"' || string(b[i-m:i+2]) != key {
+			continue
+		}
+		v := bytes.TrimLeft(b[i+2:], " \t\r\n")
 		if len(v) > 0 && v[0] == ':' && bytes.HasPrefix(bytes.TrimLeft(v[1:], " \t\r\n"), []byte(val)) {
 			return true
 		}
 	}
+	return false
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -83,6 +84,11 @@ func TestLooksStreamed(t *testing.T) {
 		{"inside a string", `{"model":"m",` + history + `}`, false},
 		{"between a long history and long tools", `{` + history + `,"stream":true,"tools":[` + strings.Repeat(`{"type":"function","function":{"name":"f"}},`, 100) + `{}]}`, false},
 		{"small body", `{"messages":[],"stream" : true}`, true},
+		{"key alone", `"stream":true`, true},
+		{"key cut", `{"stream`, false},
+		{"no value", `{"stream":`, false},
+		{"m everywhere", `{"model":"m","messages":[{"role":"system","content":"mmm \"stream\" m"}],"stream":true}`, true},
+		{"empty", ``, false},
 	} {
 		if got := looksStreamed([]byte(tt.body)); got != tt.want {
 			t.Errorf("%s: looksStreamed = %v, want %v", tt.name, got, tt.want)
@@ -108,5 +114,43 @@ func TestLooksStreamedFor(t *testing.T) {
 		if got := looksStreamedFor(tt.api, []byte(tt.body)); got != tt.want {
 			t.Errorf("%s: looksStreamedFor = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// FuzzHasStream holds hasStream to a search for the whole key with
+// bytes.Index, as it was.
+func FuzzHasStream(f *testing.F) {
+	for _, s := range []string{`{"stream":true}`, `"stream" : true`, `mm"stream"`, `{"m":"stream","stream":false}`, `stream"`, `"stream"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, val := range []string{"true", "false"} {
+			if got, want := hasStream(b, val), hasStreamRef(b, val); got != want {
+				t.Errorf("hasStream(%q, %s) = %v; the search for the key says %v", b, val, got, want)
+			}
+		}
+	})
+}
+
+func hasStreamRef(b []byte, val string) bool {
+	for {
+		i := bytes.Index(b, []byte(`"stream"`))
+		if i < 0 {
+			return false
+		}
+		v := bytes.TrimLeft(b[i+len(`"stream"`):], " \t\r\n")
+		b = b[i+1:] // occurrences may overlap: "stream"stream":
+		if len(v) > 0 && v[0] == ':' && bytes.HasPrefix(bytes.TrimLeft(v[1:], " \t\r\n"), []byte(val)) {
+			return true
+		}
+	}
+}
+
+// BenchmarkLooksStreamed reads a 27 KB agent request's ends for "stream".
+func BenchmarkLooksStreamed(b *testing.B) {
+	body := chatBody(27<<10, false)
+	b.ReportAllocs()
+	for b.Loop() {
+		looksStreamed(body)
 	}
 }

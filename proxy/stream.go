@@ -26,8 +26,10 @@ import (
 //     or with plain reads where there is no pump.
 //   - streamRelay.relay is the event loop: read an event, ask the observer
 //     what the client gets and whether the stream stops (answerObserver,
-//     answer_observer.go; the cut itself: answer_cut.go and the API's
-//     appendEnd), write it, flush.
+//     answer_observer.go, which reads the event through the API's answer
+//     and writes a cut's end with it), write it, flush. A stream the
+//     upstream compressed anyway takes the same loop, decoded
+//     (encoding_stream.go).
 //   - streamRelay's next, event and end run the parser and the observer
 //     under a recover: a panic there passes the rest through unparsed
 //     (fail open, failsafe.go).
@@ -46,6 +48,17 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// nginx and similar proxies in front of us must not buffer the stream
 	// (docs/streams.md: buffering).
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	// A guarded stream the upstream coded anyway is decoded as it comes
+	// and relayed decoded (encoding_stream.go), so the observer and the
+	// client see the events plain; one in a coding loopguard cannot read
+	// passes as sent, uninspected (the observer sees its Content-Encoding).
+	var dec *decodedStream
+	if ce := ctx.Response.Header.ContentEncoding(); obs != nil && len(ce) > 0 {
+		if cs, err := parseCodings(ce); err == nil && !cs.empty() {
+			ctx.Response.Header.Del(fasthttp.HeaderContentEncoding)
+			dec = newDecodedStream(ub, cs)
+		}
+	}
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
 	// The request went upstream whole, and an agent's history (often
 	// hundreds of kilobytes) would stay in memory for the stream's whole
@@ -56,27 +69,20 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	// touched once the handler has returned.
 	// An observer whose header panicked sees nothing of the stream.
 	dropped := obs != nil && !observed
-	// An event stream the upstream coded with one coding loopguard reads is
-	// inspected decoded (relayCoded); a list of codings, or coded NDJSON,
-	// passes uninspected.
-	var coded coding
-	if _, ok := obs.(codedObserver); ok && observed && !lines {
-		if cs, err := parseCodings(ctx.Response.Header.ContentEncoding()); err == nil && cs.n == 1 {
-			coded = cs.list[0]
-		}
-	}
 	st := &openStream{
 		s: s, ub: ub, conn: ctx.Conn(), status: status, start: start, headerLatency: headerLatency,
 		method: append([]byte(nil), ctx.Method()...), path: append([]byte(nil), ctx.Path()...),
-		// A coded stream's observer holds nothing back: nothing is left
-		// to end.
-		rl:    streamRelay{s: s, obs: obs, raw: dropped, ended: dropped || coded != 0},
-		coded: coded,
+		rl:  streamRelay{s: s, obs: obs, raw: dropped, ended: dropped},
+		dec: dec,
+	}
+	var src io.Reader = ub
+	if dec != nil {
+		src = dec
 	}
 	if lines {
-		st.rl.nd = ndjson.NewReader(ub, s.cfg.Stream.MaxEventBytes)
+		st.rl.nd = ndjson.NewReader(src, s.cfg.Stream.MaxEventBytes)
 	} else {
-		st.rl.rd = sse.NewReader(ub, s.cfg.Stream.MaxEventBytes)
+		st.rl.rd = sse.NewReader(src, s.cfg.Stream.MaxEventBytes)
 	}
 	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
 		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
@@ -105,9 +111,9 @@ type openStream struct {
 	rl    streamRelay
 	stats relayStats
 	body  *streamBody // nil for HTTP/1.0, which writes no chunks
-	// coded is the upstream's content coding of a stream inspected
-	// decoded (relayCoded); 0 for the others.
-	coded coding
+	// dec decodes a stream the upstream coded (encoding_stream.go); nil
+	// for the others.
+	dec *decodedStream
 }
 
 // abort ends the stream early, from any goroutine (the peer watcher's,
@@ -130,8 +136,10 @@ func (st *openStream) abort(err error) {
 func (st *openStream) relay(w *bufio.Writer) {
 	watch := st.s.peers.watch(st.conn, func() { st.abort(errClientGone) })
 	var stop error
-	if st.coded != 0 {
-		stop = st.relayCoded(w, newCodedStream(st.coded, st.rl.obs.(codedObserver), st.s.cfg.Stream.MaxEventBytes))
+	if st.dec != nil {
+		// Decoded bytes cannot be pumped: the decoder reads with reads
+		// that wait.
+		_, stop = st.rl.relay(w, st.dec, st.start, &st.stats, false)
 	} else {
 		stop = st.rl.relayBody(w, st.ub, st.start, &st.stats)
 	}
@@ -155,11 +163,10 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 		_ = w.Flush()
 	}
 	c := st.cause.Load()
-	if readErr != nil && (c == nil || *c == errDeadline) && st.coded == 0 {
+	if readErr != nil && (c == nil || *c == errDeadline) {
 		// The upstream failed mid-stream: tell the client in-band, the
 		// only way left once the status line is sent (docs/streams.md:
-		// errors inside a 200 stream). A coded stream cannot take plain
-		// bytes: its client sees the coded stream end unfinished.
+		// errors inside a 200 stream).
 		reason := readErr
 		if c != nil {
 			reason = *c
@@ -180,6 +187,9 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 		final = *c
 	}
 	st.ub.Close(final)
+	if st.dec != nil {
+		st.dec.close()
+	}
 	st.s.respond(st.rl.obs, st.method, st.path, final, observe.ResponseInfo{Status: st.status, Streamed: true,
 		UpstreamLatency: st.headerLatency, TTFB: st.stats.ttfb, Duration: time.Since(st.start), Events: st.stats.events, Bytes: written})
 }

@@ -93,8 +93,25 @@ const (
 
 // serveStream writes body as an SSE answer and ends it as ending says.
 func serveStream(w http.ResponseWriter, r *http.Request, body string, ending streamEnding) {
+	serveCodedStream(nil, w, r, body, ending, "")
+}
+
+// serveCodedStream is serveStream with the answer coded enc ("" for none),
+// flushed after the body as a gateway that compresses a stream flushes.
+func serveCodedStream(t *testing.T, w http.ResponseWriter, r *http.Request, body string, ending streamEnding, enc string) {
 	w.Header().Set("Content-Type", "text/event-stream")
-	io.WriteString(w, body)
+	if enc == "" {
+		io.WriteString(w, body)
+	} else {
+		w.Header().Set("Content-Encoding", enc)
+		e := newFlushEncoder(t, enc, w)
+		io.WriteString(e, body)
+		if ending == endEOF {
+			e.Close()
+		} else {
+			e.Flush()
+		}
+	}
 	w.(http.Flusher).Flush()
 	switch ending {
 	case endReset:
@@ -125,8 +142,12 @@ func serveStream(w http.ResponseWriter, r *http.Request, body string, ending str
 // (the session is at constrain for `bash make build`), so a healthy call of
 // another command is held until it completes, and the same stream calling
 // `make build` again has that call replaced by LOOP_DETECTED in the API's
-// own shape; trim yields to holding when both are set.
+// own shape; trim yields to holding when both are set. An upstream that
+// gzips its stream anyway gets the same, decoded (encoding_stream.go).
 func TestStreamOptionsMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("every stream option on every API: skipped under -short")
+	}
 	options := []struct {
 		name       string
 		trim, hold bool
@@ -138,78 +159,87 @@ func TestStreamOptionsMatrix(t *testing.T) {
 	}
 	for _, api := range streamAPIs(t) {
 		for _, opt := range options {
-			trims := opt.trim && !opt.hold
-			cutAt := strings.Index(api.healthy, api.beforeEnd)
-			if cutAt < 0 {
-				t.Fatalf("%s: the healthy stream lacks %q", api.name, api.beforeEnd)
-			}
-			cutAt = strings.LastIndex(api.healthy[:cutAt], "\n\n") + 2 // the start of that event
-			cases := []struct {
-				name      string
-				body      string
-				ending    streamEnding
-				wantError string // the code of loopguard's error event after the stream, "" for none
-				degen     bool
-				terminal  bool // the stream calls `make build`, the call the ladder would end
-			}{
-				{"healthy", api.healthy, endEOF, "", false, false},
-				{"healthy_upstream_reset", api.healthy[:cutAt], endReset, "upstream_error", false, false},
-				{"healthy_upstream_idle", api.healthy[:cutAt], endIdle, "upstream_timeout", false, false},
-				{"degenerate", api.degenerate(1500), endEOF, "", true, false},
-				{"terminal_call", strings.ReplaceAll(api.healthy, "cat Makefile", "make build"), endEOF, "", false, true},
-			}
-			for _, tc := range cases {
-				t.Run(api.name+"/"+opt.name+"/"+tc.name, func(t *testing.T) {
-					up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
-						if r.URL.Query().Get("warmup") != "" {
-							serveStream(w, r, api.healthy, endEOF)
-							return
-						}
-						serveStream(w, r, tc.body, tc.ending)
-					})
-					_, base := startProxy(t, func(c *Config) {
-						c.Upstream.URL = up.URL
-						// Only the idle case waits out the idle timeout. The
-						// others run with one no stall of a loaded machine
-						// reaches: a reset that comes 100ms after the last
-						// bytes would otherwise race a short one, and read
-						// as upstream_timeout when the handler is slow.
-						c.Upstream.IdleTimeout = time.Minute
-						if tc.ending == endIdle {
-							c.Upstream.IdleTimeout = 300 * time.Millisecond
-						}
-						c.Stream.HoldToolCalls = opt.hold
-						if opt.trim {
-							c.Stream.Tail = TailTrim
-						}
-					})
-					session := "matrix-" + api.name + "-" + opt.name + "-" + tc.name
-					post(t, base+api.path+"?warmup=1", session, api.history(3, true))
-					resp, got := post(t, base+api.path, session, api.history(4, true))
-					if a := resp.Header.Get(HeaderAction); a != "constrain" {
-						t.Fatalf("action %q; want constrain (a terminal call in play)", a)
+			for _, enc := range []string{"", "gzip"} {
+				trims := opt.trim && !opt.hold
+				cutAt := strings.Index(api.healthy, api.beforeEnd)
+				if cutAt < 0 {
+					t.Fatalf("%s: the healthy stream lacks %q", api.name, api.beforeEnd)
+				}
+				cutAt = strings.LastIndex(api.healthy[:cutAt], "\n\n") + 2 // the start of that event
+				cases := []struct {
+					name      string
+					body      string
+					ending    streamEnding
+					wantError string // the code of loopguard's error event after the stream, "" for none
+					degen     bool
+					terminal  bool // the stream calls `make build`, the call the ladder would end
+				}{
+					{"healthy", api.healthy, endEOF, "", false, false},
+					{"healthy_upstream_reset", api.healthy[:cutAt], endReset, "upstream_error", false, false},
+					{"healthy_upstream_idle", api.healthy[:cutAt], endIdle, "upstream_timeout", false, false},
+					{"degenerate", api.degenerate(1500), endEOF, "", true, false},
+					{"terminal_call", strings.ReplaceAll(api.healthy, "cat Makefile", "make build"), endEOF, "", false, true},
+				}
+				for _, tc := range cases {
+					name := api.name + "/" + opt.name + "/" + tc.name
+					if enc != "" {
+						name += "/" + enc
 					}
-					switch {
-					case tc.degen:
-						checkCutStream(t, tc.body, got, trims)
-					case tc.terminal && opt.hold:
-						checkReplacedCall(t, tc.body, got, api.callStart)
-					case tc.wantError != "":
-						if !strings.HasPrefix(got, tc.body) {
-							t.Fatalf("client got %d bytes, differing from the upstream's %d from byte %d on: %q",
-								len(got), len(tc.body), diffAt(got, tc.body), got[diffAt(got, tc.body):])
+					t.Run(name, func(t *testing.T) {
+						up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+							if r.URL.Query().Get("warmup") != "" {
+								serveStream(w, r, api.healthy, endEOF)
+								return
+							}
+							serveCodedStream(t, w, r, tc.body, tc.ending, enc)
+						})
+						_, base := startProxy(t, func(c *Config) {
+							c.Upstream.URL = up.URL
+							// Only the idle case waits out the idle timeout. The
+							// others run with one no stall of a loaded machine
+							// reaches: a reset that comes 100ms after the last
+							// bytes would otherwise race a short one, and read
+							// as upstream_timeout when the handler is slow.
+							c.Upstream.IdleTimeout = time.Minute
+							if tc.ending == endIdle {
+								c.Upstream.IdleTimeout = 300 * time.Millisecond
+							}
+							c.Stream.HoldToolCalls = opt.hold
+							if opt.trim {
+								c.Stream.Tail = TailTrim
+							}
+						})
+						session := "matrix-" + api.name + "-" + opt.name + "-" + tc.name
+						post(t, base+api.path+"?warmup=1", session, api.history(3, true))
+						resp, got := post(t, base+api.path, session, api.history(4, true))
+						if a := resp.Header.Get(HeaderAction); a != "constrain" {
+							t.Fatalf("action %q; want constrain (a terminal call in play)", a)
 						}
-						rest := got[len(tc.body):]
-						if !strings.HasPrefix(rest, `data: {"error":`) || !strings.Contains(rest, `"code":"`+tc.wantError+`"`) {
-							t.Errorf("after the upstream's bytes: %q; want loopguard's %s error event", rest, tc.wantError)
+						switch {
+						case tc.degen:
+							checkCutStream(t, tc.body, got, trims)
+						case tc.terminal && opt.hold:
+							checkReplacedCall(t, tc.body, got, api.callStart)
+						case tc.wantError != "":
+							if !strings.HasPrefix(got, tc.body) {
+								t.Fatalf("client got %d bytes, differing from the upstream's %d from byte %d on: %q",
+									len(got), len(tc.body), diffAt(got, tc.body), got[diffAt(got, tc.body):])
+							}
+							rest := got[len(tc.body):]
+							if !strings.HasPrefix(rest, `data: {"error":`) || !strings.Contains(rest, `"code":"`+tc.wantError+`"`) {
+								t.Errorf("after the upstream's bytes: %q; want loopguard's %s error event", rest, tc.wantError)
+							}
+						default:
+							if got != tc.body {
+								t.Errorf("client got %d bytes, differing from the upstream's %d from byte %d on: %q",
+									len(got), len(tc.body), diffAt(got, tc.body), got[diffAt(got, tc.body):])
+							}
 						}
-					default:
-						if got != tc.body {
-							t.Errorf("client got %d bytes, differing from the upstream's %d from byte %d on: %q",
-								len(got), len(tc.body), diffAt(got, tc.body), got[diffAt(got, tc.body):])
+						if ce := resp.Header.Get("Content-Encoding"); ce != "" {
+							t.Errorf("client Content-Encoding %q; want none", ce)
 						}
-					}
-				})
+					})
+				}
 			}
 		}
 	}

@@ -48,6 +48,10 @@ type exchange struct {
 	aborted error
 	// clientGone aborts with errClientGone; made once per pooled exchange.
 	clientGone func()
+	// inference: the request is an inference call on an API loopguard
+	// guards, which a close that crossed it may have it send again
+	// (crossedWindow).
+	inference bool
 	// iov holds the request's header and body while writeRequest sends
 	// them (net.Buffers of a local would be allocated per request).
 	iov [2][]byte
@@ -67,7 +71,7 @@ func acquireExchange() *exchange { return exchanges.Get().(*exchange) }
 // releaseExchange returns x to the pool; nothing may use it afterwards (the
 // client watch that calls its clientGone must be stopped).
 func releaseExchange(x *exchange) {
-	x.conn, x.aborted = nil, nil
+	x.conn, x.aborted, x.inference = nil, nil, false
 	exchanges.Put(x)
 }
 
@@ -169,10 +173,12 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 			// A timeout is the upstream being slow, not a dead connection:
 			// the request may be generating, so it is never sent again.
 			// Nor is one the upstream may have read before it hung up,
-			// unless a repeat is harmless (replayable): an inference call
-			// would cost its tokens twice, an upload or a batch would
-			// happen twice.
-			if reused && tc.read.Load() == readBefore && !isTimeout(err) && (!sent || replayable(req) || time.Since(wrote) < crossedWindow) {
+			// unless a repeat is harmless (replayable), or it is an
+			// inference call whose failure came so soon that the close
+			// crossed it (crossedWindow): an upload, a batch, a
+			// fine-tuning job or a deletion would happen twice.
+			if reused && tc.read.Load() == readBefore && !isTimeout(err) &&
+				(!sent || replayable(req) || x.inference && time.Since(wrote) < crossedWindow) {
 				return &staleConnError{err}
 			}
 			return err
@@ -285,7 +291,13 @@ func (up *upstream) send(x *exchange, req *fasthttp.Request, resp *fasthttp.Resp
 // failure, which a busy machine delays by tens of milliseconds; an upstream
 // that read a request, began work on it and then failed does so later. One
 // that reads a request and resets at once cannot be told apart from a
-// crossed close, and gets it again.
+// crossed close, and gets it again: only an inference call on a guarded
+// API is (exchange.inference), whose repeat costs tokens and nothing else;
+// any other request that may have been read is answered 502. Crossed
+// closes are rare in the first place: pooled connections idle for
+// upstream.max_idle_conn_duration (4 s, under the 5 s keep-alive of
+// uvicorn, Node and vLLM) are retired, and one the upstream closed is
+// seen closed at checkout (trackedConn.peerClosed).
 const crossedWindow = 100 * time.Millisecond
 
 // replayable reports a request that may be sent twice without harm, as Go's

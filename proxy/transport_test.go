@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,6 +130,9 @@ func TestStaleConnectionAfterEachAnswer(t *testing.T) {
 // repeat is harmless (a safe method, an idempotency key); a POST that may
 // have started a generation, an upload or a batch is answered 502 instead.
 func TestReadRequestRetriedOnlyWhenReplayable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the crossed-close window on each case: skipped under -short")
+	}
 	tests := []struct {
 		name, method string
 		hdr          map[string]string
@@ -532,6 +536,9 @@ func TestUpstreamBodyReadsBufferedChunksTogether(t *testing.T) {
 // it runs, a relay that was busy longer than the timeout (a slow client)
 // still gets what arrived meanwhile, and silence ends the stream.
 func TestUpstreamBodyIdleTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out real idle timeouts: skipped under -short")
+	}
 	const idle = 300 * time.Millisecond
 	const chunk = "6\r\nevent\n\r\n"
 	for _, tt := range []struct {
@@ -752,6 +759,75 @@ func TestWriteRequestAsFasthttp(t *testing.T) {
 			}
 			if g := <-got; g != want.String() {
 				t.Errorf("sent %d bytes:\n%.300q\nwant %d bytes as Request.Write:\n%.300q", len(g), g, want.Len(), want.String())
+			}
+		})
+	}
+}
+
+// TestReadThenResetRepeatsOnlyInference: an upstream that reads a request
+// on a reused connection and resets it at once (a crossed close, as far as
+// loopguard can tell) gets it again only if it is an inference call on a
+// guarded API, whose repeat costs tokens; a POST to /v1/files (an upload,
+// a batch, a fine-tuning job) is never seen twice, and gets 502.
+func TestReadThenResetRepeatsOnlyInference(t *testing.T) {
+	for _, tt := range []struct {
+		path    string
+		body    string
+		repeats bool
+	}{
+		{"/v1/files", `{"purpose":"batch"}`, false},
+		{"/v1/batches", `{"input_file_id":"f"}`, false},
+		{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, true},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			var seen sync.Map // path -> count
+			up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+				count := func(r *http.Request) {
+					n, _ := seen.LoadOrStore(r.URL.Path, new(atomic.Int32))
+					n.(*atomic.Int32).Add(1)
+				}
+				for first := true; ; first = false {
+					req, ok := u.readRequest(br)
+					if !ok {
+						return
+					}
+					if req.URL.Path == tt.path {
+						count(req)
+						if !first {
+							// Read, then a reset at once.
+							_ = c.(*net.TCPConn).SetLinger(0)
+							_ = c.Close()
+							return
+						}
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+
+						strconv.Itoa(len(chatAnswer))+"\r\n\r\n"+chatAnswer)
+				}
+			})
+			_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			post := func() int {
+				resp, err := client.Post(base+tt.path, "application/json", strings.NewReader(tt.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			if status := post(); status != http.StatusOK {
+				t.Fatalf("first POST: %d; want 200", status)
+			}
+			status := post()
+			n, _ := seen.Load(tt.path)
+			got := n.(*atomic.Int32).Load()
+			want, wantStatus := int32(2), http.StatusBadGateway
+			if tt.repeats {
+				want, wantStatus = 3, http.StatusOK
+			}
+			if got != want || status != wantStatus {
+				t.Errorf("POST %s read then reset: the upstream saw %d, the client got %d; want %d and %d",
+					tt.path, got, status, want, wantStatus)
 			}
 		})
 	}

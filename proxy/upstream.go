@@ -30,9 +30,6 @@ type upstream struct {
 	// chatGPTCodexPath); a client's /v1/responses goes to <prefix>/responses.
 	noV1 bool
 	addr string
-	// apiKey replaces the client's Authorization when set
-	// (upstream.api_key); an intercepted host's upstream has none.
-	apiKey string
 	// dial connects to the upstream's address: directly, or for an
 	// intercepted host the way the agent's connection would have gone.
 	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -49,7 +46,7 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream.url: %w", err)
 	}
-	up := &upstream{host: u.Host, idle: cfg.IdleTimeout, apiKey: cfg.APIKey}
+	up := &upstream{host: u.Host, idle: cfg.IdleTimeout}
 	up.prefix = strings.TrimRight(u.Path, "/")
 	if strings.HasSuffix(up.prefix, "/v1") {
 		up.prefix, up.v1 = strings.TrimSuffix(up.prefix, "/v1"), true

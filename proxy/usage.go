@@ -7,14 +7,17 @@ import (
 )
 
 // answerUsage reads the usage object of a non-streamed answer of any of the
-// three APIs: chat's prompt_tokens and completion_tokens, or the input_tokens
-// and output_tokens of Responses and Anthropic Messages. body has passed
-// rawjson.Valid. The walkers skip the answer's text from quote to quote;
-// gjson's Get parsed all of it to reach a usage at the end (docs/streams.md).
+// APIs: chat's prompt_tokens and completion_tokens, the input_tokens and
+// output_tokens of Responses and Anthropic Messages, or Ollama's top-level
+// prompt_eval_count and eval_count. body need not have passed
+// rawjson.Valid: the walkers never read past it, and a body that is not
+// JSON has no usage to find. They skip the answer's text from quote to
+// quote; gjson's Get parsed all of it to reach a usage at the end
+// (docs/streams.md).
 func answerUsage(body []byte) observe.Usage {
 	usage, ok := firstMember(rawjson.View(body), "usage")
 	if !ok || usage[0] != '{' {
-		return observe.Usage{}
+		return ollamaUsage(rawjson.View(body))
 	}
 	var in, out, input, output string
 	rawjson.Members(usage, func(k, v string) bool {
@@ -49,4 +52,23 @@ func firstMember(s, name string) (v string, ok bool) {
 		return end
 	})
 	return v, ok
+}
+
+// ollamaUsage reads the counts of an Ollama /api/chat or /api/generate
+// answer, which has no usage object: prompt_eval_count and eval_count at
+// the top level.
+func ollamaUsage(s string) observe.Usage {
+	var in, out string
+	rawjson.MembersWith(s, func(k string, at int) int {
+		end := rawjson.ValueEnd(s, at)
+		// The first of a name counts, as for gjson's Get.
+		switch {
+		case k == "prompt_eval_count" && in == "":
+			in = s[at:end]
+		case k == "eval_count" && out == "":
+			out = s[at:end]
+		}
+		return end
+	})
+	return observe.Usage{Input: int(gjson.Parse(in).Int()), Output: int(gjson.Parse(out).Int())}
 }

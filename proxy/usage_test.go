@@ -16,6 +16,12 @@ func TestAnswerUsage(t *testing.T) {
 		{"anthropic", `{"content":[],"usage":{"input_tokens":7,"cache_read_input_tokens":100,"output_tokens":2}}`, observe.Usage{Input: 7, Output: 2}},
 		{"none", `{"choices":[]}`, observe.Usage{}},
 		{"not an object", `{"usage":"lots"}`, observe.Usage{}},
+		// A body that is not JSON is read as far as it goes: a passive
+		// observer does not validate it first.
+		{"truncated in the usage", `{"choices":[],"usage":{"prompt_tokens":12,"completion_to`, observe.Usage{Input: 12}},
+		{"truncated before it", `{"choices":[{"message":{"content":"usage`, observe.Usage{}},
+		{"text", `upstream error`, observe.Usage{}},
+		{"empty", ``, observe.Usage{}},
 	}
 	for _, tt := range tests {
 		if got := answerUsage([]byte(tt.body)); got != tt.want {

@@ -32,10 +32,12 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/judge"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/rs/zerolog"
+	"github.com/tidwall/gjson"
 )
 
 // Record is one input case.
@@ -144,10 +146,8 @@ func checkRecords(recs []Record, firstLine int) error {
 		if len(bytes.TrimSpace(r.Request)) == 0 || r.Request[0] != '{' {
 			return fmt.Errorf("%w: record %d (%q): request must be a JSON object", ErrInput, i+firstLine, r.ID)
 		}
-		switch inspect.API(r.API) {
-		case "", inspect.ChatCompletions, inspect.Responses, inspect.AnthropicMessages, inspect.OllamaChat:
-		default:
-			return fmt.Errorf("%w: record %d (%q): api must be chat, responses, anthropic or ollama, got %q", ErrInput, i+firstLine, r.ID, r.API)
+		if r.API != "" && wireapi.Lookup(wireapi.Name(r.API)) == nil {
+			return fmt.Errorf("%w: record %d (%q): api must be one of %s, got %q", ErrInput, i+firstLine, r.ID, apiNames(), r.API)
 		}
 		if r.Expect != "" && r.Expect != "loop" && r.Expect != "no_loop" {
 			return fmt.Errorf("%w: record %d (%q): expect must be loop or no_loop, got %q", ErrInput, i+firstLine, r.ID, r.Expect)
@@ -285,12 +285,13 @@ func (r *Runner) answer(w http.ResponseWriter, req *http.Request) {
 	_, _ = io.WriteString(w, `{"id":"chatcmpl-replay","object":"chat.completion","created":0,"model":"replay","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":0,"completion_tokens":1,"total_tokens":1}}`)
 }
 
-// apiPaths are the endpoints each API's records are sent to.
-var apiPaths = map[inspect.API]string{
-	inspect.ChatCompletions:   "/v1/chat/completions",
-	inspect.Responses:         "/v1/responses",
-	inspect.AnthropicMessages: "/v1/messages",
-	inspect.OllamaChat:        "/api/chat",
+// apiNames lists the registry's API names, for an error.
+func apiNames() string {
+	names := make([]string, len(wireapi.APIs))
+	for i := range wireapi.APIs {
+		names[i] = string(wireapi.APIs[i].Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // Run replays one record and returns its result.
@@ -303,7 +304,8 @@ func (r *Runner) Run(rec Record) Result {
 	if api == "" {
 		api = inspect.DetectAPI("", rec.Request)
 	}
-	req, err := http.NewRequest(http.MethodPost, r.base+apiPaths[api], bytes.NewReader(rec.Request))
+	path := wireapi.Lookup(api).ReplayPath(gjson.GetBytes(rec.Request, "model").String())
+	req, err := http.NewRequest(http.MethodPost, r.base+path, bytes.NewReader(rec.Request))
 	if err != nil {
 		res.Error = err.Error()
 		return res

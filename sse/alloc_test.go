@@ -48,21 +48,25 @@ func TestAccumulatorAllocs(t *testing.T) {
 	content := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"a \"quoted\"\nline \u00e9"},"logprobs":null,"finish_reason":null}]}`)
 	var a ChatAccumulator
 	sink := 0
-	fn := func(d Delta) { sink += len(d.Content) }
+	fn := func(ds []Update, _ error) {
+		for _, d := range ds {
+			sink += len(d.Text)
+		}
+	}
 	whole := func() {
 		a.Reset()
 		for _, d := range datas {
-			_ = a.Add(d, fn)
+			fn(a.Add(d))
 		}
 		for range 20 {
-			_ = a.Add(content, fn)
+			fn(a.Add(content))
 		}
 	}
 	whole() // size the buffers
 	if n := testing.AllocsPerRun(100, whole); n != 0 {
 		t.Errorf("Accumulator: %v allocations per pooled stream; want 0", n)
 	}
-	if n := testing.AllocsPerRun(1000, func() { _ = a.Add(content, fn) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { fn(a.Add(content)) }); n != 0 {
 		t.Errorf("Accumulator: %v allocations per content chunk; want 0", n)
 	}
 }

@@ -35,16 +35,16 @@ func (a *AnthropicAccumulator) Reset() {
 	*a = AnthropicAccumulator{id: a.id[:0], model: a.model[:0], stop: a.stop[:0], errRaw: a.errRaw[:0], blocks: a.blocks[:0]}
 }
 
-// Add folds one event's data into a and calls fn (if not nil) with what it
-// added. Every Anthropic payload carries its "type", so the event name is
+// Add folds one event's data into a and returns what it added. Every Anthropic payload carries its "type", so the event name is
 // not needed. Empty data and ping are ignored; an error event returns
 // ErrUpstream with the payload kept (see ErrorRaw); data that is not a JSON
 // object returns ErrInvalidChunk and changes nothing. Add never keeps a
 // reference to data.
-func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
+func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
+	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	s, err := objectView(data)
 	if s == "" {
-		return err
+		return u, err
 	}
 	var typ, message, index, cb, delta, usage string
 	it := newObjIter(s)
@@ -65,9 +65,8 @@ func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
 		}
 	}
 	if len(typ) < 2 {
-		return nil
+		return u, nil
 	}
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	switch typ[1 : len(typ)-1] {
 	case "message_start":
 		it := newObjIter(message)
@@ -111,14 +110,11 @@ func (a *AnthropicAccumulator) Add(data []byte, fn func(Update)) error {
 		a.done, u.Done = true, true
 	case "error":
 		a.errRaw = append(a.errRaw[:0], data...)
-		return ErrUpstream
+		return u, ErrUpstream
 	default:
-		return nil // ping and events added later
+		return u, nil // ping and events added later
 	}
-	if fn != nil {
-		fn(u)
-	}
-	return nil
+	return u, nil
 }
 
 // addUsage merges a usage object: message_start reports input_tokens,

@@ -86,7 +86,7 @@ func TestAnthropicOpenBlock(t *testing.T) {
 		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"the the the"}}`,
 	} {
-		if err := a.Add([]byte(d), nil); err != nil {
+		if _, err := a.Add([]byte(d)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,8 +94,8 @@ func TestAnthropicOpenBlock(t *testing.T) {
 		t.Errorf("OpenBlock = %d, %v; NextBlockIndex = %d", i, ok, a.NextBlockIndex())
 	}
 	// A delta for an unknown block and a stray stop change nothing.
-	_ = a.Add([]byte(`{"type":"content_block_delta","index":7,"delta":{"type":"text_delta","text":"x"}}`), nil)
-	_ = a.Add([]byte(`{"type":"content_block_stop","index":9}`), nil)
+	_, _ = a.Add([]byte(`{"type":"content_block_delta","index":7,"delta":{"type":"text_delta","text":"x"}}`))
+	_, _ = a.Add([]byte(`{"type":"content_block_stop","index":9}`))
 	if a.Text() != "the the the" {
 		t.Errorf("Text = %q", a.Text())
 	}

@@ -99,7 +99,11 @@ func BenchmarkAccumulatorChunk(b *testing.B) {
 	chunks := benchChunks(b)
 	var a ChatAccumulator
 	var n int
-	fn := func(d Delta) { n += len(d.Content) }
+	fn := func(ds []Update, _ error) {
+		for _, d := range ds {
+			n += len(d.Text)
+		}
+	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -107,7 +111,7 @@ func BenchmarkAccumulatorChunk(b *testing.B) {
 			i = 0
 			a.Reset()
 		}
-		_ = a.Add(chunks[i], fn)
+		fn(a.Add(chunks[i]))
 		i++
 	}
 }

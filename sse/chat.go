@@ -27,36 +27,6 @@ const (
 	maxToolCalls = 1024
 )
 
-// Delta is what one chunk added to one choice.
-//
-// Its slices alias the accumulator's buffers; they are valid until the next
-// call to Add or Reset.
-type Delta struct {
-	// Choice is the choice's index.
-	Choice int
-	// Content is the decoded text the chunk added to delta.content.
-	Content []byte
-	// Reasoning is the decoded text the chunk added to
-	// delta.reasoning_content or delta.reasoning.
-	Reasoning []byte
-	// ToolCall is true when the chunk carried tool-call deltas for this
-	// choice.
-	ToolCall bool
-	// ToolCallStarted is the position in the choice's tool calls (see
-	// Choice.ToolCalls; it equals the wire index on well-formed streams) of
-	// the first call that began in this chunk, -1 if none began. Every call
-	// before that position is complete: servers stream calls one after the
-	// other.
-	ToolCallStarted int
-	// ToolCallsStarted is how many calls began in this chunk (Ollama sends
-	// whole calls, several may start at once).
-	ToolCallsStarted int
-	// FinishReason is the chunk's finish_reason, nil if it had none. Once it
-	// is set, every call of the choice is complete (vLLM may still put the
-	// last argument text in the same chunk; it has been added already).
-	FinishReason []byte
-}
-
 // Choice is one accumulated choice of a streamed chat completion.
 type Choice struct {
 	Index        int        `json:"index"`
@@ -102,8 +72,9 @@ type choiceState struct {
 //
 // The zero value is ready to use. After the first chunks have sized its
 // buffers, adding a chunk does not allocate, so one accumulator can serve a
-// whole stream and then be Reset and pooled. It is not safe for concurrent
-// use.
+// whole stream and then be Reset and pooled. It must not be copied after
+// its first Add (its updates may live inside it), and it is not safe for
+// concurrent use.
 type ChatAccumulator struct {
 	id, model, fingerprint []byte
 	created                int64
@@ -115,9 +86,14 @@ type ChatAccumulator struct {
 	// tmpID and tmpName hold a tool-call entry's decoded id and name while
 	// the entry is matched to a call.
 	tmpID, tmpName []byte
+	// deltas is what the last Add returned; one0 holds it for the usual
+	// chunk of one choice, so that an accumulator makes no allocation
+	// for it.
+	deltas []Update
+	one0   [1]Update
 
-	// DropText, when set, makes Add pass each chunk's content and reasoning
-	// text to its callback without keeping it: Choices then reports both
+	// DropText, when set, makes Add return each chunk's content and reasoning
+	// text without keeping it: Choices then reports both
 	// empty. A proxy that inspects the text delta by delta sets it, so that
 	// an open stream holds one delta, not the whole answer so far
 	// (docs/streams.md). Reset keeps it.
@@ -127,39 +103,43 @@ type ChatAccumulator struct {
 // Reset empties a, keeping its buffers for reuse, and DropText.
 func (a *ChatAccumulator) Reset() {
 	*a = ChatAccumulator{id: a.id[:0], model: a.model[:0], fingerprint: a.fingerprint[:0], errRaw: a.errRaw[:0],
-		choices: a.choices[:0], tmpID: a.tmpID[:0], tmpName: a.tmpName[:0], DropText: a.DropText}
+		choices: a.choices[:0], tmpID: a.tmpID[:0], tmpName: a.tmpName[:0], deltas: a.deltas[:0], DropText: a.DropText}
 }
 
-// Add folds one event's data into a and calls fn (if not nil) once for each
-// choice the chunk carries, in order. Empty data is ignored and "[DONE]"
-// marks the stream done. An error payload returns ErrUpstream (fn is not
-// called); data that is not a JSON object returns ErrInvalidChunk and
-// changes nothing. Add never keeps a reference to data; the Delta given to
-// fn aliases a's buffers and is valid until the next Add or Reset.
+// Add folds one event's data into a and returns what it added, an Update
+// for each choice the chunk carries, in order. Empty data is ignored and
+// "[DONE]" marks the stream done. An error payload returns ErrUpstream and
+// no deltas; data that is not a JSON object returns ErrInvalidChunk and
+// changes nothing. Add never keeps a reference to data; the updates alias
+// a's buffers and are valid until the next Add or Reset.
 //
 // Memory grows with the streamed text and arguments; bounding a stream's
 // size is the caller's call (the Reader bounds each event).
-func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
+func (a *ChatAccumulator) Add(data []byte) ([]Update, error) {
+	if a.deltas == nil {
+		a.deltas = a.one0[:0]
+	}
+	a.deltas = a.deltas[:0]
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 {
-		return nil
+		return nil, nil
 	}
 	// Like openai-python, take any data starting with [DONE] as the end.
 	if bytes.HasPrefix(data, []byte("[DONE]")) {
 		a.done = true
-		return nil
+		return nil, nil
 	}
 	// Validate once; the walks below then rely on well-formed JSON, and
 	// read it from the tape the validation recorded.
 	var tp taped
 	if !rawjson.ValidTape(data, &tp.tape) {
-		return ErrInvalidChunk
+		return nil, ErrInvalidChunk
 	}
 	// The walkers read strings; this view of data lives only during Add
 	// and nothing derived from it is kept without a copy.
 	s := unsafe.String(unsafe.SliceData(data), len(data))
 	if !isObject(s) {
-		return ErrInvalidChunk
+		return nil, ErrInvalidChunk
 	}
 	tp.doc = s
 	var top chunkTop
@@ -175,18 +155,18 @@ func (a *ChatAccumulator) Add(data []byte, fn func(Delta)) error {
 	}
 	if top.failed {
 		a.errRaw = append(a.errRaw[:0], data...)
-		return ErrUpstream
+		return nil, ErrUpstream
 	}
 	if isObject(top.usage) {
 		a.addUsage(top.usage)
 	}
 	it2 := newArrIterAt(choices, choicesAt)
 	for it2.nextIn(&tp) {
-		if d, ok := a.addChoice(it2.val, it2.valAt(&tp)); ok && fn != nil {
-			fn(d)
+		if d, ok := a.addChoice(it2.val, it2.valAt(&tp)); ok {
+			a.deltas = append(a.deltas, d)
 		}
 	}
-	return nil
+	return a.deltas, nil
 }
 
 // chunkTop is what Add reads among a chunk's members, besides the
@@ -253,7 +233,7 @@ func (a *ChatAccumulator) addUsage(raw string) {
 // choice (not an object, or past maxChoices). Add hands the delta on:
 // whatever fn does, addChoice's frame is no longer on the stack (docs/streams.md:
 // the relay's goroutine keeps 8 KiB).
-func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Delta, ok bool) {
+func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
 	if !isObject(raw) {
 		return d, false
 	}
@@ -282,7 +262,7 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Delta, ok bool) {
 	if cs == nil {
 		return d, false
 	}
-	d = Delta{Choice: index, ToolCallStarted: -1}
+	d = Update{Choice: index, ToolCallStarted: -1, ToolCallDone: -1}
 	reasoning := false
 	it = newObjIterAt(delta, deltaAt)
 	for it.nextIn(at.tp) {
@@ -292,7 +272,7 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Delta, ok bool) {
 				cs.content = a.keep(cs.content)
 				n := len(cs.content)
 				cs.content = appendString(cs.content, it.val)
-				d.Content = cs.content[n:]
+				d.Text = cs.content[n:]
 			}
 		case "reasoning_content", "reasoning":
 			// vLLM has sent both names with the same text: take one.
@@ -353,7 +333,7 @@ func (a *ChatAccumulator) choice(index int) *choiceState {
 
 // addToolCall folds one element of delta.tool_calls, raw, the value at of
 // the tape.
-func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d *Delta) {
+func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d *Update) {
 	if !isObject(raw) {
 		return
 	}
@@ -477,7 +457,7 @@ func (a *ChatAccumulator) ErrorRaw() []byte {
 // ToolCallBytes returns the name and arguments so far of the tool call at
 // position pos of the choice with the given index, ok false if there is
 // none. Unlike Choices it copies nothing, so a streaming check can look at
-// each call as it completes (see Delta.ToolCallStarted) at no cost. The
+// each call as it completes (see Update.ToolCallStarted) at no cost. The
 // slices alias a's buffers and are valid until the next Add or Reset.
 func (a *ChatAccumulator) ToolCallBytes(choice, pos int) (name, args []byte, ok bool) {
 	for i := range a.choices {

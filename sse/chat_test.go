@@ -21,10 +21,11 @@ func addAll(t *testing.T, chunks []string) (*ChatAccumulator, []string, []error)
 	var deltas []string
 	var errs []error
 	for _, c := range chunks {
-		err := a.Add([]byte(c), func(d Delta) {
+		ds, err := a.Add([]byte(c))
+		for _, d := range ds {
 			deltas = append(deltas, fmt.Sprintf("c%d content=%q reasoning=%q tool=%t started=%d/%d finish=%q",
-				d.Choice, d.Content, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
-		})
+				d.Choice, d.Text, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
+		}
 		errs = append(errs, err)
 	}
 	return &a, deltas, errs
@@ -209,8 +210,8 @@ func TestAccumulatorAddErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var a ChatAccumulator
-			called := false
-			err := a.Add([]byte(tt.give), func(Delta) { called = true })
+			ds, err := a.Add([]byte(tt.give))
+			called := len(ds) > 0
 			if !errors.Is(err, tt.wantErr) {
 				t.Errorf("Add(%s) = %v; want %v", tt.give, err, tt.wantErr)
 			}
@@ -224,7 +225,7 @@ func TestAccumulatorAddErrors(t *testing.T) {
 				t.Errorf("Done() = %t; want %t", a.Done(), tt.wantDone)
 			}
 			if called != tt.wantDelta {
-				t.Errorf("fn called = %t; want %t", called, tt.wantDelta)
+				t.Errorf("updates returned = %t; want %t", called, tt.wantDelta)
 			}
 		})
 	}
@@ -238,7 +239,7 @@ func TestAccumulatorMetadataAndReset(t *testing.T) {
 		`{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":5,"total_tokens":9}}`,
 	}
 	for _, c := range chunks {
-		if err := a.Add([]byte(c), nil); err != nil {
+		if _, err := a.Add([]byte(c)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +258,7 @@ func TestAccumulatorMetadataAndReset(t *testing.T) {
 	if _, ok := a.Usage(); ok {
 		t.Errorf("Reset left usage")
 	}
-	if err := a.Add([]byte(`{"id":"third","choices":[{"index":2,"delta":{"content":"z"}}]}`), nil); err != nil {
+	if _, err := a.Add([]byte(`{"id":"third","choices":[{"index":2,"delta":{"content":"z"}}]}`)); err != nil {
 		t.Fatal(err)
 	}
 	if got := choicesJSON(t, a.Choices()); a.ID() != "third" || got != `[{"index":2,"content":"z"}]` {
@@ -276,10 +277,11 @@ func TestAccumulatorLimits(t *testing.T) {
 		fmt.Fprintf(&b, `{"index":%d,"delta":{"content":"x"}}`, i*1000000007)
 	}
 	b.WriteString(`]}`)
-	calls := 0
-	if err := a.Add([]byte(b.String()), func(Delta) { calls++ }); err != nil {
+	ds, err := a.Add([]byte(b.String()))
+	if err != nil {
 		t.Fatal(err)
 	}
+	calls := len(ds)
 	if n := len(a.Choices()); n != maxChoices || calls != maxChoices {
 		t.Errorf("choices kept %d, fn calls %d; want %d", n, calls, maxChoices)
 	}
@@ -344,10 +346,11 @@ func TestAccumulatorDropText(t *testing.T) {
 			dropped.DropText = true
 			var got []string
 			for _, c := range chunks {
-				_ = dropped.Add([]byte(c), func(d Delta) {
+				ds, _ := dropped.Add([]byte(c))
+				for _, d := range ds {
 					got = append(got, fmt.Sprintf("c%d content=%q reasoning=%q tool=%t started=%d/%d finish=%q",
-						d.Choice, d.Content, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
-				})
+						d.Choice, d.Text, d.Reasoning, d.ToolCall, d.ToolCallStarted, d.ToolCallsStarted, d.FinishReason))
+				}
 			}
 			if strings.Join(got, "\n") != strings.Join(wantDeltas, "\n") {
 				t.Errorf("deltas with DropText =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantDeltas, "\n"))

@@ -12,7 +12,7 @@
 // Parsing never holds an event back once its blank line has arrived.
 //
 // Lifetimes follow fasthttp's rules: the slices in an Event alias the
-// Reader's buffer until the next Next, the slices in a Delta alias the
+// Reader's buffer until the next Next, the slices in an Update alias the
 // accumulator's buffers until the next Add. Neither type is safe for
 // concurrent use; both can be Reset and pooled.
 //

@@ -30,9 +30,13 @@ func Example() {
 		if ev.Comment || ev.Data == nil {
 			continue
 		}
-		if err := acc.Add(ev.Data, func(d sse.Delta) {
-			if len(d.Content) > 0 {
-				fmt.Printf("text %q\n", d.Content)
+		deltas, err := acc.Add(ev.Data)
+		if err != nil {
+			fmt.Println("chunk:", err)
+		}
+		for _, d := range deltas {
+			if len(d.Text) > 0 {
+				fmt.Printf("text %q\n", d.Text)
 			}
 			if d.ToolCallStarted >= 0 {
 				fmt.Println("tool call started at", d.ToolCallStarted)
@@ -40,8 +44,6 @@ func Example() {
 			if d.FinishReason != nil {
 				fmt.Println("finish", string(d.FinishReason))
 			}
-		}); err != nil {
-			fmt.Println("chunk:", err)
 		}
 	}
 	c := acc.Choices()[0]

@@ -123,11 +123,13 @@ func FuzzAccumulator(f *testing.F) {
 			if err != nil {
 				break
 			}
-			err = a.Add(e.Data, func(d Delta) {
+			var ds []Update
+			ds, err = a.Add(e.Data)
+			for _, d := range ds {
 				if d.ToolCallStarted < -1 || (d.ToolCallStarted >= 0) != (d.ToolCallsStarted > 0) {
 					t.Fatalf("ToolCallStarted %d with ToolCallsStarted %d", d.ToolCallStarted, d.ToolCallsStarted)
 				}
-			})
+			}
 			if errors.Is(err, ErrUpstream) && a.ErrorRaw() == nil {
 				t.Fatal("ErrUpstream without ErrorRaw")
 			}
@@ -144,7 +146,7 @@ func FuzzAccumulator(f *testing.F) {
 		// Every prefix of the input as one payload: Add must reject or
 		// fold any of them without panicking.
 		for i := 0; i <= len(in) && i < 512; i += 7 {
-			_ = a.Add(in[:i], nil)
+			_, _ = a.Add(in[:i])
 		}
 	})
 }
@@ -162,8 +164,11 @@ func FuzzAccumulatorTape(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, _ uint8) {
 		var fast, slow ChatAccumulator
 		var fastLog, slowLog []string
-		logTo := func(log *[]string) func(Delta) {
-			return func(d Delta) { *log = append(*log, fmt.Sprintf("%+v %q %q", d, d.Content, d.Reasoning)) }
+		logTo := func(log *[]string, ds []Update, err error) error {
+			for _, d := range ds {
+				*log = append(*log, fmt.Sprintf("%+v %q %q", d, d.Text, d.Reasoning))
+			}
+			return err
 		}
 		r := NewReader(bytes.NewReader(in), 1<<16)
 		for {
@@ -176,8 +181,10 @@ func FuzzAccumulatorTape(f *testing.F) {
 				continue
 			}
 			padded := append(append(append([]byte{}, data[:1]...), pad...), data[1:]...)
-			errFast := fast.Add(data, logTo(&fastLog))
-			errSlow := slow.Add(padded, logTo(&slowLog))
+			ds, err := fast.Add(data)
+			errFast := logTo(&fastLog, ds, err)
+			ds, err = slow.Add(padded)
+			errSlow := logTo(&slowLog, ds, err)
 			if errFast != errSlow {
 				t.Fatalf("Add(%q) = %v; scanning %v", data, errFast, errSlow)
 			}

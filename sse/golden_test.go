@@ -95,13 +95,15 @@ func runGolden(t *testing.T, in []byte) golden {
 		if e.Data == nil {
 			continue
 		}
-		err = a.Add(e.Data, func(d Delta) {
+		var ds []Update
+		ds, err = a.Add(e.Data)
+		for _, d := range ds {
 			g.Chat.Deltas = append(g.Chat.Deltas, goldenDelta{
-				Choice: d.Choice, Content: string(d.Content), Reasoning: string(d.Reasoning),
+				Choice: d.Choice, Content: string(d.Text), Reasoning: string(d.Reasoning),
 				ToolCall: d.ToolCall, ToolCallStarted: d.ToolCallStarted,
 				ToolCallsStarted: d.ToolCallsStarted, FinishReason: string(d.FinishReason),
 			})
-		})
+		}
 		if err != nil {
 			g.Chat.AddErrors = append(g.Chat.AddErrors, err.Error())
 		}
@@ -185,7 +187,7 @@ func TestGoldenErrorsAreUpstream(t *testing.T) {
 			if err != nil {
 				break
 			}
-			if err := a.Add(e.Data, nil); errors.Is(err, ErrUpstream) {
+			if _, err := a.Add(e.Data); errors.Is(err, ErrUpstream) {
 				upstream = err
 			}
 		}

@@ -5,26 +5,6 @@ import (
 	"slices"
 )
 
-// Update is what one event of a Responses API or Anthropic Messages stream
-// added. Its slices alias the accumulator's buffers and are valid until the
-// next Add or Reset.
-type Update struct {
-	// Text is the decoded output text the event added.
-	Text []byte
-	// Reasoning is the decoded reasoning or thinking text the event added.
-	Reasoning []byte
-	// ToolCallDone is the position (see ToolCallBytes) of the tool call
-	// that the event completed, -1 if none: its name and arguments are
-	// final from this event on.
-	ToolCallDone int
-	// ToolCallStarted is the output_index (Responses) or content block
-	// index (Anthropic) of the tool call the event began, -1 if none.
-	ToolCallStarted int
-	// Done is true for the stream's terminal event (response.completed,
-	// response.incomplete, response.failed; message_stop).
-	Done bool
-}
-
 // respItem is one output item of a Responses stream.
 type respItem struct {
 	index          int    // output_index
@@ -59,16 +39,17 @@ func (a *ResponsesAccumulator) Reset() {
 	*a = ResponsesAccumulator{id: a.id[:0], model: a.model[:0], status: a.status[:0], errRaw: a.errRaw[:0], items: a.items[:0]}
 }
 
-// Add folds one event's data into a and calls fn (if not nil) with what it
-// added. The event name is not needed: every Responses payload carries its
-// "type". Empty data is ignored; an "error" event (or a response.failed)
-// returns ErrUpstream with the payload kept (see ErrorRaw); data that is not
-// a JSON object returns ErrInvalidChunk and changes nothing. Add never keeps
-// a reference to data.
-func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
+// Add folds one event's data into a and returns what it added. The event
+// name is not needed: every Responses payload carries its "type". Empty
+// data is ignored; an "error" event (or a response.failed) returns
+// ErrUpstream with the payload kept (see ErrorRaw); data that is not a JSON
+// object returns ErrInvalidChunk and changes nothing. Add never keeps a
+// reference to data.
+func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
+	u := Update{ToolCallDone: -1, ToolCallStarted: -1, Sequence: a.seq}
 	s, err := objectView(data)
 	if s == "" {
-		return err
+		return u, err
 	}
 	var typ, resp, item, delta, args, name, itemID, outIdx, seq string
 	it := newObjIter(s)
@@ -97,9 +78,8 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 	if n, ok := parseInt(seq); ok && n > a.seq {
 		a.seq = n
 	}
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
 	if len(typ) < 2 {
-		return nil
+		return u, nil
 	}
 	switch typ[1 : len(typ)-1] {
 	case "response.created", "response.in_progress", "response.queued":
@@ -111,7 +91,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 		a.response(resp)
 		a.done = typ != `"error"`
 		a.errRaw = append(a.errRaw[:0], data...)
-		return ErrUpstream
+		return u, ErrUpstream
 	case "response.output_item.added":
 		a.itemEvent(outIdx, item, false, &u)
 	case "response.output_item.done":
@@ -145,10 +125,7 @@ func (a *ResponsesAccumulator) Add(data []byte, fn func(Update)) error {
 			u.ToolCallDone = a.callPos(ri)
 		}
 	}
-	if fn != nil {
-		fn(u)
-	}
-	return nil
+	return u, nil
 }
 
 // response reads the response object of a lifecycle event.

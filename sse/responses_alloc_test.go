@@ -25,11 +25,11 @@ func TestResponsesAnthropicAllocs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ds := fixtureData(t, tt.file)
 			sink := 0
-			fn := func(u Update) { sink += len(u.Text) }
+			fn := func(u Update, _ error) { sink += len(u.Text) }
 			whole := func() {
 				tt.reset()
 				for _, d := range ds {
-					_ = tt.a.Add(d, fn)
+					fn(tt.a.Add(d))
 				}
 			}
 			whole()
@@ -39,13 +39,13 @@ func TestResponsesAnthropicAllocs(t *testing.T) {
 			// Text deltas into the open message of a fresh stream.
 			tt.reset()
 			for _, d := range ds[:len(ds)/2] {
-				_ = tt.a.Add(d, fn)
+				fn(tt.a.Add(d))
 			}
 			delta := []byte(tt.delta)
 			for range 100 {
-				_ = tt.a.Add(delta, fn) // size the text buffer
+				fn(tt.a.Add(delta)) // size the text buffer
 			}
-			if n := testing.AllocsPerRun(1000, func() { _ = tt.a.Add(delta, fn) }); n != 0 {
+			if n := testing.AllocsPerRun(1000, func() { fn(tt.a.Add(delta)) }); n != 0 {
 				t.Errorf("%v allocations per text delta; want 0", n)
 			}
 			if sink == 0 {

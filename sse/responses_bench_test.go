@@ -33,14 +33,14 @@ func benchUpdates(b *testing.B, file string, a streamAcc, reset func()) {
 		n += len(d)
 	}
 	sink := 0
-	fn := func(u Update) { sink += len(u.Text) + u.ToolCallDone }
+	fn := func(u Update, _ error) { sink += len(u.Text) + u.ToolCallDone }
 	b.SetBytes(int64(n))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		reset()
 		for _, d := range ds {
-			_ = a.Add(d, fn)
+			fn(a.Add(d))
 		}
 	}
 	_ = sink

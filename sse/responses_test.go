@@ -14,7 +14,7 @@ import (
 
 // streamAcc is what the Responses and Anthropic accumulators share.
 type streamAcc interface {
-	Add([]byte, func(Update)) error
+	Add([]byte) (Update, error)
 	ToolCallBytes(int) ([]byte, []byte, bool)
 	ToolCalls() []ToolCall
 	Text() string
@@ -58,7 +58,8 @@ func fold(t *testing.T, file string, a streamAcc) folded {
 		if e.Data == nil {
 			continue
 		}
-		err = a.Add(e.Data, func(u Update) {
+		u, err := a.Add(e.Data)
+		{
 			f.text += string(u.Text)
 			f.reasoning += string(u.Reasoning)
 			if u.ToolCallStarted >= 0 {
@@ -74,7 +75,7 @@ func fold(t *testing.T, file string, a streamAcc) folded {
 			if u.Done {
 				f.doneEvents++
 			}
-		})
+		}
 		if err != nil {
 			f.errs = append(f.errs, err)
 		}
@@ -169,7 +170,7 @@ func TestResponsesOutputAfterCut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = a.Add(e.Data, nil)
+		_, _ = a.Add(e.Data)
 		if bytes.Contains(e.Name, []byte("output_text.delta")) {
 			deltas++
 		}
@@ -216,11 +217,11 @@ func TestResponsesOutputAfterCut(t *testing.T) {
 func TestResponsesAccumulatorRejects(t *testing.T) {
 	var a ResponsesAccumulator
 	for _, give := range []string{`[1]`, `{"type":`, `"x"`} {
-		if err := a.Add([]byte(give), nil); !errors.Is(err, ErrInvalidChunk) {
+		if _, err := a.Add([]byte(give)); !errors.Is(err, ErrInvalidChunk) {
 			t.Errorf("Add(%s) = %v; want ErrInvalidChunk", give, err)
 		}
 	}
-	if err := a.Add([]byte(`{"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"server_error"}}}`), nil); !errors.Is(err, ErrUpstream) {
+	if _, err := a.Add([]byte(`{"type":"response.failed","response":{"id":"r","status":"failed","error":{"code":"server_error"}}}`)); !errors.Is(err, ErrUpstream) {
 		t.Errorf("response.failed: %v; want ErrUpstream", err)
 	}
 	if !a.Done() || a.Status() != "failed" {
@@ -254,13 +255,12 @@ func fuzzStream(f *testing.F, glob string, mk func() streamAcc) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a := mk()
 		for range 2 { // twice: the second sees the state the first left
-			_ = a.Add(data, func(u Update) {
-				if u.ToolCallDone >= 0 {
-					if _, _, ok := a.ToolCallBytes(u.ToolCallDone); !ok {
-						t.Fatalf("ToolCallDone %d is not a call", u.ToolCallDone)
-					}
+			u, _ := a.Add(data)
+			if u.ToolCallDone >= 0 {
+				if _, _, ok := a.ToolCallBytes(u.ToolCallDone); !ok {
+					t.Fatalf("ToolCallDone %d is not a call", u.ToolCallDone)
 				}
-			})
+			}
 		}
 		_ = a.ToolCalls()
 		_ = a.Text()

@@ -12,47 +12,39 @@ import (
 
 // growingSessions is the agent workload: sessions concurrent sessions, each
 // sending the turns of bodies in order with its own X-Session-ID, every turn
-// the whole history so far plus one tool call and its ~1.3 KB result. Each
-// of rounds rounds runs it once through every target in turn (new session
-// ids each time), so that a disturbance of the machine falls on all
-// targets alike; a run is under a second of the proxy's CPU, counted in 10
-// ms ticks. It prints each target's CPU per request over all rounds and
-// returns them as a row. With perfDir, each target's CPU is also recorded
+// the whole history so far plus one tool call and its ~1.3 KB result. It
+// runs them once through every target in turn (new session ids each time),
+// as round round of the side-by-side workload, prints each target's CPU per
+// request and adds it to row; a run is under a second of the proxy's CPU,
+// counted in 10 ms ticks. With perfDir, each target's CPU is also recorded
 // there with perf.
-func growingSessions(cl *http.Client, targets []openTarget, bodies []string, sessions, rounds int, perfDir string) (cpuRow, error) {
-	mean := 0
-	for _, b := range bodies {
-		mean += len(b)
-	}
-	mean /= len(bodies)
-	row := cpuRow{workload: fmt.Sprintf("%d growing sessions, turns 1..%d", sessions, len(bodies))}
-	fmt.Printf("\ngrowing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID, %d rounds\n", sessions, len(bodies), mean>>10, rounds)
-	fmt.Printf("%-26s %-22s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "CPU")
-	cpu := make([]time.Duration, len(targets))
-	for round := range rounds {
-		for i, t := range targets {
-			stopPerf, err := startPerf(perfDir, t, fmt.Sprintf("growing-%d", round))
-			if err != nil {
-				return row, err
-			}
-			var r result
-			used, err := cpuDuring(t, func() (err error) {
-				r, err = runSessions(cl, t.url+t.path, bodies, sessions)
-				return err
-			})
-			stopPerf()
-			if err != nil {
-				return row, fmt.Errorf("growing sessions via %s: %w", t.name, err)
-			}
-			cpu[i] += used
-			fmt.Printf("%-26s %-22s %10.0f %10s %10s %11.0f µs/req\n", fmt.Sprintf("growing sessions, round %d", round+1), t.name, r.rps, r.p50, r.p99,
-				float64(used.Nanoseconds())/1e3/float64(sessions*len(bodies)))
+func growingSessions(cl *http.Client, targets []openTarget, bodies []string, sessions, round int, perfDir string, row *cpuRow) error {
+	if round == 0 {
+		mean := 0
+		for _, b := range bodies {
+			mean += len(b)
 		}
+		mean /= len(bodies)
+		fmt.Printf("growing sessions: %d sessions x turns 1..%d (mean body %d KB), each with its own X-Session-ID\n", sessions, len(bodies), mean>>10)
 	}
-	for i, t := range targets {
-		row.add(t.name, cpu[i], rounds*sessions*len(bodies))
+	for _, t := range targets {
+		stopPerf, err := startPerf(perfDir, t, fmt.Sprintf("growing-%d", round))
+		if err != nil {
+			return err
+		}
+		var r result
+		used, err := cpuDuring(t, func() (err error) {
+			r, err = runSessions(cl, t.url+t.path, bodies, sessions)
+			return err
+		})
+		stopPerf()
+		if err != nil {
+			return fmt.Errorf("growing sessions via %s: %w", t.name, err)
+		}
+		row.add(t.name, used, sessions*len(bodies))
+		fmt.Printf("%-32s %-22s %10.0f %10s %10s %14s\n", fmt.Sprintf("growing sessions, round %d", round+1), t.name, r.rps, r.p50, r.p99, row.last(t.name))
 	}
-	return row, nil
+	return nil
 }
 
 // growingBodies returns the chat request of each turn 1..turns of one

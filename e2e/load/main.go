@@ -15,7 +15,11 @@
 // tool turns) and for -growing sessions (growing.go); -side-only runs only
 // that.
 //
-//	go run ./e2e/load -side-only [-n 2000] [-c 16] [-growing 16x200] [-rounds 5] [-nginx PATH]
+//	go run ./e2e/load -side-only [-n 2000] [-c 16] [-growing 16x200] [-rounds 5] [-nginx PATH] [-previous REV] [-open 1000 -open-rounds 5]
+//
+// -previous REV builds loopguard as it was at the git revision REV (the
+// previous release) and measures it beside this one, in mode off and
+// enforcing; the tables then give each ratio against it too.
 //
 // -open adds the open-streams workload (openstreams.go): streams held open
 // at a model's pace through loopguard, loopguard in mode off and nginx.
@@ -73,6 +77,7 @@ type options struct {
 	openOpts              openOptions
 	upstream              string
 	maxTokens, bodySize   int
+	previous              string // git revision of the previous release, measured beside
 	growing               string // "SESSIONSxTURNS"
 	rounds                int    // growing-sessions runs of each target, interleaved
 	sideOnly              bool
@@ -94,13 +99,14 @@ func run() error {
 	flag.StringVar(&o.openOpts.nginx, "nginx", "", "nginx binary to compare with (default: nginx in PATH; skipped when missing)")
 	flag.StringVar(&o.openOpts.perf, "perf", "", "directory: record each proxy's CPU with perf (perf record -g) during each open-streams and growing-sessions run, one file a target and run")
 	flag.IntVar(&o.openOpts.rounds, "open-rounds", 1, "open-streams rounds: each target runs each workload once a round, the targets taking turns on fresh processes; CPU and events are summed, memory is the median round's, and each loopguard target's CPU/event over nginx's is printed by round")
-	flag.StringVar(&o.openOpts.only, "open-targets", "", "open-streams targets to run (default: all), comma-separated: nginx, loopguard-relayonly, loopguard-modeoff, loopguard")
+	flag.StringVar(&o.openOpts.only, "open-targets", "", "open-streams targets to run (default: all), comma-separated: nginx, loopguard-relayonly, loopguard-modeoff, loopguard, and with -previous previous-modeoff, previous")
 	flag.StringVar(&o.upstream, "upstream", "", "a running upstream to measure against (e.g. llama-server's base URL) instead of the scripted one")
 	flag.IntVar(&o.maxTokens, "max-tokens", 16, "with -upstream: tokens per non-streamed answer (streams get -events)")
 	flag.IntVar(&o.bodySize, "body", 20<<10, "request body size in bytes")
 	flag.StringVar(&o.growing, "growing", "16x200", "growing-sessions workload, SESSIONSxTURNS (empty: skip)")
-	flag.IntVar(&o.rounds, "rounds", 5, "growing-sessions rounds: each target runs the sessions once a round, the targets taking turns, and the CPU is summed over the rounds")
-	flag.BoolVar(&o.sideOnly, "side-only", false, "run only the side-by-side workload (request sizes and growing sessions through nginx and loopguard)")
+	flag.IntVar(&o.rounds, "rounds", 5, "side-by-side rounds: each target runs every workload once a round, the targets taking turns; the table gives each target's median round and each ratio's median over the rounds")
+	flag.BoolVar(&o.sideOnly, "side-only", false, "run only the side-by-side workload (request sizes and growing sessions through nginx and loopguard), and the open streams when -open is given")
+	flag.StringVar(&o.previous, "previous", "", "a git revision of loopguard (the previous release) to measure beside this one, in mode off and enforcing, in the side-by-side and open-streams workloads; built from git archive into a temporary directory")
 	flag.Parse()
 	o.openOpts.c = o.c
 	if o.sideOnly && o.upstream != "" {
@@ -124,21 +130,26 @@ func run() error {
 	}
 
 	bin := o.bin
-	if bin == "" {
+	if bin == "" || o.previous != "" {
 		dir, err := os.MkdirTemp("", "loopguard-load")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "loopguard")
 		root, err := repoRoot()
 		if err != nil {
 			return err
 		}
-		build := exec.Command("go", "build", "-o", bin, ".")
-		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("go build: %w", err)
+		if bin == "" {
+			bin = filepath.Join(dir, "loopguard")
+			if err := goBuild(root, bin); err != nil {
+				return err
+			}
+		}
+		if o.previous != "" {
+			if o.openOpts.previous, err = buildRevision(root, o.previous, dir); err != nil {
+				return fmt.Errorf("-previous %s: %w", o.previous, err)
+			}
 		}
 	}
 	client := &http.Client{Transport: &http.Transport{
@@ -154,7 +165,14 @@ func run() error {
 		return openStreams(bin, o.openOpts)
 	}
 	if o.sideOnly {
-		return sideBySide(client, bin, upstreamURL, o)
+		if err := sideBySide(client, bin, o.openOpts.previous, upstreamURL, o); err != nil {
+			return err
+		}
+		if len(o.openOpts.counts) == 0 {
+			return nil
+		}
+		client.CloseIdleConnections()
+		return openStreams(bin, o.openOpts)
 	}
 	lg, err := startLoopguard(bin, upstreamURL)
 	if err != nil {
@@ -210,7 +228,7 @@ func run() error {
 			(p.p50 - d.p50).String(), (p.p99 - d.p99).String())
 	}
 	if o.upstream == "" { // a real model would take hours
-		if err := sideBySide(client, bin, upstreamURL, o); err != nil {
+		if err := sideBySide(client, bin, o.openOpts.previous, upstreamURL, o); err != nil {
 			return err
 		}
 	}
@@ -579,6 +597,45 @@ func vmRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS for %d", pid)
+}
+
+// goBuild builds the loopguard command of the module at root into bin.
+func goBuild(root, bin string) error {
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build: %w", err)
+	}
+	return nil
+}
+
+// buildRevision builds loopguard as it was at the git revision rev of the
+// repository at root, from its files (git archive) unpacked under dir, and
+// returns the binary's path.
+func buildRevision(root, rev, dir string) (string, error) {
+	src := filepath.Join(dir, "previous")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.Command("git", "-C", root, "archive", "--format=tar", rev)
+	unpack := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	unpack.Stdin, archive.Stderr, unpack.Stderr = pipe, os.Stderr, os.Stderr
+	if err := unpack.Start(); err != nil {
+		return "", err
+	}
+	if err := archive.Run(); err != nil {
+		_ = unpack.Wait()
+		return "", fmt.Errorf("git archive: %w", err)
+	}
+	if err := unpack.Wait(); err != nil {
+		return "", fmt.Errorf("tar: %w", err)
+	}
+	bin := filepath.Join(dir, "loopguard-previous")
+	return bin, goBuild(src, bin)
 }
 
 // repoRoot finds the module root (the directory holding go.mod).

@@ -42,10 +42,13 @@ type openOptions struct {
 	flat   int           // streams relayed flat out, over c clients
 	c      int
 	nginx  string // nginx binary; empty: looked up in PATH
-	body   int    // size of the request's history in bytes; 0: one message
-	perf   string // directory for a perf profile of each run; empty: none
-	only   string // comma-separated target keys (targetKey) to run; empty: all
-	rounds int    // runs of every target, taking turns; figures are summed
+	// previous is the previous release's binary (-previous), measured
+	// beside this one; empty: none.
+	previous string
+	body     int    // size of the request's history in bytes; 0: one message
+	perf     string // directory for a perf profile of each run; empty: none
+	only     string // comma-separated target keys (targetKey) to run; empty: all
+	rounds   int    // runs of every target, taking turns; figures are summed
 }
 
 // runs reports whether the target named name is to be run.
@@ -129,7 +132,7 @@ func openStreams(bin string, o openOptions) error {
 		var names []string
 		results := map[string][]openResult{}
 		for round := range max(o.rounds, 1) {
-			targets, stop, err := startTargets(bin, o.nginx, strings.TrimPrefix(upstream, "http://"), n)
+			targets, stop, err := startTargets(bin, o.previous, o.nginx, strings.TrimPrefix(upstream, "http://"), n)
 			if err != nil {
 				return err
 			}
@@ -190,15 +193,18 @@ func openStreams(bin string, o openOptions) error {
 
 // The names of the targets that the side-by-side table compares.
 const (
-	targetNginx     = "nginx"
-	targetModeOff   = "loopguard, mode off"
-	targetLoopguard = "loopguard"
+	targetNginx           = "nginx"
+	targetModeOff         = "loopguard, mode off"
+	targetLoopguard       = "loopguard"
+	targetPreviousModeOff = "previous, mode off"
+	targetPrevious        = "previous"
 )
 
-// startTargets starts nginx (when installed), loopguard in mode off and
-// loopguard in front of upstream (host:port), with room for streams open
-// streams; stop ends them.
-func startTargets(bin, nginx, upstream string, streams int) (targets []openTarget, stop func(), err error) {
+// startTargets starts nginx (when installed), loopguard's relay alone,
+// loopguard in mode off and loopguard in front of upstream (host:port), and
+// the previous release (the binary previous, when not empty) in mode off and
+// enforcing, with room for streams open streams; stop ends them.
+func startTargets(bin, previous, nginx, upstream string, streams int) (targets []openTarget, stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for _, s := range stops {
@@ -214,17 +220,23 @@ func startTargets(bin, nginx, upstream string, streams int) (targets []openTarge
 	}
 	// Mode off still watches streamed answers (only the request side is
 	// skipped); a path loopguard does not inspect shows the relay alone.
-	for _, lgt := range []struct{ name, mode, path string }{
-		{"loopguard, relay only", "off", "/v1/relay"},
-		{targetModeOff, "off", "/v1/chat/completions"},
-		{targetLoopguard, "enforce", "/v1/chat/completions"},
-	} {
+	type loopguardTarget struct{ name, bin, mode, path string }
+	lgts := []loopguardTarget{
+		{"loopguard, relay only", bin, "off", "/v1/relay"},
+		{targetModeOff, bin, "off", "/v1/chat/completions"},
+		{targetLoopguard, bin, "enforce", "/v1/chat/completions"},
+	}
+	if previous != "" {
+		lgts = append(lgts, loopguardTarget{targetPreviousModeOff, previous, "off", "/v1/chat/completions"},
+			loopguardTarget{targetPrevious, previous, "enforce", "/v1/chat/completions"})
+	}
+	for _, lgt := range lgts {
 		// startLoopguard passes the environment on: the mode is chosen
 		// there, and an upstream connection for every open stream (the
 		// default upstream.max_conns, 4096, would answer the rest 502).
 		os.Setenv("LOOPGUARD_POLICY_MODE", lgt.mode)
 		os.Setenv("LOOPGUARD_UPSTREAM_MAX_CONNS", strconv.Itoa(streams+64))
-		lg, err := startLoopguard(bin, "http://"+upstream)
+		lg, err := startLoopguard(lgt.bin, "http://"+upstream)
 		os.Unsetenv("LOOPGUARD_POLICY_MODE")
 		os.Unsetenv("LOOPGUARD_UPSTREAM_MAX_CONNS")
 		if err != nil {

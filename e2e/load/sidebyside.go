@@ -3,29 +3,35 @@ package main
 // The side-by-side workload: the proxy's CPU per request for
 // agent-sized chat requests, in one run, through nginx (proxy_buffering
 // off, when it is installed), loopguard's relay alone (a path it does not
-// inspect), loopguard in policy mode off and loopguard, all in front of the
-// same scripted upstream, which answers each with an agent's next turn (a
-// short text and a tool call): one small message, 20 and 200 tool turns of
-// one session (31 KB and 313 KB), then the growing sessions (growing.go).
+// inspect), loopguard in policy mode off and loopguard, and the previous
+// release in mode off and enforcing when -previous names it, all in front
+// of the same scripted upstream, which answers each with an agent's next
+// turn (a short text and a tool call): one small message, 20 and 200 tool
+// turns of one session (31 KB and 313 KB), then the growing sessions
+// (growing.go). Every workload runs once a round through every target in
+// turn, so that what else the machine does falls on all of them alike; the
+// table gives each target's median round and each ratio's median over the
+// rounds.
 
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
 
-// sideBySide measures every request-size workload, then the growing
-// sessions of o.growing, against each proxy, and prints the CPU per request
-// beside nginx's.
-func sideBySide(cl *http.Client, bin, upstream string, o options) error {
+// sideBySide measures every request-size workload and the growing sessions
+// of o.growing against each proxy, o.rounds times, and prints the CPU per
+// request beside nginx's.
+func sideBySide(cl *http.Client, bin, previous, upstream string, o options) error {
 	sessions, turns := 0, 200
 	if o.growing != "" {
 		if _, err := fmt.Sscanf(o.growing, "%dx%d", &sessions, &turns); err != nil || sessions < 1 || turns < 1 {
 			return fmt.Errorf("-growing %q: want SESSIONSxTURNS", o.growing)
 		}
 	}
-	targets, stop, err := startTargets(bin, o.openOpts.nginx, strings.TrimPrefix(upstream, "http://"), 4*o.c)
+	targets, stop, err := startTargets(bin, previous, o.openOpts.nginx, strings.TrimPrefix(upstream, "http://"), 4*o.c)
 	if err != nil {
 		return err
 	}
@@ -42,12 +48,9 @@ func sideBySide(cl *http.Client, bin, upstream string, o options) error {
 		{fmt.Sprintf("20 tool turns, %d KB", len(bodies[19])>>10), bodies[19], 2 * o.n},
 		{fmt.Sprintf("200 tool turns, %d KB", len(bodies[199])>>10), bodies[199], max(o.n/2, 100)},
 	}
-	var rows []cpuRow
-	fmt.Printf("\nside by side: CPU per request of each proxy (process utime + stime from /proc, counted in 10 ms ticks: "+
-		"a run needs a second or more of it to be read to a few per cent), %d clients\n", o.c)
-	fmt.Printf("%-26s %-22s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "CPU")
-	for _, w := range sizes {
-		row := cpuRow{workload: w.name}
+	rows := make([]cpuRow, len(sizes), len(sizes)+1)
+	for i, w := range sizes {
+		rows[i].workload = w.name
 		for _, t := range targets {
 			url := t.url + t.path
 			if err := warm(cl, url, w.body); err != nil {
@@ -56,31 +59,41 @@ func sideBySide(cl *http.Client, bin, upstream string, o options) error {
 			if err := checkAgentAnswer(cl, url, w.body); err != nil {
 				return fmt.Errorf("%s via %s: %w", w.name, t.name, err)
 			}
-			var r result
-			cpu, err := cpuDuring(t, func() (err error) {
-				r, err = measure(cl, url, w.body, w.n, o.c)
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("%s via %s: %w", w.name, t.name, err)
-			}
-			if r.failed > 0 {
-				return fmt.Errorf("%s via %s: %d of %d failed; first: %w", w.name, t.name, r.failed, w.n, r.firstErr)
-			}
-			row.add(t.name, cpu, w.n)
-			fmt.Printf("%-26s %-22s %10.0f %10s %10s %14s\n", w.name, t.name, r.rps, r.p50, r.p99, row.last())
 		}
-		rows = append(rows, row)
+	}
+	growing := cpuRow{workload: fmt.Sprintf("%d growing sessions, turns 1..%d", sessions, turns)}
+	rounds := max(1, o.rounds)
+	fmt.Printf("\nside by side: CPU per request of each proxy (process utime + stime from /proc, counted in 10 ms ticks: "+
+		"a run needs a second or more of it to be read to a few per cent), %d clients, %d rounds\n", o.c, rounds)
+	fmt.Printf("%-32s %-22s %10s %10s %10s %14s\n", "workload", "target", "req/s", "p50", "p99", "CPU")
+	for round := range rounds {
+		for i, w := range sizes {
+			for _, t := range targets {
+				var r result
+				cpu, err := cpuDuring(t, func() (err error) {
+					r, err = measure(cl, t.url+t.path, w.body, w.n, o.c)
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("%s via %s: %w", w.name, t.name, err)
+				}
+				if r.failed > 0 {
+					return fmt.Errorf("%s via %s: %d of %d failed; first: %w", w.name, t.name, r.failed, w.n, r.firstErr)
+				}
+				rows[i].add(t.name, cpu, w.n)
+				fmt.Printf("%-32s %-22s %10.0f %10s %10s %14s\n", fmt.Sprintf("%s, round %d", w.name, round+1), t.name, r.rps, r.p50, r.p99, rows[i].last(t.name))
+			}
+		}
+		if sessions > 0 {
+			if err := growingSessions(cl, targets, bodies[:turns], sessions, round, o.openOpts.perf, &growing); err != nil {
+				return err
+			}
+		}
 	}
 	if sessions > 0 {
-		grown := bodies[:turns]
-		row, err := growingSessions(cl, targets, grown, sessions, max(1, o.rounds), o.openOpts.perf)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, row)
+		rows = append(rows, growing)
 	}
-	printCPUTable(targets, rows)
+	printCPUTable(targets, rows, rounds)
 	return nil
 }
 
@@ -97,47 +110,106 @@ func cpuDuring(t openTarget, f func() error) (time.Duration, error) {
 	return after - before, err
 }
 
-// cpuRow is one workload's CPU per request, by target name.
+// cpuRow is one workload's CPU per request, by target name, one figure a
+// round.
 type cpuRow struct {
 	workload string
-	perReq   map[string]time.Duration
-	lastName string
+	perReq   map[string][]time.Duration
 }
 
 func (r *cpuRow) add(target string, cpu time.Duration, requests int) {
 	if r.perReq == nil {
-		r.perReq = map[string]time.Duration{}
+		r.perReq = map[string][]time.Duration{}
 	}
-	r.perReq[target] = cpu / time.Duration(requests)
-	r.lastName = target
+	r.perReq[target] = append(r.perReq[target], cpu/time.Duration(requests))
 }
 
-func (r *cpuRow) last() string {
-	return fmt.Sprintf("%.0f µs/req", float64(r.perReq[r.lastName].Nanoseconds())/1e3)
+// last is target's latest figure, as printed for its run.
+func (r *cpuRow) last(target string) string {
+	rs := r.perReq[target]
+	return fmt.Sprintf("%.0f µs/req", float64(rs[len(rs)-1].Nanoseconds())/1e3)
 }
 
-// printCPUTable prints the CPU per request of every workload and target,
-// and each loopguard target's ratio to nginx and loopguard's to its own
-// mode off (the targets).
-func printCPUTable(targets []openTarget, rows []cpuRow) {
-	fmt.Printf("\nCPU per request (µs)\n%-36s", "workload")
+// median is target's median round.
+func (r *cpuRow) median(target string) (time.Duration, bool) {
+	rs := slices.Clone(r.perReq[target])
+	if len(rs) == 0 {
+		return 0, false
+	}
+	slices.Sort(rs)
+	return rs[len(rs)/2], true
+}
+
+// ratio is the median over the rounds of a's CPU per request over b's in
+// the same round: one run's ratio moves with what else the machine does,
+// the median of several much less. ok is false when either is missing.
+func (r *cpuRow) ratio(a, b string) (median float64, ok bool) {
+	x, y := r.perReq[a], r.perReq[b]
+	var ratios []float64
+	for i := range min(len(x), len(y)) {
+		if y[i] > 0 { // CPU time comes in 10 ms ticks
+			ratios = append(ratios, float64(x[i])/float64(y[i]))
+		}
+	}
+	if len(ratios) == 0 {
+		return 0, false
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)/2], true
+}
+
+// ratioColumns are the ratios the table prints: the targets of the
+// performance docs, and each against the previous release.
+var ratioColumns = []struct{ name, a, b string }{
+	{"mode off/nginx", targetModeOff, targetNginx},
+	{"loopguard/nginx", targetLoopguard, targetNginx},
+	{"loopguard/off", targetLoopguard, targetModeOff},
+	{"prev off/nginx", targetPreviousModeOff, targetNginx},
+	{"prev/nginx", targetPrevious, targetNginx},
+	{"prev/prev off", targetPrevious, targetPreviousModeOff},
+	{"off/prev off", targetModeOff, targetPreviousModeOff},
+	{"loopguard/prev", targetLoopguard, targetPrevious},
+}
+
+// printCPUTable prints the median CPU per request of every workload and
+// target, then the median ratios of ratioColumns that the targets run
+// allow.
+func printCPUTable(targets []openTarget, rows []cpuRow, rounds int) {
+	fmt.Printf("\nCPU per request (µs), median of %d rounds\n%-36s", rounds, "workload")
 	for _, t := range targets {
 		fmt.Printf(" %22s", t.name)
 	}
-	fmt.Printf(" %16s %16s %16s\n", "mode off/nginx", "loopguard/nginx", "loopguard/off")
-	ratio := func(r cpuRow, a, b string) string {
-		x, y := r.perReq[a], r.perReq[b]
-		if x == 0 || y == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2fx", float64(x)/float64(y))
-	}
+	fmt.Println()
 	for _, r := range rows {
 		fmt.Printf("%-36s", r.workload)
 		for _, t := range targets {
-			fmt.Printf(" %22.0f", float64(r.perReq[t.name].Nanoseconds())/1e3)
+			m, _ := r.median(t.name)
+			fmt.Printf(" %22.0f", float64(m.Nanoseconds())/1e3)
 		}
-		fmt.Printf(" %16s %16s %16s\n", ratio(r, targetModeOff, targetNginx), ratio(r, targetLoopguard, targetNginx),
-			ratio(r, targetLoopguard, targetModeOff))
+		fmt.Println()
+	}
+	ran := map[string]bool{}
+	for _, t := range targets {
+		ran[t.name] = true
+	}
+	fmt.Printf("\nratios, median of the rounds' ratios\n%-36s", "workload")
+	var cols []int
+	for i, c := range ratioColumns {
+		if ran[c.a] && ran[c.b] {
+			cols = append(cols, i)
+			fmt.Printf(" %16s", c.name)
+		}
+	}
+	fmt.Println()
+	for _, r := range rows {
+		fmt.Printf("%-36s", r.workload)
+		for _, i := range cols {
+			if x, ok := r.ratio(ratioColumns[i].a, ratioColumns[i].b); ok {
+				fmt.Printf(" %15.2fx", x)
+			} else {
+				fmt.Printf(" %16s", "-")
+			}
+		}
+		fmt.Println()
 	}
 }

@@ -34,6 +34,11 @@ type Conn struct {
 	rn    int
 	rerr  error
 	readf func(fd uintptr) bool
+	// ReadAhead's: where its buffer comes from and goes back to, and its
+	// callback.
+	rget       func() []byte
+	rput       func([]byte)
+	readAheadf func(fd uintptr) bool
 	// Pump's: its step, the socket while step runs, whether the last read
 	// there took all the socket held, when step last returned false to
 	// wait, and whether that wait was short (ahead).
@@ -71,7 +76,7 @@ func Wrap(c net.Conn) net.Conn {
 		return c
 	}
 	rc := &Conn{Conn: c, raw: raw}
-	rc.readf, rc.writef, rc.writevf, rc.pumpf = rc.read, rc.write, rc.writev, rc.pump
+	rc.readf, rc.writef, rc.writevf, rc.pumpf, rc.readAheadf = rc.read, rc.write, rc.writev, rc.pump, rc.readAhead
 	return rc
 }
 
@@ -168,6 +173,76 @@ func (c *Conn) read(fd uintptr) bool {
 		default:
 			c.rerr = errno
 		}
+		return true
+	}
+}
+
+// ReadAhead is Read for a caller that asks for fewer bytes than the socket
+// likely holds, and then for the rest (fasthttp reads one byte of a
+// kept-alive connection's next request, then what follows): it waits as
+// Read does, and once the socket has bytes it reads as many as the buffer
+// get returns holds. get is called only then, so that a connection waiting
+// for its client holds no buffer; put takes it back when nothing came. The
+// first bytes go to p (n of them), and rest holds the others, in the
+// buffer, for the caller to hand out before it reads again; rest is nil
+// when n took all. One read where two were made.
+func (c *Conn) ReadAhead(p []byte, get func() []byte, put func([]byte)) (n int, rest []byte, err error) {
+	if len(p) == 0 {
+		n, err = c.Read(p)
+		return n, nil, err
+	}
+	if c.pumping {
+		n, err = c.readInPump(p)
+		return n, nil, err
+	}
+	c.rmu.Lock()
+	c.rget, c.rput, c.rbuf, c.rn = get, put, nil, 0
+	err = c.raw.Read(c.readAheadf)
+	buf, got := c.rbuf, c.rn
+	if err == nil {
+		err = c.rerr
+	}
+	c.rget, c.rput, c.rbuf, c.rerr = nil, nil, nil, nil
+	c.rmu.Unlock()
+	if err != nil || got == 0 {
+		if buf != nil {
+			put(buf)
+		}
+		if err != nil {
+			return 0, nil, c.opError("read", err)
+		}
+		return 0, nil, io.EOF
+	}
+	n = copy(p, buf[:got])
+	if n == got {
+		put(buf)
+		return n, nil, nil
+	}
+	return n, buf[n:got], nil
+}
+
+// readAhead is raw's callback for ReadAhead: read's, into a buffer taken
+// for the read and given back when the socket had nothing.
+func (c *Conn) readAhead(fd uintptr) bool {
+	buf := c.rget()
+	p := buf
+	if len(p) > maxRW {
+		p = p[:maxRW]
+	}
+	for {
+		n, errno := sysRead(fd, p)
+		switch errno {
+		case 0:
+			c.rn = n
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			c.rput(buf)
+			return false
+		default:
+			c.rerr = errno
+		}
+		c.rbuf = buf
 		return true
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -338,6 +339,104 @@ func TestWriteStall(t *testing.T) {
 		time.Sleep(2 * stall)
 		if _, err := c.Write([]byte("x")); err != nil {
 			t.Fatalf("a write after the stall bound passed idle: %v", err)
+		}
+	})
+}
+
+// aheadBufs counts ReadAhead's buffers: taken, and out (taken and not
+// given back).
+type aheadBufs struct {
+	mu         sync.Mutex
+	taken, out int
+}
+
+func (b *aheadBufs) get() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.taken++
+	b.out++
+	return make([]byte, 16)
+}
+
+func (b *aheadBufs) put([]byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.out--
+}
+
+func (b *aheadBufs) outstanding() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.out
+}
+
+// TestReadAhead: a small read takes what the socket holds, up to the
+// buffer, in one read, gives the first bytes and returns the rest; while it
+// waits for the client it holds no buffer, and one that brought nothing
+// goes back.
+func TestReadAhead(t *testing.T) {
+	d, a := tcpPair(t)
+	c := Wrap(a).(*Conn)
+	var bufs aheadBufs
+	one := make([]byte, 1)
+
+	t.Run("bytes waiting", func(t *testing.T) {
+		if _, err := d.Write([]byte("GET / HTTP/1.1\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // all of it in the socket
+		n, rest, err := c.ReadAhead(one, bufs.get, bufs.put)
+		if n != 1 || one[0] != 'G' || string(rest) != "ET / HTTP/1.1\r\n" || err != nil {
+			t.Fatalf("ReadAhead = %d %q, rest %q, %v; want 1 \"G\", rest \"ET / HTTP/1.1\\r\\n\"", n, one[:n], rest, err)
+		}
+		if got := bufs.outstanding(); got != 1 {
+			t.Fatalf("%d buffers out with bytes in one; want 1", got)
+		}
+		bufs.put(rest)
+	})
+
+	t.Run("no buffer held while waiting", func(t *testing.T) {
+		done := make(chan error, 1)
+		go func() {
+			n, rest, err := c.ReadAhead(one, bufs.get, bufs.put)
+			if err == nil && (n != 1 || one[0] != 'x' || rest != nil) {
+				err = errors.New("not the one byte sent")
+			}
+			done <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if got := bufs.outstanding(); got != 0 {
+			t.Errorf("%d buffers out while waiting for the client; want 0", got)
+		}
+		if _, err := d.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := bufs.outstanding(); got != 0 {
+			t.Errorf("%d buffers out after a read that took all; want 0", got)
+		}
+	})
+
+	t.Run("deadline", func(t *testing.T) {
+		c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+		defer c.SetReadDeadline(time.Time{})
+		if _, _, err := c.ReadAhead(one, bufs.get, bufs.put); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("ReadAhead past its deadline: %v; want os.ErrDeadlineExceeded", err)
+		}
+		if got := bufs.outstanding(); got != 0 {
+			t.Errorf("%d buffers out after a timeout; want 0", got)
+		}
+	})
+
+	t.Run("peer closed", func(t *testing.T) {
+		d.Close()
+		if _, _, err := c.ReadAhead(one, bufs.get, bufs.put); err != io.EOF {
+			t.Errorf("ReadAhead after the peer closed: %v; want io.EOF", err)
+		}
+		if got := bufs.outstanding(); got != 0 {
+			t.Errorf("%d buffers out after EOF; want 0", got)
 		}
 	})
 }

@@ -186,6 +186,12 @@ function entryItem(e) {
         what.append(el("span", { class: "badge a-" + e.action, "data-action": e.action },
           e.action + (e.action === "shadow" && e.would ? " (would " + e.would + ")" : "") + (e.level >= 0 ? " L" + e.level : "") + (e.reapplied ? " again" : "")));
       }
+      if (e.budget) {
+        // The session budget: its warning share, or BUDGET_EXCEEDED.
+        const b = e.budget;
+        what.append(el("span", { class: "badge k-budget", "data-budget": b.exceeded ? "exceeded" : "warning" },
+          (b.exceeded ? "budget exceeded " : "budget ") + (b.used || 0) + "/" + b.limit + " " + b.kind));
+      }
       if (e.brief) what.append(el("span", { class: "mono muted" }, e.brief));
       break;
     case "cut":

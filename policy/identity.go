@@ -10,8 +10,14 @@ import (
 
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
+
+// A request's session identity is derived here, and only here: from the
+// session id the client named (the proxy reads it off the request,
+// proxy/session_id.go) and the request body (Identify), then told apart
+// from earlier runs of the same prompt with the store (Policy.Session).
 
 // MaxKeyLen bounds a session key in bytes. Longer client-supplied ids are
 // replaced by their hash so that keys stay cheap as map keys, redis keys and
@@ -27,39 +33,21 @@ const (
 	hashedPrefix = "x:"
 )
 
-// SessionKey returns the session key of a chat request: the client's session
-// id (header is the first session header present, or the /s/<id>/ prefix of
-// the request path; nil when there is none), else the body's `user`, else
-// `metadata.session_id`, else "h:" and 16 hex digits hashing the model, the
-// first system message and the first user message (and, on the other APIs,
-// the API's name): what the first request of a run already has, so the key
-// does not change once the model has answered.
-//
-// Client ids are used as they are when they are at most MaxKeyLen printable
-// ASCII bytes; otherwise they become "x:" and the hash of the id, because the
-// key is echoed in the X-Loopguard-Session header and a CR or LF there would
-// let a request body inject response headers.
-//
-// Two runs of one task from the same prompt share a derived key; Identify and
-// Policy.Session tell them apart by their first assistant turns.
-//
-// body is untrusted: SessionKey never panics and does not keep body.
-func SessionKey(header, body []byte) string {
-	return SessionKeyFor(inspect.ChatCompletions, header, body)
-}
-
-// SessionKeyFor is SessionKey for a request of any API loopguard guards: the
-// derived key hashes the same opening of the conversation, read in that API's
-// shape (Responses: instructions and input items; Anthropic Messages: system
-// and content blocks). Anthropic clients such as Claude Code put their
-// session in metadata.user_id, which is used like metadata.session_id.
-func SessionKeyFor(api inspect.API, header, body []byte) string {
-	return Identify(api, header, body).Key
-}
-
 // Identity names the session of one request, before the store is asked.
 type Identity struct {
-	// Key is the session key of SessionKeyFor.
+	// Key is the session key: the client's session id (the first session
+	// header present, or the /s/<id>/ prefix of the request path), else the
+	// body's `user`, else `metadata.session_id` (Anthropic clients such as
+	// Claude Code put theirs in metadata.user_id, used alike), else "h:" and
+	// 16 hex digits hashing the conversation's opening as the API carries it
+	// (chat: the model, the first system message and the first user
+	// message): what the first request of a run already has, so the key does
+	// not change once the model has answered.
+	//
+	// Client ids are used as they are when they are at most MaxKeyLen
+	// printable ASCII bytes; otherwise they become "x:" and the hash of the
+	// id, because the key is echoed in the X-Loopguard-Session header and a
+	// CR or LF there would let a request body inject response headers.
 	Key string
 	// Turn is 16 hex digits hashing the conversation's first assistant turn
 	// (its tool-call ids, unique per run, or its text) when Key is derived
@@ -67,8 +55,11 @@ type Identity struct {
 	Turn string
 }
 
-// Identify returns the Identity of a request of api; header and body are as
-// for SessionKey. It never panics and does not keep body.
+// Identify returns the Identity of a request of api: header is the session
+// id the client named (nil when there is none), body the request. Two runs
+// of one task from the same prompt share a derived key; Identity.Turn and
+// Policy.Session tell them apart by their first assistant turns. body is
+// untrusted: Identify never panics and does not keep body.
 func Identify(api inspect.API, header, body []byte) Identity {
 	if k := clientKey(header); k != "" {
 		return Identity{Key: k}
@@ -102,17 +93,19 @@ func IdentifyFields(api inspect.API, header []byte, f *Fields) Identity {
 	if k := clientKey(stringBytes(f.metadata.Get("session_id"))); k != "" {
 		return Identity{Key: k}
 	}
-	shape := conversationShapeOf(api)
+	shape, name := conversationShapeOf(api)
 	if shape.userID != nil {
 		if k := clientKey(shape.userID(f.metadata.Get("user_id"))); k != "" {
 			return Identity{Key: k}
 		}
 	}
-	return derivedIdentity(shape.opening(f.history, f.system), f)
+	o := shape.opening(f.history, f.system)
+	o.api = name
+	return derivedIdentity(o, f)
 }
 
-// conversationShape is how the requests of one API carry what identifies
-// their conversation.
+// conversationShape is how the requests of one form of history carry what
+// identifies their conversation.
 type conversationShape struct {
 	// opening reads the conversation's first turns from the history and
 	// the system member (the values, not *Fields: a pointer handed to a
@@ -123,21 +116,25 @@ type conversationShape struct {
 	userID func(gjson.Result) []byte
 }
 
-// conversationShapes holds the shape of each API loopguard guards.
-var conversationShapes = map[inspect.API]conversationShape{
-	inspect.ChatCompletions:   {opening: chatOpening},
-	inspect.Responses:         {opening: responsesOpening},
-	inspect.AnthropicMessages: {opening: anthropicOpening, userID: claudeSession},
-	inspect.OllamaChat:        {opening: chatOpening},
+// conversationShapes holds the reader of each form of history the
+// registry's APIs write (internal/wireapi: API.Turns).
+var conversationShapes = [...]conversationShape{
+	wireapi.Messages: {opening: chatOpening},
+	wireapi.Items:    {opening: responsesOpening},
+	wireapi.Blocks:   {opening: anthropicOpening, userID: claudeSession},
+	wireapi.Parts:    {opening: geminiOpening},
 }
 
-// conversationShapeOf returns api's shape; chat's for an API it does not
-// know.
-func conversationShapeOf(api inspect.API) conversationShape {
-	if shape, ok := conversationShapes[api]; ok {
-		return shape
+// conversationShapeOf returns the shape of api's history, and the name its
+// derived keys hash: "" for histories of chat messages, whose keys hash no
+// name, as they always have, so that keys stored by earlier versions go on
+// naming their sessions. An API the registry does not know reads as chat.
+func conversationShapeOf(api inspect.API) (conversationShape, string) {
+	a := wireapi.Lookup(api)
+	if a == nil || a.Turns == wireapi.Messages {
+		return conversationShapes[wireapi.Messages], ""
 	}
-	return conversationShapes[inspect.ChatCompletions]
+	return conversationShapes[a.Turns], string(a.Name)
 }
 
 // claudeSession returns the session id in Claude Code's metadata.user_id,
@@ -171,19 +168,41 @@ type Fields struct {
 }
 
 // Add keeps the top-level member key, whose value is raw, when it is one
-// that names the session.
+// that names the session: user, metadata, model, or a registry API's
+// history or system member (internal/wireapi); the members of one that
+// wraps the request are read as top-level ones.
 func (f *Fields) Add(key, raw string) {
 	switch key {
 	case "user":
 		f.user = gjson.Parse(raw)
+		return
 	case "metadata":
 		f.metadata = gjson.Parse(raw)
+		return
 	case "model":
 		f.model = gjson.Parse(raw).String()
-	case "messages", "input":
-		f.history = gjson.Parse(raw)
-	case "system", "instructions":
-		f.system = gjson.Parse(raw)
+		return
+	case "":
+		return
+	}
+	for i := range wireapi.APIs {
+		a := &wireapi.APIs[i]
+		switch key {
+		case a.History:
+			f.history = gjson.Parse(raw)
+			return
+		case a.System:
+			f.system = gjson.Parse(raw)
+			return
+		case a.Wrap:
+			rawjson.Members(raw, func(k, v string) bool {
+				if k != key {
+					f.Add(k, v)
+				}
+				return true
+			})
+			return
+		}
 	}
 }
 
@@ -317,7 +336,6 @@ func chatOpening(history, _ gjson.Result) (o opening) {
 }
 
 func anthropicOpening(history, system gjson.Result) (o opening) {
-	o.api = string(inspect.AnthropicMessages)
 	o.system, o.haveSystem = contentText(system), true
 	history.ForEach(func(_, m gjson.Result) bool {
 		switch m.Get("role").String() {
@@ -347,7 +365,6 @@ func anthropicOpening(history, system gjson.Result) (o opening) {
 }
 
 func responsesOpening(input, system gjson.Result) (o opening) {
-	o.api = string(inspect.Responses)
 	o.system, o.haveSystem = system.String(), true
 	if input.Type == gjson.String {
 		o.user = input.String()
@@ -373,6 +390,43 @@ func responsesOpening(input, system gjson.Result) (o opening) {
 			case "assistant":
 				if !o.haveAssistant {
 					o.assistant, o.haveAssistant = contentText(it.Get("content")), true
+				}
+			}
+		}
+		return !o.complete()
+	})
+	return o
+}
+
+// geminiOpening reads Gemini contents: systemInstruction's parts, the first
+// user content, and the first model content, identified by its calls (ids
+// when it has them; Gemini CLI's have none, so name and arguments) or its
+// text.
+func geminiOpening(contents, system gjson.Result) (o opening) {
+	o.system, o.haveSystem = contentText(system.Get("parts")), true
+	contents.ForEach(func(_, c gjson.Result) bool {
+		switch c.Get("role").String() {
+		case "user", "":
+			if !o.haveUser {
+				o.user, o.haveUser = contentText(c.Get("parts")), true
+			}
+		case "model":
+			if !o.haveAssistant {
+				var calls strings.Builder
+				c.Get("parts").ForEach(func(_, p gjson.Result) bool {
+					if fc := p.Get("functionCall"); fc.Exists() {
+						if id := fc.Get("id"); id.Exists() {
+							calls.WriteString(id.String())
+						} else {
+							calls.WriteString(fc.Get("name").String() + "\x00" + fc.Get("args").Raw)
+						}
+						calls.WriteByte(0)
+					}
+					return true
+				})
+				o.assistant, o.haveAssistant = calls.String(), true
+				if o.assistant == "" {
+					o.assistant = contentText(c.Get("parts"))
 				}
 			}
 		}

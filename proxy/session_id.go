@@ -1,5 +1,10 @@
 package proxy
 
+// The session id a client names for its requests: the /s/<id>/ prefix of
+// the path, or a session header. The proxy only reads it; the session's
+// identity (the key its state is kept under) is derived from it and the
+// body in one place, policy/identity.go.
+
 import (
 	"errors"
 
@@ -8,7 +13,7 @@ import (
 )
 
 // sessionPrefix starts a path that names its session in the base URL:
-// /s/<id>/v1/chat/completions (DESIGN.md section 5). Every agent lets its
+// /s/<id>/v1/chat/completions (docs/design.md section 6). Every agent lets its
 // user set a base URL, so this is the one session identity that works for
 // all of them; `loopguard run` points agents at http://127.0.0.1:PORT/s/<id>.
 const sessionPrefix = "/s/"
@@ -99,14 +104,65 @@ func alnum(c byte) bool {
 // present and not blank; nil when there is none. The result aliases the
 // request; do not keep it after the handler returns.
 func sessionID(ctx *fasthttp.RequestCtx, cfg *policy.Config) []byte {
-	if id, ok := ctx.UserValue(sessionIDKey).([]byte); ok {
-		return id
+	id, _ := clientHeaders(ctx, cfg)
+	return id
+}
+
+// clientHeaders returns the request's session id (sessionID) and its
+// X-Loopguard-Mode header, nil when absent. Every request of a guarded API
+// reads both: one pass over its headers, where a Peek for each of the
+// session headers (six by default) would canonicalise the name and walk
+// the headers every time.
+func clientHeaders(ctx *fasthttp.RequestCtx, cfg *policy.Config) (session, mode []byte) {
+	prefixed, byPath := ctx.UserValue(sessionIDKey).([]byte)
+	if byPath {
+		session = prefixed
 	}
-	if v := headerValue(&ctx.Request.Header, cfg.SessionHeader); v != nil {
+	names := len(cfg.SessionHeaders) + 1
+	if names > 64 {
+		// More than the pass keeps track of: a Peek for each.
+		if !byPath {
+			session = peekSessionID(&ctx.Request.Header, cfg)
+		}
+		return session, ctx.Request.Header.Peek(headerMode)
+	}
+	// seen marks the names met: as for Peek, a name's first header counts,
+	// blank or not. best is the index of the first name in cfg's order
+	// whose first header has a value.
+	var seen uint64
+	best, modeSeen := names, false
+	for k, v := range ctx.Request.Header.All() {
+		if !modeSeen && asciiEqualFold(k, headerMode) {
+			mode, modeSeen = v, true
+			continue
+		}
+		if byPath {
+			continue
+		}
+		for i := range min(names, best) {
+			name := cfg.SessionHeader
+			if i > 0 {
+				name = cfg.SessionHeaders[i-1]
+			}
+			if seen&(1<<i) != 0 || !asciiEqualFold(k, name) {
+				continue
+			}
+			seen |= 1 << i
+			if !blank(v) {
+				best, session = i, v
+			}
+		}
+	}
+	return session, mode
+}
+
+// peekSessionID is sessionID's reading of cfg's session headers by Peek.
+func peekSessionID(h *fasthttp.RequestHeader, cfg *policy.Config) []byte {
+	if v := headerValue(h, cfg.SessionHeader); v != nil {
 		return v
 	}
-	for _, h := range cfg.SessionHeaders {
-		if v := headerValue(&ctx.Request.Header, h); v != nil {
+	for _, name := range cfg.SessionHeaders {
+		if v := headerValue(h, name); v != nil {
 			return v
 		}
 	}
@@ -115,11 +171,18 @@ func sessionID(ctx *fasthttp.RequestCtx, cfg *policy.Config) []byte {
 
 // headerValue returns header name's value, nil when it is absent or blank.
 func headerValue(h *fasthttp.RequestHeader, name string) []byte {
-	v := h.Peek(name)
-	for _, c := range v {
-		if c != ' ' && c != '\t' {
-			return v
-		}
+	if v := h.Peek(name); !blank(v) {
+		return v
 	}
 	return nil
+}
+
+// blank reports a header value of nothing but spaces and tabs.
+func blank(v []byte) bool {
+	for _, c := range v {
+		if c != ' ' && c != '\t' {
+			return false
+		}
+	}
+	return true
 }

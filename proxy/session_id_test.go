@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
+	"github.com/valyala/fasthttp"
 )
 
 // TestSessionPrefixIsStripped: the /s/<id>/ prefix names the session above
@@ -210,7 +212,7 @@ func TestUpstreamPerWireAPI(t *testing.T) {
 }
 
 // TestSessionKeyOfBody: the session key read in the same pass as the
-// request's options (policy.IdentifyFields) is the one policy.SessionKeyFor
+// request's options (policy.IdentifyFields) is the one policy.Identify
 // reads from the body alone, in every API and policy mode, wherever in the
 // body the member that names the session is.
 func TestSessionKeyOfBody(t *testing.T) {
@@ -224,19 +226,19 @@ func TestSessionKeyOfBody(t *testing.T) {
 		body       string
 		want       string // "" means a derived key
 	}{
-		{"user after the messages", "/v1/chat/completions", inspect.ChatCompletions,
+		{"user after the messages", "/v1/chat/completions", wireapi.Chat,
 			`{"messages":[{"role":"user","content":"Fix it."}],"model":"m","user":"u-1"}`, "u-1"},
-		{"metadata.session_id", "/v1/chat/completions", inspect.ChatCompletions,
+		{"metadata.session_id", "/v1/chat/completions", wireapi.Chat,
 			`{"model":"m","metadata":{"session_id":"s-2"},"messages":[{"role":"user","content":"Fix it."}]}`, "s-2"},
-		{"derived from the opening", "/v1/chat/completions", inspect.ChatCompletions,
+		{"derived from the opening", "/v1/chat/completions", wireapi.Chat,
 			`{"messages":[{"role":"system","content":"You are an agent."},{"role":"user","content":"Fix it."}],"model":"m","stream":false}`, ""},
-		{"escaped member name", "/v1/chat/completions", inspect.ChatCompletions,
+		{"escaped member name", "/v1/chat/completions", wireapi.Chat,
 			`{"messages":[{"role":"user","content":"Fix it."}],"\u0075ser":"u-3"}`, "u-3"},
-		{"anthropic user_id", "/v1/messages", inspect.AnthropicMessages,
+		{"anthropic user_id", "/v1/messages", wireapi.Anthropic,
 			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"Fix it."}],"metadata":{"user_id":"{\"session_id\":\"c-4\"}"}}`, "c-4"},
-		{"anthropic derived", "/v1/messages", inspect.AnthropicMessages,
+		{"anthropic derived", "/v1/messages", wireapi.Anthropic,
 			`{"model":"m","max_tokens":10,"system":"You are an agent.","messages":[{"role":"user","content":"Fix it."}]}`, ""},
-		{"responses derived", "/v1/responses", inspect.Responses,
+		{"responses derived", "/v1/responses", wireapi.Responses,
 			`{"model":"m","instructions":"You are an agent.","input":[{"role":"user","content":"Fix it."}]}`, ""},
 	}
 	for _, mode := range []policy.Mode{policy.ModeOff, policy.ModeEnforce} {
@@ -252,11 +254,57 @@ func TestSessionKeyOfBody(t *testing.T) {
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				got, want := resp.Header.Get(HeaderSession), policy.SessionKeyFor(tt.api, nil, []byte(tt.body))
+				got, want := resp.Header.Get(HeaderSession), policy.Identify(tt.api, nil, []byte(tt.body)).Key
 				if got != want || tt.want != "" && got != tt.want || tt.want == "" && !strings.HasPrefix(got, "h:") {
-					t.Errorf("session %q; want %q (SessionKeyFor), %q (\"\" means derived)", got, want, tt.want)
+					t.Errorf("session %q; want %q (Identify), %q (\"\" means derived)", got, want, tt.want)
 				}
 			})
 		}
+	}
+}
+
+// TestClientHeaders: the one pass over a request's headers finds the
+// session id and the mode that a Peek of each header finds: the first
+// header of a name counts, blank or not, the names in the configured
+// order, any case.
+func TestClientHeaders(t *testing.T) {
+	cfg := policy.DefaultConfig()
+	tests := []struct {
+		name        string
+		headers     [][2]string
+		wantSession string
+		wantMode    string
+	}{
+		{"none", [][2]string{{"Content-Type", "application/json"}}, "", ""},
+		{"X-Session-ID", [][2]string{{"X-Session-ID", "a"}}, "a", ""},
+		{"any case", [][2]string{{"x-session-id", "a"}, {"x-loopguard-mode", "off"}}, "a", "off"},
+		{"configured order wins over header order", [][2]string{{"session-id", "codex"}, {"X-Session-ID", "own"}}, "own", ""},
+		{"a later name when the first is absent", [][2]string{{"x-opencode-session", "oc"}, {"x-claude-code-session-id", "cc"}}, "cc", ""},
+		{"a blank first name passes to the next", [][2]string{{"X-Session-ID", " \t"}, {"session_id", "pi"}}, "pi", ""},
+		{"a name's first header counts, blank or not", [][2]string{{"X-Session-ID", " "}, {"X-Session-ID", "later"}}, "", ""},
+		{"a name's first header counts", [][2]string{{"X-Session-ID", "first"}, {"X-Session-ID", "second"}}, "first", ""},
+		{"first mode", [][2]string{{"X-Loopguard-Mode", "shadow"}, {"X-Loopguard-Mode", "off"}}, "", "shadow"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			for _, h := range tt.headers {
+				ctx.Request.Header.Add(h[0], h[1])
+			}
+			session, mode := clientHeaders(&ctx, &cfg)
+			if string(session) != tt.wantSession || string(mode) != tt.wantMode {
+				t.Errorf("clientHeaders = %q, %q; want %q, %q", session, mode, tt.wantSession, tt.wantMode)
+			}
+			if peeked := peekSessionID(&ctx.Request.Header, &cfg); string(peeked) != tt.wantSession {
+				t.Errorf("by Peek: %q; want %q", peeked, tt.wantSession)
+			}
+			if peeked := ctx.Request.Header.Peek(headerMode); string(peeked) != tt.wantMode {
+				t.Errorf("mode by Peek: %q; want %q", peeked, tt.wantMode)
+			}
+			ctx.SetUserValue(sessionIDKey, []byte("prefixed"))
+			if session, mode := clientHeaders(&ctx, &cfg); string(session) != "prefixed" || string(mode) != tt.wantMode {
+				t.Errorf("with a /s/<id>/ prefix: %q, %q; want %q, %q", session, mode, "prefixed", tt.wantMode)
+			}
+		})
 	}
 }

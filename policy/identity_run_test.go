@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/rs/zerolog"
 )
 
@@ -63,21 +64,21 @@ func anthropicRun(metadata string) func(run string, n int) string {
 }
 
 var agentShapes = []agentShape{
-	{name: "chat agent, no header", api: inspect.ChatCompletions, body: chatRun},
-	{name: "codex on responses, session-id header", api: inspect.Responses,
+	{name: "chat agent, no header", api: wireapi.Chat, body: chatRun},
+	{name: "codex on responses, session-id header", api: wireapi.Responses,
 		header: "0199a213-81c0-7800-8aa1-bbab2a035a53", body: responsesRun, want: "0199a213-81c0-7800-8aa1-bbab2a035a53"},
-	{name: "responses agent, no header", api: inspect.Responses, body: responsesRun},
-	{name: "claude code, header and metadata.user_id", api: inspect.AnthropicMessages,
+	{name: "responses agent, no header", api: wireapi.Responses, body: responsesRun},
+	{name: "claude code, header and metadata.user_id", api: wireapi.Anthropic,
 		header: "54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe",
 		body:   anthropicRun(`"metadata":{"user_id":"{\"device_id\":\"d1\",\"account_uuid\":\"\",\"session_id\":\"54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe\"}"},`),
 		want:   "54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe"},
-	{name: "claude code, metadata.user_id JSON only", api: inspect.AnthropicMessages,
+	{name: "claude code, metadata.user_id JSON only", api: wireapi.Anthropic,
 		body: anthropicRun(`"metadata":{"user_id":"{\"device_id\":\"d1\",\"account_uuid\":\"\",\"session_id\":\"54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe\"}"},`),
 		want: "54c1eb09-bc4c-4d2f-98eb-6d2ab2d5e2fe"},
-	{name: "claude code, legacy metadata.user_id", api: inspect.AnthropicMessages,
+	{name: "claude code, legacy metadata.user_id", api: wireapi.Anthropic,
 		body: anthropicRun(`"metadata":{"user_id":"user_3f2a_account__session_9b1c0e6e-4b8e-4a51-9a4e-2f1d5c7e8a10"},`),
 		want: "9b1c0e6e-4b8e-4a51-9a4e-2f1d5c7e8a10"},
-	{name: "anthropic agent, no metadata", api: inspect.AnthropicMessages, body: anthropicRun("")},
+	{name: "anthropic agent, no metadata", api: wireapi.Anthropic, body: anthropicRun("")},
 }
 
 // sessionOf is what the proxy does for each request: identify, then link.
@@ -162,7 +163,7 @@ func TestSessionRerunsOfOnePrompt(t *testing.T) {
 
 func TestSessionFailsOpenToTheDerivedKey(t *testing.T) {
 	p := New(Config{}, failingStore{}, zerolog.Nop())
-	id := Identify(inspect.ChatCompletions, nil, []byte(chatRun("a", 2)))
+	id := Identify(wireapi.Chat, nil, []byte(chatRun("a", 2)))
 	if id.Turn == "" {
 		t.Fatal("Identify found no first assistant turn")
 	}
@@ -173,11 +174,11 @@ func TestSessionFailsOpenToTheDerivedKey(t *testing.T) {
 
 func TestSessionResetKeepsTheRun(t *testing.T) {
 	p := New(Config{}, nil, zerolog.Nop())
-	k := sessionOf(p, inspect.ChatCompletions, "", chatRun("a", 2))
+	k := sessionOf(p, wireapi.Chat, "", chatRun("a", 2))
 	if err := p.ResetSession(context.Background(), k); err != nil {
 		t.Fatal(err)
 	}
-	if got := sessionOf(p, inspect.ChatCompletions, "", chatRun("a", 3)); got != k {
+	if got := sessionOf(p, wireapi.Chat, "", chatRun("a", 3)); got != k {
 		t.Fatalf("after a reset: session %q; want %q", got, k)
 	}
 }

@@ -1,0 +1,41 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/loopguard/loopguard/inject"
+	"github.com/loopguard/loopguard/observe"
+	"github.com/loopguard/loopguard/policy"
+)
+
+// budgetedSession is the session key of the answer obs watches when a
+// session budget applies to it ([policy] session_max_tokens and the like),
+// else "": its usage is then added to the session's budget once the answer
+// is over (recordUsage). Read before the observer finishes, which returns
+// it to its pool.
+func budgetedSession(obs responseObserver) string {
+	if o, ok := obs.(*answerObserver); ok && o.plan != nil && o.plan.decision.Budgeted {
+		return o.plan.key
+	}
+	return ""
+}
+
+// recordUsage adds an answer's reported usage to session key's budget. It
+// fails open: a store that fails leaves the tokens uncounted, logged and
+// counted as a store fail-open.
+func (p *pipeline) recordUsage(key string, u observe.Usage) {
+	n := int64(u.Input) + int64(u.Output)
+	if key == "" || n <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
+	defer cancel()
+	if err := p.policy.RecordUsage(ctx, key, n); err != nil {
+		p.failOpen(nil, "store", err)
+	}
+}
+
+// budgetOf is inject's view of a budget decision.
+func budgetOf(b *policy.BudgetUse) *inject.Budget {
+	return &inject.Budget{Kind: b.Kind, Used: b.Used, Limit: b.Limit}
+}
