@@ -367,3 +367,23 @@ s.on("error", e => { console.log("refused: " + e.code + " " + e.message); });`
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// FuzzAuthorized: any Proxy-Authorization value is read without a panic,
+// and only the proxy's own credential passes.
+func FuzzAuthorized(f *testing.F) {
+	p := &Proxy{user: proxyUser, token: "0123456789abcdef"}
+	good := "Basic " + base64.StdEncoding.EncodeToString([]byte(proxyUser+":0123456789abcdef"))
+	for _, seed := range []string{good, "", "Basic", "Basic !!!", "Bearer x", "basic " + base64.StdEncoding.EncodeToString([]byte("loopguard:")),
+		"Basic " + base64.StdEncoding.EncodeToString([]byte("loopguard:0123456789abcdeF"))} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if p.authorized(v) {
+			scheme, enc, _ := strings.Cut(v, " ")
+			b, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+			if !strings.EqualFold(scheme, "Basic") || string(b) != proxyUser+":0123456789abcdef" {
+				t.Fatalf("authorized(%q) with another credential", v)
+			}
+		}
+	})
+}
