@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -19,6 +20,14 @@ import (
 
 	"github.com/rs/zerolog"
 )
+
+// debugWriter writes each line it is given to l at debug level.
+type debugWriter struct{ l zerolog.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.l.Debug().Msg(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
 
 // Options configure a Proxy.
 type Options struct {
@@ -89,13 +98,15 @@ func New(o Options) (*Proxy, error) {
 			ResponseHeaderTimeout: 0, // a slow download is the user's business
 			IdleConnTimeout:       90 * time.Second,
 		},
-		ErrorLog: nil,
+		ErrorLog: log.New(debugWriter{o.Log}, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			o.Log.Debug().Err(err).Str("host", r.URL.Host).Msg("proxied request failed")
 			proxyError(w, http.StatusBadGateway, "loopguard: the request through the proxy failed: "+err.Error(), "upstream_error")
 		},
 	}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	// net/http's own complaints (a client's bad request line) go to the
+	// run's log, not to the terminal the agent writes to.
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: log.New(debugWriter{o.Log}, "", 0)}
 	return p, nil
 }
 
