@@ -175,10 +175,9 @@ type Route struct {
 // resolved), Route{} when no API answers it. It allocates nothing.
 func Match[P ~string | ~[]byte](path P) Route {
 	for i := range APIs {
-		a := &APIs[i]
-		for _, p := range a.Paths {
-			if ok, _, _ := match(p.Pattern, path); ok {
-				return Route{API: a, Stream: p.Stream}
+		for j := range patterns[i] {
+			if ok, _, _ := matchPattern(&patterns[i][j], path); ok {
+				return Route{API: &APIs[i], Stream: APIs[i].Paths[j].Stream}
 			}
 		}
 	}
@@ -189,8 +188,8 @@ func Match[P ~string | ~[]byte](path P) Route {
 // API's paths name none.
 func Model(path string) string {
 	for i := range APIs {
-		for _, p := range APIs[i].Paths {
-			if ok, from, to := match(p.Pattern, path); ok {
+		for j := range patterns[i] {
+			if ok, from, to := matchPattern(&patterns[i][j], path); ok {
 				return path[from:to]
 			}
 		}
@@ -211,19 +210,50 @@ func (a *API) ReplayPath(model string) string {
 	return p
 }
 
+// pattern is a Path's Pattern taken apart: whether it starts with "*",
+// and what comes before and after its "{model}" (all of it in before when
+// it has none).
+type pattern struct {
+	anyPrefix, hasModel bool
+	before, after       string
+}
+
+func parsePattern(p string) pattern {
+	pt := pattern{anyPrefix: len(p) > 0 && p[0] == '*'}
+	if pt.anyPrefix {
+		p = p[1:]
+	}
+	pt.before, pt.after, pt.hasModel = cut(p, "{model}")
+	return pt
+}
+
+// patterns are the APIs' Paths taken apart once: Match runs on every
+// request, several times, and taking each pattern apart there made most of
+// its cost.
+var patterns = func() (ps [len(APIs)][]pattern) {
+	for i := range APIs {
+		for _, p := range APIs[i].Paths {
+			ps[i] = append(ps[i], parsePattern(p.Pattern))
+		}
+	}
+	return ps
+}()
+
 // match reports whether path fits pattern, and where in path the model it
 // names lies (from == to when it names none).
 func match[P ~string | ~[]byte](pattern string, path P) (ok bool, from, to int) {
-	anyPrefix := len(pattern) > 0 && pattern[0] == '*'
-	if anyPrefix {
-		pattern = pattern[1:]
-	}
-	before, after, hasModel := cut(pattern, "{model}")
-	if !hasModel {
+	pt := parsePattern(pattern)
+	return matchPattern(&pt, path)
+}
+
+// matchPattern is match for a pattern taken apart.
+func matchPattern[P ~string | ~[]byte](pt *pattern, path P) (ok bool, from, to int) {
+	anyPrefix, before, after := pt.anyPrefix, pt.before, pt.after
+	if !pt.hasModel {
 		if anyPrefix {
-			return hasSuffix(path, pattern), 0, 0
+			return hasSuffix(path, before), 0, 0
 		}
-		return string(path) == pattern, 0, 0
+		return string(path) == before, 0, 0
 	}
 	if !hasSuffix(path, after) {
 		return false, 0, 0

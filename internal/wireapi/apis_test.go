@@ -122,3 +122,15 @@ func TestMatchAllocs(t *testing.T) {
 		t.Errorf("Match allocates %v times; want 0", n)
 	}
 }
+
+// BenchmarkMatch routes the paths every request of an agent has: the
+// proxy matches each request's path several times.
+func BenchmarkMatch(b *testing.B) {
+	paths := [][]byte{[]byte("/v1/chat/completions"), []byte("/v1/relay"), []byte("/v1beta/models/gemini-2.5-pro:streamGenerateContent")}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, p := range paths {
+			Match(p)
+		}
+	}
+}
