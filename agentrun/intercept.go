@@ -39,40 +39,52 @@ var systemRoots = []string{
 	"/etc/ssl/cert.pem",
 }
 
-// caFiles are the run's CA as the agent reads it, in dir: the CA alone
-// (with the user's own extra CAs) for NODE_EXTRA_CA_CERTS, which adds to
-// Node's roots, and the bundle of the system's roots (or SSL_CERT_FILE's)
-// and the CA for the variables that replace a trust store. bundle is ""
-// when no system roots were found (Windows keeps them elsewhere).
+// trustStores are the variables whose file replaces a tool's trust store:
+// OpenSSL's (and Go's, Bun's, Codex's), curl's and Python requests'. Each
+// gets roots of its own (the file the user's variable named, else
+// SSL_CERT_FILE's, else the system's) and the run's CA, so that the tools
+// reading it still verify every other host, and accept the intercepted ones.
+var trustStores = []string{"SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE"}
+
+// caFiles are the run's CA as the agent reads it: the CA alone (after the
+// user's own extra CAs) for NODE_EXTRA_CA_CERTS, which adds to Node's
+// roots, and a bundle for each of trustStores, by variable; none when no
+// roots were found (Windows keeps them elsewhere).
 type caFiles struct {
-	extra, bundle string
+	extra  string
+	stores map[string]string
 }
 
 // writeCAFiles writes the files of caFiles into dir.
 func writeCAFiles(dir string, caPEM []byte, getenv func(string) string) (caFiles, error) {
-	var f caFiles
+	f := caFiles{extra: filepath.Join(dir, "ca.pem"), stores: map[string]string{}}
 	extra := caPEM
 	if prev := getenv("NODE_EXTRA_CA_CERTS"); prev != "" {
 		if b, err := os.ReadFile(prev); err == nil {
 			extra = append(append(bytes.TrimRight(b, "\n"), '\n'), caPEM...)
 		}
 	}
-	f.extra = filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(f.extra, extra, 0o600); err != nil {
 		return f, err
 	}
-	roots := readRoots(getenv("SSL_CERT_FILE"))
-	if roots == nil {
-		return f, nil
+	for _, v := range trustStores {
+		roots := readRoots(getenv(v), getenv("SSL_CERT_FILE"))
+		if roots == nil {
+			continue
+		}
+		name := filepath.Join(dir, strings.ToLower(v)+".pem")
+		if err := os.WriteFile(name, append(append(bytes.TrimRight(roots, "\n"), '\n'), caPEM...), 0o600); err != nil {
+			return f, err
+		}
+		f.stores[v] = name
 	}
-	f.bundle = filepath.Join(dir, "bundle.pem")
-	return f, os.WriteFile(f.bundle, append(append(bytes.TrimRight(roots, "\n"), '\n'), caPEM...), 0o600)
+	return f, nil
 }
 
-// readRoots reads the trusted roots: the file the user's SSL_CERT_FILE
-// names, else the system's bundle; nil when there is none.
-func readRoots(userFile string) []byte {
-	for _, name := range append([]string{userFile}, systemRoots...) {
+// readRoots reads the trusted roots: the first of files that holds
+// certificates, else the system's bundle; nil when there is none.
+func readRoots(files ...string) []byte {
+	for _, name := range append(files, systemRoots...) {
 		if name == "" {
 			continue
 		}
@@ -95,8 +107,11 @@ func interceptEnviron(env []string, proxyURL string, files caFiles, hosts []stri
 	}
 	noProxy := keepNoProxy(user, hosts)
 	set := map[string]string{"NODE_EXTRA_CA_CERTS": files.extra, "CODEX_CA_CERTIFICATE": files.extra}
-	if files.bundle != "" {
-		set["SSL_CERT_FILE"], set["CODEX_CA_CERTIFICATE"] = files.bundle, files.bundle
+	for v, name := range files.stores {
+		set[v] = name
+	}
+	if name, ok := files.stores["SSL_CERT_FILE"]; ok {
+		set["CODEX_CA_CERTIFICATE"] = name
 	}
 	for _, name := range proxyVariables {
 		set[name] = proxyURL
@@ -111,7 +126,7 @@ func interceptEnviron(env []string, proxyURL string, files caFiles, hosts []stri
 			out = append(out, kv)
 		}
 	}
-	for _, group := range [][]string{proxyVariables, noProxyVariables, {"NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE", "SSL_CERT_FILE"}} {
+	for _, group := range [][]string{proxyVariables, noProxyVariables, {"NODE_EXTRA_CA_CERTS", "CODEX_CA_CERTIFICATE"}, trustStores} {
 		for _, name := range group {
 			if v, ok := set[name]; ok {
 				out = append(out, name+"="+v)
