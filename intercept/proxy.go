@@ -271,7 +271,7 @@ func (p *Proxy) intercept(c net.Conn, target, host string) {
 	tc := tls.Server(c, &tls.Config{
 		Certificates: []tls.Certificate{*cert},
 		// HTTP/1.1 only: the proxy's server speaks it, and every agent
-		// falls back to it (docs: README's interception section).
+		// falls back to it (README.md: Interception).
 		NextProtos: []string{"http/1.1"},
 		MinVersion: tls.VersionTLS12,
 	})
