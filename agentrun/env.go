@@ -2,6 +2,7 @@ package agentrun
 
 import (
 	"net"
+	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -78,27 +79,37 @@ func Upstreams(getenv func(string) string) map[Wire]string {
 // variable pointed at base, the session's URL without /v1
 // (http://127.0.0.1:PORT/s/<id>). Everything else, keys included, passes
 // through untouched.
-func Environ(env []string, base string) []string { return environ(env, base, true) }
+func Environ(env []string, base string) []string {
+	return environ(env, base, func(Variable) bool { return true })
+}
 
-// EnvironSet is Environ for the base-URL variables that env sets only: an
-// intercepted run leaves the others unset, so that each agent goes where
-// it goes by itself, intercepted.
-func EnvironSet(env []string, base string) []string { return environ(env, base, false) }
+// EnvironSet is Environ for an intercepted run: it points at base the
+// base-URL variables that env sets, and those of the wires whose vendor
+// host is not intercepted (intercepted says which are); the others stay
+// unset, so that each agent goes where it goes by itself, intercepted.
+func EnvironSet(env []string, base string, intercepted func(host string) bool) []string {
+	return environ(env, base, func(v Variable) bool {
+		u, err := url.Parse(PublicUpstream[v.Wire])
+		return err == nil && u.Hostname() != "" && !intercepted(u.Hostname())
+	})
+}
 
-func environ(env []string, base string, all bool) []string {
+// environ points at base the base-URL variables env sets, and adds those
+// that unset says to.
+func environ(env []string, base string, unset func(Variable) bool) []string {
 	base = strings.TrimRight(base, "/")
 	out := make([]string, 0, len(env)+len(Variables))
 	set := map[string]bool{}
 	for _, kv := range env {
 		name, val, _ := strings.Cut(kv, "=")
-		if v, ok := variable(name); ok && (all || strings.TrimSpace(val) != "") {
+		if v, ok := variable(name); ok && (strings.TrimSpace(val) != "" || unset(v)) {
 			set[name] = true
 			kv = name + "=" + v.url(base)
 		}
 		out = append(out, kv)
 	}
 	for _, v := range Variables {
-		if all && !set[v.Name] && !v.OnlyIfSet {
+		if !set[v.Name] && !v.OnlyIfSet && unset(v) {
 			out = append(out, v.Name+"="+v.url(base))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/loopguard/loopguard/intercept"
@@ -226,4 +227,9 @@ func (g *guard) stopIntercept() {
 	if g.caDir != "" {
 		_ = os.RemoveAll(g.caDir)
 	}
+}
+
+// intercepts reports whether the run intercepts host.
+func (g *guard) intercepts(host string) bool {
+	return slices.Contains(g.hosts, strings.ToLower(host))
 }

@@ -65,3 +65,29 @@ func TestWriteCAFiles(t *testing.T) {
 		t.Errorf("CURL_CA_BUNDLE's bundle %q; want the user's curl roots, then the run's CA", curl)
 	}
 }
+
+// TestEnvironSet: intercepted, a base-URL variable is pointed at loopguard
+// when the user set it, or when its wire's vendor host is not intercepted
+// (Gemini's); the others stay unset, so each agent goes where it goes.
+func TestEnvironSet(t *testing.T) {
+	intercepted := func(h string) bool { return h == "api.openai.com" || h == "api.anthropic.com" }
+	got := EnvironSet([]string{"PATH=/bin", "ANTHROPIC_BASE_URL=http://gw:8080", "OPENAI_API_BASE="}, base, intercepted)
+	has := func(name string) (string, bool) {
+		for _, kv := range got {
+			if k, v, _ := strings.Cut(kv, "="); k == name {
+				return v, true
+			}
+		}
+		return "", false
+	}
+	for name, want := range map[string]string{"ANTHROPIC_BASE_URL": base, "GOOGLE_GEMINI_BASE_URL": base, "CODE_ASSIST_ENDPOINT": base, "OPENAI_API_BASE": ""} {
+		if v, _ := has(name); v != want {
+			t.Errorf("EnvironSet: %s=%q; want %q (%q)", name, v, want, got)
+		}
+	}
+	for _, name := range []string{"OPENAI_BASE_URL", "OLLAMA_HOST", "LLM_BASE_URL"} {
+		if _, ok := has(name); ok {
+			t.Errorf("EnvironSet sets %s; want it left unset (%q)", name, got)
+		}
+	}
+}

@@ -135,7 +135,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if g.fp != nil && !upstreamNamed(o) {
 		// Each agent goes where it goes by itself, intercepted; only a
 		// base URL the user set is pointed at loopguard.
-		env = EnvironSet(o.Env, sessionURL)
+		env = EnvironSet(o.Env, sessionURL, g.intercepts)
 	}
 	if g.fp == nil || upstreamNamed(o) || fromEnv[wireapi.OpenAI] != "" {
 		// Codex reads no base-URL variable: the one it would be sent

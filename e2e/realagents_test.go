@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/fakellm"
+	"github.com/tidwall/gjson"
 )
 
 // realAgent is an agent CLI from npm, run headless under `loopguard run`
@@ -33,6 +35,9 @@ type realAgent struct {
 	checkCall func(r *fakellm.Request) error
 	// looping and healthy are the fake model's scripts.
 	looping, healthy fakellm.Rule
+	// setup, when set, answers the agent's calls beside the model's
+	// (Code Assist's loadCodeAssist), tried first.
+	setup []fakellm.Rule
 	// wantPath is the upstream path of its model calls (POST); alsoPath,
 	// when set, another (an agent that speaks two APIs).
 	wantPath, alsoPath string
@@ -201,6 +206,61 @@ func realAgents() []realAgent {
 		looping:  agentModel(true),
 		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
 		wantPath: "/v1/chat/completions",
+	}, {
+		// Gemini CLI with an API key: Gemini's own API, streamed as SSE,
+		// its base URL from GOOGLE_GEMINI_BASE_URL. Its own loop detection
+		// is off, so that loopguard's is the one that ends the loop.
+		name: "gemini",
+		env:  "LOOPGUARD_E2E_GEMINI",
+		args: func(home, prompt string) []string {
+			return []string{"-p", prompt, "-m", "gemini-fake", "--approval-mode", "yolo"}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "GEMINI_API_KEY=" + geminiKey, "GEMINI_CLI_NO_RELAUNCH=true", "GEMINI_CLI_TRUST_WORKSPACE=true", "NO_COLOR=1"}
+		},
+		login: geminiSettings("gemini-api-key"),
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("X-Goog-Api-Key") != geminiKey || !strings.Contains(r.RawQuery, "alt=sse") {
+				return fmt.Errorf("x-goog-api-key %q, query %q; want the agent's key and alt=sse", r.Header.Get("X-Goog-Api-Key"), r.RawQuery)
+			}
+			return nil
+		},
+		looping: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer { return loopAnswerGemini }),
+		healthy: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer {
+			return fakellm.GeminiAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1beta/models/gemini-fake:streamGenerateContent",
+	}, {
+		// Gemini CLI signed in with Google: Code Assist's wrapping of
+		// Gemini's API, its endpoint from CODE_ASSIST_ENDPOINT, the
+		// account's bearer token. The token comes as Cloud Shell hands it
+		// over (GOOGLE_GENAI_USE_GCA, GOOGLE_CLOUD_ACCESS_TOKEN): cached
+		// OAuth credentials would first be checked at
+		// oauth2.googleapis.com/tokeninfo, which a test cannot reach.
+		name: "gemini-google",
+		env:  "LOOPGUARD_E2E_GEMINI",
+		args: func(home, prompt string) []string {
+			return []string{"-p", prompt, "-m", "gemini-fake", "--approval-mode", "yolo"}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "GOOGLE_GENAI_USE_GCA=true", "GOOGLE_CLOUD_ACCESS_TOKEN=" + googleToken,
+				"GEMINI_CLI_NO_RELAUNCH=true", "GEMINI_CLI_TRUST_WORKSPACE=true", "NO_COLOR=1"}
+		},
+		login: geminiSettings("oauth-personal"),
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("Authorization") != "Bearer "+googleToken || !strings.Contains(r.RawQuery, "alt=sse") ||
+				gjson.GetBytes(r.Body, "project").String() != "e2e-project" {
+				return fmt.Errorf("Authorization %q, query %q, project %s; want the account's token, alt=sse and the Code Assist project",
+					r.Header.Get("Authorization"), r.RawQuery, gjson.GetBytes(r.Body, "project").Raw)
+			}
+			return nil
+		},
+		setup:   codeAssistSetup,
+		looping: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer { return loopAnswerGemini }),
+		healthy: fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer {
+			return fakellm.GeminiAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1internal:streamGenerateContent",
 	}}
 }
 
@@ -289,6 +349,51 @@ func claudeSubscriptionCall(r *fakellm.Request) error {
 	return nil
 }
 
+// googleToken is the access token of the emulated Google sign-in.
+const googleToken = "ya29.e2e"
+
+// codeAssistSetup answers Code Assist's calls beside the model's: the
+// account's tier and project (loadCodeAssist), and an empty object for the
+// others (quota, experiments, metrics).
+var codeAssistSetup = []fakellm.Rule{{
+	Match: func(r *fakellm.Request) bool { return strings.HasSuffix(r.Path, "/v1internal:loadCodeAssist") },
+	Response: fakellm.Response{Raw: []byte(`{"currentTier":{"id":"standard-tier","name":"Gemini Code Assist","hasOnboardedPreviously":true},` +
+		`"cloudaicompanionProject":"e2e-project"}`), Header: http.Header{"Content-Type": {"application/json"}}},
+}, {
+	Match: func(r *fakellm.Request) bool {
+		return strings.Contains(r.Path, "/v1internal:") && r.API() == ""
+	},
+	Response: fakellm.Response{Raw: []byte(`{}`), Header: http.Header{"Content-Type": {"application/json"}}},
+}}
+
+// geminiKey is Gemini CLI's API key in the e2e runs.
+const geminiKey = "AIza-e2e"
+
+// loopAnswerGemini is a model that runs the same failing command forever.
+var loopAnswerGemini = fakellm.GeminiAnswer{Calls: []fakellm.ToolCall{{Name: "run_shell_command", Arguments: `{"command":"cat missing_file.txt"}`}}}
+
+// geminiSettings writes Gemini CLI's settings inside home: the sign-in
+// chosen (auth), its own loop detection, usage statistics and update
+// checks off.
+func geminiSettings(auth string) func(t *testing.T, home string) {
+	return func(t *testing.T, home string) {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{
+			"security": map[string]any{"auth": map[string]any{"selectedType": auth}},
+			"model":    map[string]any{"disableLoopDetection": true},
+			"privacy":  map[string]any{"usageStatisticsEnabled": false},
+			"general":  map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true},
+		})
+		dir := filepath.Join(home, ".gemini")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "settings.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // claudeOAuthToken is the access token of the emulated Claude.ai sign-in.
 const claudeOAuthToken = "sk-ant-oat01-e2e"
 
@@ -335,7 +440,7 @@ func TestRunRealAgents(t *testing.T) {
 				if looping {
 					rule = a.looping
 				}
-				fake := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{rule}})
+				fake := fakellm.Start(t, fakellm.Script{Rules: append(append([]fakellm.Rule(nil), a.setup...), rule)})
 				home := t.TempDir()
 				if a.login != nil {
 					a.login(t, home)
@@ -344,7 +449,8 @@ func TestRunRealAgents(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
 				args := []string{"run", "-json", jsonPath}
-				env := append(os.Environ(), "OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL())
+				env := append(os.Environ(), "OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL(),
+					"GOOGLE_GEMINI_BASE_URL="+fake.URL(), "CODE_ASSIST_ENDPOINT="+fake.URL())
 				if a.resolve != nil {
 					for _, h := range a.resolve {
 						args = append(args, "-resolve", h+"="+fake.URL())
@@ -359,6 +465,16 @@ func TestRunRealAgents(t *testing.T) {
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
 				err := cmd.Run()
 				t.Logf("%s stdout:\n%s\nstderr:\n%s", a.name, &stdout, &stderr)
+				if err != nil || t.Failed() {
+					for _, x := range fake.Exchanges() {
+						t.Logf("upstream got %s %s?%s: %d, %d bytes answered", x.Request.Method, x.Request.Path, x.Request.RawQuery, x.Status, len(x.Body))
+					}
+					logs, _ := filepath.Glob(filepath.Join(home, "loopguard-*.log"))
+					for _, l := range logs {
+						b, _ := os.ReadFile(l)
+						t.Logf("%s:\n%s", l, b[max(0, len(b)-6000):])
+					}
+				}
 				if err != nil {
 					t.Fatalf("loopguard run -- %s: %v", a.name, err)
 				}

@@ -179,7 +179,7 @@ func TestAppendGeminiCut(t *testing.T) {
 	c := GeminiChunk{FinishReason: "STOP", Model: "m", OutputTokens: 3, Wrapped: true}
 	got := string(AppendGeminiCut(nil, "token_degeneration", c, true))
 	want := ": loopguard cut category=token_degeneration\r\n\r\n" +
-		`data: {"response":{"candidates":[{"content":{"role":"model","parts":[]},"finishReason":"STOP","index":0}],` +
+		`data: {"response":{"candidates":[{"content":{"role":"model","parts":[]},"finishReason":"STOP","finishMessage":"loopguard cut category=token_degeneration","index":0}],` +
 		`"usageMetadata":{"promptTokenCount":0,"candidatesTokenCount":3,"totalTokenCount":3},"modelVersion":"m"}}` + "\r\n\r\n"
 	if got != want {
 		t.Errorf("AppendGeminiCut(sse) =\n%q\nwant\n%q", got, want)

@@ -486,7 +486,7 @@ func (pl *plan) readOptions(body []byte, session *policy.Fields, named bool) {
 	s := rawjson.View(body)
 	pl.completionTokens = -1
 	rawjson.MembersWith(s, func(k string, at int) int {
-		if named && (k == "messages" || k == "input") {
+		if named && pl.api.reg != nil && (k == pl.api.reg.History || pl.api.reg.Wrap != "" && k == pl.api.reg.Wrap) {
 			pl.unread = at
 			return -1
 		}

@@ -318,12 +318,13 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case isSocketUpgrade(ctx):
 		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
+		api := guardedRequest(ctx)
 		// A coded body cannot be read for "stream" before it is decoded;
 		// it may be a stream (Codex's always are).
-		if looksStreamedFor(guardedAPI(path), ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
-			s.guardOnSpareStack(ctx, guardedAPI(path))
+		if looksStreamedFor(api, ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
+			s.guardOnSpareStack(ctx, api)
 		} else {
-			s.pipeline.guard(ctx, s, guardedAPI(path))
+			s.pipeline.guard(ctx, s, api)
 		}
 	case isResume(ctx):
 		// A resumed stream is a chat answer like the first delivery.
