@@ -127,18 +127,29 @@ func TestChooseUpstreams(t *testing.T) {
 }
 
 func TestHint(t *testing.T) {
-	tests := []struct{ command, want string }{
-		{"opencode", `"baseURL": "` + base + `/v1"`},
-		{"/usr/local/bin/crush", `"base_url": "` + base + `/v1"`},
-		{"pi", `"baseUrl": "` + base + `/v1"`},
-		{"cn", `apiBase: ` + base + `/v1`},
-		{"claude", ""},
-		{"aider", ""},
+	tests := []struct {
+		command      string
+		intercepting bool
+		want         []string
+	}{
+		{"opencode", false, []string{`to guard it, set`, `"baseURL": "` + base + `/v1"`}},
+		{"/usr/local/bin/crush", false, []string{`"base_url": "` + base + `/v1"`}},
+		// pi's Anthropic and ChatGPT providers add /v1 themselves.
+		{"pi", false, []string{`"baseUrl": "` + base + `/v1" (OpenAI-compatible APIs)`, `"` + base + `" (anthropic-messages, openai-codex-responses)`}},
+		{"cn", false, []string{`apiBase: ` + base + `/v1`}},
+		{"opencode", true, []string{`interception guards opencode on the model hosts; for a provider elsewhere, opencode reads its base URL from opencode.json`, `"baseURL": "` + base + `/v1"`}},
+		{"claude", false, nil},
+		{"aider", true, nil},
 	}
 	for _, tt := range tests {
-		got := Hint(tt.command, base)
-		if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
-			t.Errorf("Hint(%q) = %q; want %q in it", tt.command, got, tt.want)
+		got := Hint(tt.command, base, tt.intercepting)
+		if tt.want == nil && got != "" {
+			t.Errorf("Hint(%q, %v) = %q; want none", tt.command, tt.intercepting, got)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("Hint(%q, %v) = %q; want %q in it", tt.command, tt.intercepting, got, w)
+			}
 		}
 	}
 }

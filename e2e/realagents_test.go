@@ -38,8 +38,13 @@ type realAgent struct {
 	// setup, when set, answers the agent's calls beside the model's
 	// (Code Assist's loadCodeAssist), tried first.
 	setup []fakellm.Rule
-	// wantPath is the upstream path of its model calls (POST).
-	wantPath string
+	// wantPath is the upstream path of its model calls (POST); alsoPath,
+	// when set, another (an agent that speaks two APIs).
+	wantPath, alsoPath string
+	// resolve, when set, are the hosts the agent reaches by itself, signed
+	// in: it runs with no base URL, intercepted, and -resolve sends these
+	// hosts to the fake.
+	resolve []string
 }
 
 func realAgents() []realAgent {
@@ -78,30 +83,119 @@ func realAgents() []realAgent {
 		wantPath: "/v1/messages",
 	}, {
 		// Claude Code as most of its users run it: signed in with a
-		// Claude.ai subscription, not an API key. Its OAuth token goes to
-		// the upstream as a bearer token with the oauth beta.
-		name: "claude-subscription",
-		env:  "LOOPGUARD_E2E_CLAUDE",
+		// Claude.ai subscription, not an API key, and no base URL: it
+		// goes to api.anthropic.com by itself, intercepted. Its OAuth
+		// token reaches the host as a bearer token with the oauth beta.
+		name:    "claude-subscription",
+		resolve: []string{"api.anthropic.com"},
+		env:     "LOOPGUARD_E2E_CLAUDE",
 		args: func(home, prompt string) []string {
 			return []string{"-p", prompt, "--model", "claude-fake", "--max-turns", "12"}
 		},
 		environ: func(home string) []string {
 			return []string{"HOME=" + home, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1"}
 		},
-		login: claudeSubscriptionLogin,
-		checkCall: func(r *fakellm.Request) error {
-			if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "+claudeOAuthToken) || r.Header.Get("X-Api-Key") != "" ||
-				!strings.Contains(r.Header.Get("Anthropic-Beta"), "oauth-") {
-				return fmt.Errorf("Authorization %q, X-Api-Key %q, anthropic-beta %q; want the subscription's bearer token and the oauth beta",
-					r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.Header.Get("Anthropic-Beta"))
-			}
-			return nil
-		},
-		looping: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic }),
+		login:     claudeSubscriptionLogin,
+		checkCall: claudeSubscriptionCall,
+		looping:   fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic }),
 		healthy: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
 			return fakellm.AnthropicAnswer{Text: "The build passes."}
 		}),
 		wantPath: "/v1/messages",
+	}, {
+		// opencode signed in with ChatGPT Plus/Pro: no setting moves its
+		// calls off chatgpt.com, so only interception guards it.
+		name:    "opencode-chatgpt",
+		env:     "LOOPGUARD_E2E_OPENCODE",
+		resolve: []string{"chatgpt.com"},
+		args: func(home, prompt string) []string {
+			return []string{"run", "-m", "openai/gpt-5.4", prompt}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1"}
+		},
+		login:     opencodeChatGPTLogin,
+		checkCall: chatgptCall(chatgptAccess),
+		looping:   fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses }),
+		healthy: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+			return fakellm.ResponsesAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/backend-api/codex/responses",
+	}, {
+		// opencode signed in with GitHub Copilot: its GitHub token goes to
+		// api.githubcopilot.com as a bearer token, which only
+		// interception guards (a base URL would send it elsewhere).
+		name:    "opencode-copilot",
+		env:     "LOOPGUARD_E2E_OPENCODE",
+		resolve: []string{"api.githubcopilot.com"},
+		args: func(home, prompt string) []string {
+			return []string{"run", "-m", "github-copilot/gpt-5-mini", prompt}
+		},
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1"}
+		},
+		login: func(t *testing.T, home string) {
+			writeJSON(t, home, ".local/share/opencode/auth.json", map[string]any{"github-copilot": map[string]any{
+				"type": "oauth", "refresh": copilotToken, "access": copilotToken, "expires": 0}})
+		},
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("Authorization") != "Bearer "+copilotToken {
+				return fmt.Errorf("Authorization %q; want the Copilot sign-in's token", r.Header.Get("Authorization"))
+			}
+			return nil
+		},
+		// Its GPT-5 models answer on /responses, its title on
+		// /chat/completions.
+		looping: apiByPath(agentModel(true),
+			fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses })),
+		healthy: apiByPath(fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
+			fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+				return fakellm.ResponsesAnswer{Text: "The build passes."}
+			})),
+		wantPath: "/chat/completions",
+		alsoPath: "/responses",
+	}, {
+		// pi signed in with Claude Pro/Max: it passes its own base URL to
+		// its Anthropic client, so only interception guards it.
+		name:    "pi-claude",
+		env:     "LOOPGUARD_E2E_PI",
+		resolve: []string{"api.anthropic.com"},
+		args: func(home, prompt string) []string {
+			return []string{"-p", "--no-session", "--offline", "--provider", "anthropic", "--model", "claude-sonnet-4-5", prompt}
+		},
+		environ: func(home string) []string { return []string{"HOME=" + home} },
+		login: func(t *testing.T, home string) {
+			writeJSON(t, home, ".pi/agent/auth.json", map[string]any{"anthropic": map[string]any{
+				"type": "oauth", "access": claudeOAuthToken, "refresh": "sk-ant-ort01-e2e",
+				"expires": time.Now().Add(24 * time.Hour).UnixMilli()}})
+		},
+		checkCall: claudeSubscriptionCall,
+		looping:   fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic }),
+		healthy: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1/messages",
+	}, {
+		// pi signed in with ChatGPT: its Responses WebSocket (then SSE)
+		// on chatgpt.com, whose path no base URL of pi's reaches.
+		name:    "pi-chatgpt",
+		env:     "LOOPGUARD_E2E_PI",
+		resolve: []string{"chatgpt.com"},
+		args: func(home, prompt string) []string {
+			return []string{"-p", "--no-session", "--offline", "--provider", "openai-codex", "--model", "gpt-5.4", prompt}
+		},
+		environ: func(home string) []string { return []string{"HOME=" + home} },
+		login: func(t *testing.T, home string) {
+			writeJSON(t, home, ".pi/agent/auth.json", map[string]any{"openai-codex": map[string]any{
+				"type": "oauth", "access": chatgptJWT(chatgptAccount), "refresh": "rt-e2e",
+				"expires": time.Now().Add(24 * time.Hour).UnixMilli(), "accountId": chatgptAccount}})
+		},
+		checkCall: chatgptCall(chatgptJWT(chatgptAccount)),
+		looping:   fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses }),
+		healthy: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+			return fakellm.ResponsesAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/backend-api/codex/responses",
 	}, {
 		name: "qwen",
 		env:  "LOOPGUARD_E2E_QWEN",
@@ -168,6 +262,91 @@ func realAgents() []realAgent {
 		}),
 		wantPath: "/v1internal:streamGenerateContent",
 	}}
+}
+
+// signedInEnv is the test's environment without what would take an agent
+// off its sign-in's own route: keys, base URLs, proxies.
+func signedInEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch strings.ToUpper(name) {
+		case "OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+			"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// chatgptAccount is the account of the emulated ChatGPT sign-ins, and
+// chatgptAccess their access token.
+const (
+	chatgptAccount = "acct_e2e"
+	chatgptAccess  = "chatgpt-access-e2e"
+)
+
+// apiByPath answers Responses requests with responses and the rest with
+// chat.
+func apiByPath(chat, responses fakellm.Rule) fakellm.Rule {
+	return fakellm.Rule{Respond: func(r *fakellm.Request) fakellm.Response {
+		if responses.Match(r) {
+			return responses.Respond(r)
+		}
+		if chat.Respond != nil {
+			return chat.Respond(r)
+		}
+		return chat.Response
+	}}
+}
+
+// copilotToken is the GitHub token of the emulated Copilot sign-in.
+const copilotToken = "gho_e2e"
+
+// chatgptCall checks that a model call reached the ChatGPT backend with the
+// sign-in's token and account.
+func chatgptCall(token string) func(r *fakellm.Request) error {
+	return func(r *fakellm.Request) error {
+		if r.Header.Get("Authorization") != "Bearer "+token || r.Header.Get("Chatgpt-Account-Id") != chatgptAccount {
+			return fmt.Errorf("Authorization %q, ChatGPT-Account-Id %q; want the sign-in's token and account",
+				r.Header.Get("Authorization"), r.Header.Get("Chatgpt-Account-Id"))
+		}
+		return nil
+	}
+}
+
+// writeJSON writes v as JSON to path under home, making its directories.
+func writeJSON(t *testing.T, home, path string, v any) {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	path = filepath.Join(home, path)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// opencodeChatGPTLogin signs opencode in with ChatGPT Plus/Pro as its
+// `opencode auth login` leaves it: OAuth tokens in
+// ~/.local/share/opencode/auth.json, far from expiry.
+func opencodeChatGPTLogin(t *testing.T, home string) {
+	writeJSON(t, home, ".local/share/opencode/auth.json", map[string]any{"openai": map[string]any{
+		"type": "oauth", "refresh": "rt-e2e", "access": chatgptAccess,
+		"expires": time.Now().Add(24 * time.Hour).UnixMilli(), "accountId": chatgptAccount}})
+}
+
+// claudeSubscriptionCall checks that a model call reached Anthropic with
+// a Claude.ai subscription's bearer token and the oauth beta.
+func claudeSubscriptionCall(r *fakellm.Request) error {
+	if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "+claudeOAuthToken) || r.Header.Get("X-Api-Key") != "" ||
+		!strings.Contains(r.Header.Get("Anthropic-Beta"), "oauth-") {
+		return fmt.Errorf("Authorization %q, X-Api-Key %q, anthropic-beta %q; want the subscription's bearer token and the oauth beta",
+			r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.Header.Get("Anthropic-Beta"))
+	}
+	return nil
 }
 
 // googleToken is the access token of the emulated Google sign-in.
@@ -269,12 +448,19 @@ func TestRunRealAgents(t *testing.T) {
 				jsonPath := filepath.Join(home, "summary.json")
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
-				args := append([]string{"run", "-json", jsonPath, "--", bin}, a.args(home, "Make the build pass.")...)
+				args := []string{"run", "-json", jsonPath}
+				env := append(os.Environ(), "OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL(),
+					"GOOGLE_GEMINI_BASE_URL="+fake.URL(), "CODE_ASSIST_ENDPOINT="+fake.URL())
+				if a.resolve != nil {
+					for _, h := range a.resolve {
+						args = append(args, "-resolve", h+"="+fake.URL())
+					}
+					env = signedInEnv()
+				}
+				args = append(append(args, "--", bin), a.args(home, "Make the build pass.")...)
 				cmd := exec.CommandContext(ctx, loopguard, args...)
 				cmd.WaitDelay = 10 * time.Second // the agent may outlive a killed loopguard holding the pipes
-				cmd.Env = append(os.Environ(), append(a.environ(home),
-					"OPENAI_BASE_URL="+fake.URL()+"/v1", "ANTHROPIC_BASE_URL="+fake.URL(), "GOOGLE_GEMINI_BASE_URL="+fake.URL(),
-					"CODE_ASSIST_ENDPOINT="+fake.URL(), "TMPDIR="+home)...)
+				cmd.Env = append(env, append(a.environ(home), "TMPDIR="+home)...)
 				var stdout, stderr bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
 				err := cmd.Run()
@@ -305,8 +491,12 @@ func TestRunRealAgents(t *testing.T) {
 					if strings.Contains(r.Path, "/s/") {
 						t.Fatalf("the upstream saw %s", r.Path)
 					}
-					if r.Method == "POST" && r.Path == a.wantPath {
+					model := r.Path == a.wantPath || a.alsoPath != "" && r.Path == a.alsoPath
+					if model && (r.Method == "POST" || r.Socket) {
 						calls++
+					}
+					// A socket turn carries no headers: its handshake has them.
+					if model && !r.Socket {
 						if a.checkCall != nil {
 							if err := a.checkCall(&r); err != nil {
 								t.Errorf("model call %d: %v", calls, err)
@@ -319,7 +509,12 @@ func TestRunRealAgents(t *testing.T) {
 					want++ // LOOP_DETECTED is loopguard's own answer
 				}
 				if sum.Calls != want || sum.ExitCode != 0 || sum.LoopDetected != looping {
-					t.Fatalf("summary %s; want %d model calls in one session, exit code 0, LOOP_DETECTED %v", b, want, looping)
+					var seen []string
+					for _, r := range fake.Requests() {
+						seen = append(seen, r.Method+" "+r.Path)
+					}
+					t.Fatalf("summary %s; want %d model calls in one session, exit code 0, LOOP_DETECTED %v; the fake saw %q",
+						b, want, looping, seen)
 				}
 				if looping && sum.Calls > maxLoopCalls {
 					t.Fatalf("summary %s; want LOOP_DETECTED within %d model calls", b, maxLoopCalls)

@@ -206,8 +206,8 @@ func (o *Observer) Response(info ResponseInfo) {
 	if info.Streamed {
 		m.streamClosed()
 	}
-	if info.Session != "" && info.Usage != (Usage{}) {
-		o.rec.usage(&info)
+	if info.Session != "" {
+		o.rec.answer(&info)
 	}
 	if info.Cut.Category == "" {
 		return

@@ -306,7 +306,7 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 	req.Header.SetHost(up.host)
 
 	conn := in.Header.Peek("Connection")
-	key := s.operatorKey(ctx.Path())
+	key := s.operatorKey(ctx)
 	for k, v := range in.Header.All() {
 		switch {
 		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):

@@ -40,6 +40,9 @@ type Server struct {
 	judgeDone func(judge.Result)
 	// resume stops cut resumable streams upstream (resumable.go).
 	resume resumeStopper
+	// icpt serves intercepted connections (WithInterception); nil when
+	// there are none.
+	icpt *interception
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
@@ -244,6 +247,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.peers.close()
 	s.spares.stop()
 	s.up.client.CloseIdleConnections()
+	s.icpt.closeIdle()
 	for _, up := range s.wires {
 		if up != nil {
 			up.client.CloseIdleConnections()
@@ -292,20 +296,25 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	if !stripSessionPrefix(ctx) || !cleanRequestPath(ctx) {
+	host := interceptedHost(ctx)
+	if host != "" {
+		// Every path of an intercepted host is the host's, /s/ and
+		// /loopguard/ too; its requests are the run's session.
+		if s.hostUpstream(host) == nil {
+			writeError(ctx, fasthttp.StatusBadGateway, "loopguard: no upstream for "+host, "upstream_error", "upstream_error")
+			return
+		}
+		ctx.SetUserValue(sessionIDKey, s.icpt.session)
+	} else if !stripSessionPrefix(ctx) {
+		return
+	}
+	if !cleanRequestPath(ctx) {
 		return
 	}
 	path := ctx.Path()
 	switch {
-	case string(path) == "/healthz":
-		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
-	case string(path) == "/readyz":
-		s.ready(ctx)
-	case string(path) == "/metrics":
-		s.metrics(ctx)
-	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
-		s.admin(ctx)
-	case s.refuseUnkeyed(ctx):
+	case host == "" && s.serveOwn(ctx, path):
+	case host == "" && s.refuseUnkeyed(ctx):
 	case isSocketUpgrade(ctx):
 		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
@@ -323,6 +332,24 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	default:
 		s.forward(ctx, ctx.Request.Body(), nil)
 	}
+}
+
+// serveOwn serves loopguard's own endpoints, and reports whether path is
+// one.
+func (s *Server) serveOwn(ctx *fasthttp.RequestCtx, path []byte) bool {
+	switch {
+	case string(path) == "/healthz":
+		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+	case string(path) == "/readyz":
+		s.ready(ctx)
+	case string(path) == "/metrics":
+		s.metrics(ctx)
+	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
+		s.admin(ctx)
+	default:
+		return false
+	}
+	return true
 }
 
 // guardedAPI returns the flow of the API whose path p is, as the registry
@@ -364,7 +391,11 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 // carries or whose prefix its path has (Anthropic clients send
 // anthropic-version on every request, which also routes the paths beside
 // /v1/messages: count_tokens, models), else its API's (internal/wireapi).
+// An intercepted connection's requests go to the host it was meant for.
 func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
+	if host := interceptedHost(ctx); host != "" {
+		return s.hostUpstream(host)
+	}
 	w := wireapi.WireOf(ctx.Path(), func(name string) bool { return len(ctx.Request.Header.Peek(name)) > 0 })
 	if w == nil {
 		r := wireapi.Match(ctx.Path())

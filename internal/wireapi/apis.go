@@ -118,10 +118,11 @@ type API struct {
 var APIs = [...]API{
 	{Name: Chat, Label: "chat_completions", Wire: OpenAI,
 		Paths: []Path{{Pattern: "/v1/chat/completions"}, {Pattern: "*/chat/completions"}}, History: "messages"},
-	// /v1/responses under any prefix, or /responses alone: a longer path
-	// ending in /responses is some other resource's.
+	// /v1/responses under any prefix, or /responses alone, or the ChatGPT
+	// Codex backend's: a longer path ending in /responses is some other
+	// resource's.
 	{Name: Responses, Label: "responses", Wire: OpenAI,
-		Paths:   []Path{{Pattern: "*/v1/responses"}, {Pattern: "/responses"}},
+		Paths:   []Path{{Pattern: "*/v1/responses"}, {Pattern: "/responses"}, {Pattern: "*/backend-api/codex/responses"}},
 		History: "input", System: "instructions", Turns: Items, Marks: []string{"previous_response_id", "instructions", "conversation"}},
 	// Messages only as /v1/messages or /messages, so that OpenAI's
 	// /v1/threads/{id}/messages is not mistaken for Anthropic's.
