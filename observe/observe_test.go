@@ -298,7 +298,7 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 	o, reg, _, _ := newTestObserver(t, Options{})
 	o.Request(RequestInfo{Session: "s", Decision: loopDecision(inspect.ToolRepetition, policy.Warn, 0, "p"), DetectDuration: 1, StoreDuration: 1})
 	o.Response(ResponseInfo{Session: "s", Path: "/v1/chat/completions", Status: 200, Events: 1, Duration: 1, TTFB: 1, UpstreamLatency: 1, Cut: policy.Cut{Category: inspect.TokenDegeneration, TokensSaved: 1}})
-	o.FailOpen("store")
+	o.FailOpen(StageStore)
 	o.StreamOpened()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -444,7 +444,7 @@ func TestNilObserverDoesNothing(t *testing.T) {
 	o.Request(RequestInfo{Session: "s"})
 	o.Response(ResponseInfo{Status: 200})
 	o.StreamOpened()
-	o.FailOpen("store")
+	o.FailOpen(StageStore)
 }
 
 // TestTimelineTransport: request and cut entries name how the turn came.
