@@ -207,6 +207,25 @@ func realAgents() []realAgent {
 		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
 		wantPath: "/v1/chat/completions",
 	}, {
+		// Qwen Code signed in with a Coding Plan by its own `qwen auth
+		// coding-plan`: the plan's base URL in settings.json outranks
+		// OPENAI_BASE_URL, so only interception guards it.
+		name:    "qwen-coding-plan",
+		env:     "LOOPGUARD_E2E_QWEN",
+		resolve: []string{"coding.dashscope.aliyuncs.com"},
+		args:    func(home, prompt string) []string { return []string{"-p", prompt} },
+		environ: func(home string) []string { return []string{"HOME=" + home} },
+		login:   qwenCodingPlanLogin,
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("Authorization") != "Bearer "+codingPlanKey {
+				return fmt.Errorf("Authorization %q; want the Coding Plan's key", r.Header.Get("Authorization"))
+			}
+			return nil
+		},
+		looping:  agentModel(true),
+		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
+		wantPath: "/v1/chat/completions",
+	}, {
 		// Gemini CLI with an API key: Gemini's own API, streamed as SSE,
 		// its base URL from GOOGLE_GEMINI_BASE_URL. Its own loop detection
 		// is off, so that loopguard's is the one that ends the loop.
@@ -347,6 +366,27 @@ func claudeSubscriptionCall(r *fakellm.Request) error {
 			r.Header.Get("Authorization"), r.Header.Get("X-Api-Key"), r.Header.Get("Anthropic-Beta"))
 	}
 	return nil
+}
+
+// codingPlanKey is the key of the emulated Qwen Code Coding Plan sign-in.
+const codingPlanKey = "sk-sp-e2e"
+
+// qwenCodingPlanLogin signs Qwen Code in with a Coding Plan (China region)
+// as its sign-in leaves ~/.qwen/settings.json (`qwen auth coding-plan` in
+// 0.15, /auth later): the plan's model with its base URL and key, the
+// OpenAI protocol selected.
+func qwenCodingPlanLogin(t *testing.T, home string) {
+	const envKey = "BAILIAN_CODING_PLAN_API_KEY"
+	writeJSON(t, home, ".qwen/settings.json", map[string]any{
+		"env": map[string]any{envKey: codingPlanKey},
+		"modelProviders": map[string]any{"openai": []any{map[string]any{
+			"id": "qwen3.5-plus", "name": "[ModelStudio Coding Plan] qwen3.5-plus",
+			"baseUrl": "https://coding.dashscope.aliyuncs.com/v1", "envKey": envKey,
+			"generationConfig": map[string]any{"extra_body": map[string]any{"enable_thinking": true}, "contextWindowSize": 1000000},
+		}}},
+		"security": map[string]any{"auth": map[string]any{"selectedType": "openai"}},
+		"model":    map[string]any{"name": "qwen3.5-plus"},
+	})
 }
 
 // googleToken is the access token of the emulated Google sign-in.
@@ -515,6 +555,9 @@ func TestRunRealAgents(t *testing.T) {
 					}
 					t.Fatalf("summary %s; want %d model calls in one session, exit code 0, LOOP_DETECTED %v; the fake saw %q",
 						b, want, looping, seen)
+				}
+				if !looping && len(sum.Loops) > 0 {
+					t.Fatalf("summary %s; want a healthy run left alone", b)
 				}
 				if looping && sum.Calls > maxLoopCalls {
 					t.Fatalf("summary %s; want LOOP_DETECTED within %d model calls", b, maxLoopCalls)
