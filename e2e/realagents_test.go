@@ -155,6 +155,26 @@ func realAgents() []realAgent {
 		wantPath: "/chat/completions",
 		alsoPath: "/responses",
 	}, {
+		// opencode with no sign-in: its default free model (big-pickle)
+		// on OpenCode Zen, reached by itself at opencode.ai with Zen's
+		// public key.
+		name:    "opencode-zen",
+		env:     "LOOPGUARD_E2E_OPENCODE",
+		resolve: []string{"opencode.ai"},
+		args:    func(home, prompt string) []string { return []string{"run", prompt} },
+		environ: func(home string) []string {
+			return []string{"HOME=" + home, "OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1"}
+		},
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("Authorization") != "Bearer public" {
+				return fmt.Errorf("Authorization %q; want Zen's public key", r.Header.Get("Authorization"))
+			}
+			return nil
+		},
+		looping:  agentModel(true),
+		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
+		wantPath: "/zen/v1/chat/completions",
+	}, {
 		// pi signed in with Claude Pro/Max: it passes its own base URL to
 		// its Anthropic client, so only interception guards it.
 		name:    "pi-claude",
