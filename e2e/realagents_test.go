@@ -217,6 +217,47 @@ func realAgents() []realAgent {
 		}),
 		wantPath: "/backend-api/codex/responses",
 	}, {
+		// pi signed in with GitHub Copilot: its base URL comes from the
+		// Copilot token (proxy-ep), so only interception guards it. Each
+		// model speaks its own API there: chat completions (GPT-4.1),
+		// Responses (GPT-5 mini), Messages (Claude).
+		name:      "pi-copilot-chat",
+		env:       "LOOPGUARD_E2E_PI",
+		resolve:   []string{"api.individual.githubcopilot.com"},
+		args:      piCopilotArgs("gpt-4.1"),
+		environ:   func(home string) []string { return []string{"HOME=" + home} },
+		login:     piCopilotLogin,
+		checkCall: piCopilotCall,
+		looping:   agentModel(true),
+		healthy:   fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
+		wantPath:  "/chat/completions",
+	}, {
+		name:      "pi-copilot-responses",
+		env:       "LOOPGUARD_E2E_PI",
+		resolve:   []string{"api.individual.githubcopilot.com"},
+		args:      piCopilotArgs("gpt-5-mini"),
+		environ:   func(home string) []string { return []string{"HOME=" + home} },
+		login:     piCopilotLogin,
+		checkCall: piCopilotCall,
+		looping:   fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return loopAnswerResponses }),
+		healthy: fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer {
+			return fakellm.ResponsesAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/responses",
+	}, {
+		name:      "pi-copilot-messages",
+		env:       "LOOPGUARD_E2E_PI",
+		resolve:   []string{"api.individual.githubcopilot.com"},
+		args:      piCopilotArgs("claude-sonnet-4.5"),
+		environ:   func(home string) []string { return []string{"HOME=" + home} },
+		login:     piCopilotLogin,
+		checkCall: piCopilotCall,
+		looping:   fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return loopAnswerAnthropic }),
+		healthy: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1/messages",
+	}, {
 		name: "qwen",
 		env:  "LOOPGUARD_E2E_QWEN",
 		args: func(home, prompt string) []string { return []string{"-p", prompt} },
@@ -342,6 +383,36 @@ func apiByPath(chat, responses fakellm.Rule) fakellm.Rule {
 
 // copilotToken is the GitHub token of the emulated Copilot sign-in.
 const copilotToken = "gho_e2e"
+
+// piCopilotToken is the Copilot token of pi's emulated GitHub Copilot
+// sign-in: its proxy-ep names the host pi sends the model calls to.
+const piCopilotToken = "tid=e2e;exp=4102444800;sku=copilot_individual;proxy-ep=proxy.individual.githubcopilot.com;8kp=1"
+
+// piCopilotLogin signs pi in with GitHub Copilot as `pi /login` leaves
+// ~/.pi/agent/auth.json: the GitHub token to refresh with and the Copilot
+// token, far from expiry.
+func piCopilotLogin(t *testing.T, home string) {
+	writeJSON(t, home, ".pi/agent/auth.json", map[string]any{"github-copilot": map[string]any{
+		"type": "oauth", "refresh": copilotToken, "access": piCopilotToken,
+		"expires": time.Now().Add(24 * time.Hour).UnixMilli()}})
+}
+
+// piCopilotArgs is a headless pi run on model signed in with GitHub
+// Copilot.
+func piCopilotArgs(model string) func(home, prompt string) []string {
+	return func(home, prompt string) []string {
+		return []string{"-p", "--no-session", "--offline", "--provider", "github-copilot", "--model", model, prompt}
+	}
+}
+
+// piCopilotCall checks that a model call reached Copilot with pi's
+// Copilot token.
+func piCopilotCall(r *fakellm.Request) error {
+	if r.Header.Get("Authorization") != "Bearer "+piCopilotToken {
+		return fmt.Errorf("Authorization %q; want the Copilot token", r.Header.Get("Authorization"))
+	}
+	return nil
+}
 
 // chatgptCall checks that a model call reached the ChatGPT backend with the
 // sign-in's token and account.
