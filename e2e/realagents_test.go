@@ -287,6 +287,30 @@ func realAgents() []realAgent {
 		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
 		wantPath: "/v1/chat/completions",
 	}, {
+		// Continue's cn with an Anthropic key in ~/.continue/config.yaml:
+		// its Anthropic client takes no base URL from the environment, so
+		// only interception guards it.
+		name:    "continue",
+		env:     "LOOPGUARD_E2E_CONTINUE",
+		resolve: []string{"api.anthropic.com"},
+		args:    func(home, prompt string) []string { return []string{"-p", "--auto", prompt} },
+		environ: func(home string) []string { return []string{"HOME=" + home} },
+		login:   continueConfig,
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("X-Api-Key") != anthropicKey {
+				return fmt.Errorf("x-api-key %q; want the key of the config", r.Header.Get("X-Api-Key"))
+			}
+			return nil
+		},
+		// cn runs the command itself (--auto allows its Bash tool).
+		looping: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Calls: []fakellm.ToolCall{{Name: "Bash", Arguments: `{"command":"cat missing_file.txt"}`}}}
+		}),
+		healthy: fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer {
+			return fakellm.AnthropicAnswer{Text: "The build passes."}
+		}),
+		wantPath: "/v1/messages",
+	}, {
 		// Gemini CLI with an API key: Gemini's own API, streamed as SSE,
 		// its base URL from GOOGLE_GEMINI_BASE_URL. Its own loop detection
 		// is off, so that loopguard's is the one that ends the loop.
@@ -478,6 +502,22 @@ func qwenCodingPlanLogin(t *testing.T, home string) {
 		"security": map[string]any{"auth": map[string]any{"selectedType": "openai"}},
 		"model":    map[string]any{"name": "qwen3.5-plus"},
 	})
+}
+
+// continueConfig writes Continue's ~/.continue/config.yaml as its users
+// write it for an Anthropic key: one Claude model, the key inline.
+func continueConfig(t *testing.T, home string) {
+	t.Helper()
+	config := "name: Local\nversion: 1.0.0\nschema: v1\nmodels:\n" +
+		"  - name: Claude\n    provider: anthropic\n    model: claude-sonnet-4-5\n    apiKey: " + anthropicKey + "\n" +
+		"    roles: [chat, edit, apply]\n"
+	dir := filepath.Join(home, ".continue")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // googleToken is the access token of the emulated Google sign-in.
