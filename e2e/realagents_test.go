@@ -311,6 +311,33 @@ func realAgents() []realAgent {
 		}),
 		wantPath: "/v1/messages",
 	}, {
+		// Cline's CLI signed in with a Cline account: its chat completions
+		// on api.cline.bot, which no base URL moves, so only interception
+		// guards it. Its account token reaches the host as a bearer token.
+		name:    "cline",
+		env:     "LOOPGUARD_E2E_CLINE",
+		resolve: []string{"api.cline.bot"},
+		args: func(home, prompt string) []string {
+			return []string{"--json", "--timeout", "120", "-c", home, prompt}
+		},
+		// Its sessions run in its own process: its default starts a
+		// background hub that outlives the run.
+		environ: func(home string) []string { return []string{"HOME=" + home, "CLINE_SESSION_BACKEND_MODE=local"} },
+		login:   clineAccountLogin,
+		checkCall: func(r *fakellm.Request) error {
+			if r.Header.Get("Authorization") != "Bearer "+clineToken {
+				return fmt.Errorf("Authorization %q; want the Cline account's token", r.Header.Get("Authorization"))
+			}
+			return nil
+		},
+		// Cline runs the commands itself (its tools are approved by
+		// default). Its own detector stops five identical calls in a row,
+		// so the loop is a ping-pong of two failing commands, which it
+		// lets through.
+		looping:  clinePingPong,
+		healthy:  fakellm.Rule{Response: fakellm.Response{Content: "The build passes."}},
+		wantPath: "/api/v1/chat/completions",
+	}, {
 		// Gemini CLI with an API key: Gemini's own API, streamed as SSE,
 		// its base URL from GOOGLE_GEMINI_BASE_URL. Its own loop detection
 		// is off, so that loopguard's is the one that ends the loop.
@@ -519,6 +546,37 @@ func continueConfig(t *testing.T, home string) {
 		t.Fatal(err)
 	}
 }
+
+// clineToken is the access token of the emulated Cline account sign-in.
+const clineToken = "workos:cline-access-e2e"
+
+// clineAccountLogin signs Cline's CLI in with a Cline account as its
+// OAuth sign-in leaves ~/.cline/data/settings/providers.json: the
+// account's tokens, far from expiry, on the cline provider.
+func clineAccountLogin(t *testing.T, home string) {
+	writeJSON(t, home, ".cline/data/settings/providers.json", map[string]any{
+		"version": 1, "lastUsedProvider": "cline", "modes": map[string]any{},
+		"providers": map[string]any{"cline": map[string]any{
+			"settings": map[string]any{"provider": "cline", "model": "anthropic/claude-sonnet-4.5", "auth": map[string]any{
+				"accessToken": clineToken, "refreshToken": "cline-refresh-e2e", "accountId": "acct-e2e",
+				"expiresAt": time.Now().Add(24 * time.Hour).UnixMilli()}},
+			"updatedAt": time.Now().UTC().Format(time.RFC3339), "tokenSource": "oauth"}},
+	})
+}
+
+// clinePingPong is a model that alternates two failing commands forever
+// in Cline's run_commands tool.
+var clinePingPong = fakellm.Rule{Respond: func(r *fakellm.Request) fakellm.Response {
+	n := 0
+	gjson.GetBytes(r.Body, "messages").ForEach(func(_, m gjson.Result) bool {
+		if m.Get("role").String() == "assistant" {
+			n++
+		}
+		return true
+	})
+	command := [2]string{"cat missing_file.txt", "ls missing_dir"}[n%2]
+	return fakellm.Response{ToolCalls: []fakellm.ToolCall{{Name: "run_commands", Arguments: `{"commands":["` + command + `"]}`}}}
+}}
 
 // googleToken is the access token of the emulated Google sign-in.
 const googleToken = "ya29.e2e"
