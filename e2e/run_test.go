@@ -65,16 +65,19 @@ type runSummary struct {
 	Session  string `json:"session"`
 	ExitCode int    `json:"exit_code"`
 	Calls    int    `json:"model_calls"`
+	Answered int    `json:"answered"`
 	Loops    []struct {
 		Turn     int    `json:"turn"`
 		Category string `json:"category"`
 		Action   string `json:"action"`
 	} `json:"loops"`
-	LoopDetected bool                        `json:"ended_with_loop_detected"`
-	Tokens       struct{ Input, Output int } `json:"tokens"`
-	LoopTokens   struct{ Input, Output int } `json:"loop_tokens"`
-	Timeline     string                      `json:"timeline"`
-	Log          string                      `json:"log"`
+	Detections    int                         `json:"detections"`
+	Interventions int                         `json:"interventions"`
+	LoopDetected  bool                        `json:"ended_with_loop_detected"`
+	Tokens        struct{ Input, Output int } `json:"tokens"`
+	LoopTokens    struct{ Input, Output int } `json:"loop_tokens"`
+	Timeline      string                      `json:"timeline"`
+	Log           string                      `json:"log"`
 }
 
 // TestRunGuardsOneAgentRun runs a real child process under `loopguard run`,
