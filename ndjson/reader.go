@@ -11,16 +11,9 @@ import (
 	"bytes"
 	"io"
 
+	"github.com/loopguard/loopguard/internal/readbuf"
 	"github.com/loopguard/loopguard/sse"
 )
-
-// initialBufSize is the buffer a Reader starts with; it doubles up to max.
-// An Ollama line (one token and its envelope) is about 120 bytes, and a
-// proxy keeps one Reader per open stream.
-const initialBufSize = 1 << 10
-
-// maxEmptyReads bounds consecutive (0, nil) reads, as bufio does.
-const maxEmptyReads = 100
 
 // Reader splits a byte stream into lines ended by LF. Lines may be split
 // across reads at any byte. It buffers at most max bytes of one line, and
@@ -137,46 +130,11 @@ func (r *Reader) line(end int, partial bool) sse.Event {
 // fill reads more bytes, sliding or growing the buffer first; it reports
 // whether the reader had nothing yet (sse.ErrWouldBlock).
 func (r *Reader) fill() (wouldBlock bool) {
-	if r.buf == nil {
-		r.buf = make([]byte, min(initialBufSize, r.max))
+	var err error
+	r.buf, r.r, r.w, wouldBlock, err = readbuf.Fill(r.rd, r.buf, r.r, r.w, r.max, nil, io.ErrShortBuffer)
+	if err != nil {
+		r.eof = err == io.EOF
+		r.err = err
 	}
-	// Slide the unfinished line to the front first when it is all that
-	// is left (free) or when the tail is too short for a useful read.
-	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
-		r.w = copy(r.buf, r.buf[r.r:r.w])
-		r.r = 0
-	}
-	if r.w == len(r.buf) {
-		if r.w-r.r >= r.max {
-			r.err = sse.ErrEventTooLarge
-			return false
-		}
-		nb := make([]byte, min(2*len(r.buf), r.max))
-		r.w = copy(nb, r.buf[r.r:r.w])
-		r.r = 0
-		r.buf = nb
-	}
-	for range maxEmptyReads {
-		n, err := r.rd.Read(r.buf[r.w:])
-		if n < 0 || n > len(r.buf)-r.w {
-			r.err = io.ErrShortBuffer
-			return false
-		}
-		r.w += n
-		if err == sse.ErrWouldBlock {
-			return n == 0
-		}
-		if err != nil {
-			if err == io.EOF {
-				r.eof = true
-			}
-			r.err = err
-			return false
-		}
-		if n > 0 {
-			return false
-		}
-	}
-	r.err = io.ErrNoProgress
-	return false
+	return wouldBlock
 }

@@ -1,6 +1,10 @@
 package sse
 
-import "io"
+import (
+	"io"
+
+	"github.com/loopguard/loopguard/internal/readbuf"
+)
 
 // ArrayReader reads a stream that is one JSON array sent bit by bit, as
 // Google's APIs stream answers when the request does not ask for alt=sse
@@ -158,44 +162,11 @@ func (r *ArrayReader) element(end int, partial bool) Event {
 // fill reads more bytes, sliding or growing the buffer first; it reports
 // whether the reader had nothing yet (ErrWouldBlock).
 func (r *ArrayReader) fill() (wouldBlock bool) {
-	if r.buf == nil {
-		r.buf = make([]byte, min(initialBufSize, r.max))
+	var err error
+	r.buf, r.r, r.w, wouldBlock, err = readbuf.Fill(r.rd, r.buf, r.r, r.w, r.max, nil, io.ErrShortBuffer)
+	if err != nil {
+		r.eof = err == io.EOF
+		r.err = err
 	}
-	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
-		r.w = copy(r.buf, r.buf[r.r:r.w])
-		r.r = 0
-	}
-	if r.w == len(r.buf) {
-		if r.w-r.r >= r.max {
-			r.err = ErrEventTooLarge
-			return false
-		}
-		nb := make([]byte, min(2*len(r.buf), r.max))
-		r.w = copy(nb, r.buf[r.r:r.w])
-		r.r = 0
-		r.buf = nb
-	}
-	for range maxEmptyReads {
-		n, err := r.rd.Read(r.buf[r.w:])
-		if n < 0 || n > len(r.buf)-r.w {
-			r.err = io.ErrShortBuffer
-			return false
-		}
-		r.w += n
-		if err == ErrWouldBlock {
-			return n == 0
-		}
-		if err != nil {
-			if err == io.EOF {
-				r.eof = true
-			}
-			r.err = err
-			return false
-		}
-		if n > 0 {
-			return false
-		}
-	}
-	r.err = io.ErrNoProgress
-	return false
+	return wouldBlock
 }

@@ -4,19 +4,21 @@ import (
 	"bytes"
 	"errors"
 	"io"
+
+	"github.com/loopguard/loopguard/internal/readbuf"
 )
 
 // ErrEventTooLarge reports an event longer than the reader's maximum. The
 // bytes read so far stay available from Reader.Buffered, so a caller can fall
 // back to copying the rest of the stream unparsed.
-var ErrEventTooLarge = errors.New("sse: event too large")
+var ErrEventTooLarge = readbuf.ErrTooLarge
 
 // ErrWouldBlock is what a non-blocking reader returns when it has no bytes
 // yet but may later (a socket read from the goroutine that waits for it to
 // become readable, as a proxy relaying many streams does). Next returns it
 // with no event and keeps its state: the next call reads again. It is never
 // sticky, as other errors are.
-var ErrWouldBlock = errors.New("sse: read would block")
+var ErrWouldBlock = readbuf.ErrWouldBlock
 
 // errInvalidRead reports an io.Reader that returned an impossible count.
 var errInvalidRead = errors.New("sse: reader returned invalid count")
@@ -25,17 +27,6 @@ var errInvalidRead = errors.New("sse: reader returned invalid count")
 // maximum of zero or less. Tool calls that write whole files put megabytes of
 // arguments on one data line, so the default is generous.
 const DefaultMaxEventSize = 16 << 20
-
-// initialBufSize is the buffer a Reader starts with; it doubles up to max.
-// A proxy holds one Reader per open stream for the stream's whole life, and
-// the events of a model's answer are 150-500 bytes (one token's chunk), so
-// the start is small: thousands of open streams each keep 1 KiB, not 4
-// (docs/streams.md); an event that needs more grows the buffer once.
-const initialBufSize = 1 << 10
-
-// maxEmptyReads bounds consecutive (0, nil) reads, as bufio does, so a
-// misbehaving io.Reader cannot spin Next forever.
-const maxEmptyReads = 100
 
 // bom is the UTF-8 byte order mark a stream may start with (WHATWG: one
 // leading BOM is ignored).
@@ -436,48 +427,11 @@ func (r *Reader) trailing() Event {
 // left in r.err. It reports whether the reader had nothing yet
 // (ErrWouldBlock).
 func (r *Reader) fill() (wouldBlock bool) {
-	if r.buf == nil {
-		r.buf = make([]byte, min(initialBufSize, r.max))
+	var err error
+	r.buf, r.r, r.w, wouldBlock, err = readbuf.Fill(r.rd, r.buf, r.r, r.w, r.max, r.shift, errInvalidRead)
+	if err != nil {
+		r.eof = err == io.EOF
+		r.err = err
 	}
-	// Slide the unfinished event to the front first when it is all that
-	// is left (free) or when the tail is too short for a useful read.
-	if r.r > 0 && (r.r == r.w || len(r.buf)-r.w < len(r.buf)/4) {
-		r.shift(r.r)
-		r.w = copy(r.buf, r.buf[r.r:r.w])
-		r.r = 0
-	}
-	if r.w == len(r.buf) {
-		if r.w-r.r >= r.max {
-			r.err = ErrEventTooLarge
-			return false
-		}
-		nb := make([]byte, min(2*len(r.buf), r.max))
-		r.shift(r.r)
-		r.w = copy(nb, r.buf[r.r:r.w])
-		r.r = 0
-		r.buf = nb
-	}
-	for range maxEmptyReads {
-		n, err := r.rd.Read(r.buf[r.w:])
-		if n < 0 || n > len(r.buf)-r.w {
-			r.err = errInvalidRead
-			return false
-		}
-		r.w += n
-		if err == ErrWouldBlock {
-			return n == 0
-		}
-		if err != nil {
-			if err == io.EOF {
-				r.eof = true
-			}
-			r.err = err
-			return false
-		}
-		if n > 0 {
-			return false
-		}
-	}
-	r.err = io.ErrNoProgress
-	return false
+	return wouldBlock
 }
