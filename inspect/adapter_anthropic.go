@@ -24,20 +24,7 @@ func (p *parser) anthropic(root string) error {
 	}
 	at, idx, _ := p.resume(msgs)
 	p.t.Model = p.rawStr(model)
-	var err error
-	elementsFrom(msgs, at, func(m string) bool {
-		if err = p.anthropicMessage(idx, m); err != nil {
-			return false
-		}
-		p.note(m)
-		idx++
-		return true
-	})
-	if err != nil {
-		return err
-	}
-	p.t.Messages = idx
-	return nil
+	return p.walkHistory(msgs, at, idx, p.anthropicMessage)
 }
 
 func (p *parser) anthropicMessage(i int, m string) error {

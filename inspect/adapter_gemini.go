@@ -29,20 +29,7 @@ func (p *parser) gemini(root string) error {
 	if p.t.Model == "" {
 		p.t.Model = p.rawStr(model)
 	}
-	var err error
-	elementsFrom(contents, at, func(c string) bool {
-		if err = p.geminiContent(idx, c); err != nil {
-			return false
-		}
-		p.note(c)
-		idx++
-		return true
-	})
-	if err != nil {
-		return err
-	}
-	p.t.Messages = idx
-	return nil
+	return p.walkHistory(contents, at, idx, p.geminiContent)
 }
 
 // codeAssist walks a Code Assist body: Gemini's request under "request",

@@ -171,12 +171,10 @@ func (p *parser) responses(root string) error {
 	at, base, _ := p.resume(input)
 	p.t.Model = p.rawStr(model)
 	items := make([]string, 0, 64)
-	elementsFrom(input, at, func(it string) bool {
+	p.walkHistory(input, at, base, func(_ int, it string) error {
 		items = append(items, it)
-		p.note(it)
-		return true
+		return nil
 	})
-	p.t.Messages = base + len(items)
 	for j, it := range items {
 		i := base + j
 		if rawKind(it) != '{' {

@@ -575,6 +575,28 @@ func (ps *priorSteps) at(steps []Step, i int) *Step {
 	return &steps[i]
 }
 
+// walkHistory walks the history array arr from arr[at], where resume
+// starts it, calling fn with each element and its index (idx for the first)
+// and noting each one fn accepts as the last read; an error from fn ends the
+// walk and is returned. After a whole walk the trajectory counts the
+// history's messages, those resumed from the cache included.
+func (p *parser) walkHistory(arr string, at, idx int, fn func(i int, el string) error) error {
+	var err error
+	elementsFrom(arr, at, func(el string) bool {
+		if err = fn(idx, el); err != nil {
+			return false
+		}
+		p.note(el)
+		idx++
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	p.t.Messages = idx
+	return nil
+}
+
 // note records message raw, a view of the history array, as the last one
 // read: the next request's prefix check covers the array up to its end.
 func (p *parser) note(raw string) {
