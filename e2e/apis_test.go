@@ -542,7 +542,7 @@ func TestAPIsLadderRealClients(t *testing.T) {
 					session := "ladder-" + api.name + "-" + name + "-" + mode
 					run := agent(t, lg.URL, agentOpts{session: session, stream: stream, maxTurns: 10})
 					checkAPILadder(t, api, run, fake.Requests(), session, stream)
-					if evs := lg.waitEvents(t, len(run.Turns)); len(evs) != run.Requests {
+					if evs := lg.waitEvents(t, run.Requests); len(evs) != run.Requests {
 						t.Errorf("proxy reported %d requests; the client made %d", len(evs), run.Requests)
 					}
 				})

@@ -46,6 +46,9 @@ const npmError = "Error: Cannot find module 'left-pad'\nRequire stack:\n- /app/t
 // the test when Chromium is absent and LOOPGUARD_REQUIRE_BROWSER is unset.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real Chromium: skipped under -short")
+	}
 	path := os.Getenv("LOOPGUARD_CHROMIUM")
 	if path == "" {
 		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ type chatDone struct {
 	FailOpen   string
 	Cut        string // the cut's category, "" when the answer was not cut
 	StoreFail  bool
+	Start      time.Time // when the request arrived
 }
 
 // lgServer is a loopguard proxy owned by one test, with every chat request
@@ -95,7 +97,7 @@ func startLoopguard(t *testing.T, upstream string, edit func(*proxy.Config)) *lg
 
 func (lg *lgServer) record(ev *proxy.ChatEvent) {
 	d := chatDone{Session: ev.Session, Action: ev.Decision.Action, Terminated: ev.Terminated, Status: ev.Status,
-		FailOpen: ev.FailOpen, StoreFail: ev.Decision.StoreFailed}
+		FailOpen: ev.FailOpen, StoreFail: ev.Decision.StoreFailed, Start: ev.Start}
 	if ev.Cut != nil {
 		d.Cut = string(ev.Cut.Category)
 	}
@@ -104,11 +106,15 @@ func (lg *lgServer) record(ev *proxy.ChatEvent) {
 	lg.mu.Unlock()
 }
 
-// seen returns a copy of the events reported so far.
+// seen returns a copy of the events reported so far, in the order their
+// requests arrived: an event is reported when its answer has ended, so a
+// streamed answer's may come after the next request's.
 func (lg *lgServer) seen() []chatDone {
 	lg.mu.Lock()
-	defer lg.mu.Unlock()
-	return append([]chatDone(nil), lg.events...)
+	evs := append([]chatDone(nil), lg.events...)
+	lg.mu.Unlock()
+	slices.SortStableFunc(evs, func(a, b chatDone) int { return a.Start.Compare(b.Start) })
+	return evs
 }
 
 // waitEvents polls until at least n chat requests were reported (the hook
@@ -787,7 +793,7 @@ func TestLadderRealClients(t *testing.T) {
 					session := "ladder-" + name + "-" + mode
 					run := agent(t, lg.URL, agentOpts{session: session, stream: stream, maxTurns: 10})
 					checkLadder(t, run, fake.Requests(), session, placement, stream)
-					if evs := lg.waitEvents(t, len(run.Turns)); len(evs) != run.Requests {
+					if evs := lg.waitEvents(t, run.Requests); len(evs) != run.Requests {
 						t.Errorf("proxy saw %d chat requests; the client made %d", len(evs), run.Requests)
 					}
 				})

@@ -26,8 +26,10 @@ import (
 // ones that read /slots need the server to themselves.
 
 // slotIdleBound is how soon after a cut or a hang-up no slot may be
-// generating any more.
-const slotIdleBound = time.Second
+// generating any more: well short of the seconds llamaMaxTokens would run
+// for, with room for a loaded machine, where a slot took over 1 s to see
+// its client leave.
+const slotIdleBound = 3 * time.Second
 
 // llamaMaxTokens is a generation that would run for seconds (about 1,800
 // tokens a second here) unless something stops it.

@@ -187,6 +187,9 @@ func copyDelayed(dst, src net.Conn, delay time.Duration) {
 // store_timeout costs the agent at most the store's bound, never the
 // redis delay: the turn fails open and goes on.
 func TestRedisSlowBoundsLatency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times turns through a deliberately slow Redis: skipped under -short")
+	}
 	rs := redistest.Start(t)
 	const (
 		storeTimeout = 100 * time.Millisecond

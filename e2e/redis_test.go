@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -248,7 +249,15 @@ func TestRedisDownFailsOpen(t *testing.T) {
 			t.Errorf("%d calls, redis down: took %v", tt.calls, d)
 		}
 	}
-	evs := append(reps[0].seen(), reps[1].seen()...)
+	// Every request's event, the one made with redis up too: an event is
+	// reported when its answer has ended, maybe after the client read it.
+	var evs []chatDone
+	for deadline := time.Now().Add(testTimeout); len(evs) < len(tests)+1; evs = append(reps[0].seen(), reps[1].seen()...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replicas reported %d chat requests after %v; want %d", len(evs), testTimeout, len(tests)+1)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 	failed := 0
 	for _, e := range evs {
 		if e.StoreFail {
@@ -260,5 +269,46 @@ func TestRedisDownFailsOpen(t *testing.T) {
 	}
 	if got := len(fake.Requests()); got != len(tests)+1 {
 		t.Errorf("upstream got %d requests; want %d (none terminated)", got, len(tests)+1)
+	}
+}
+
+// TestRedisReplicasShareBudget: the tokens one replica counts for a
+// session spend the budget the other enforces: a session whose requests
+// alternate between two replicas is warned and then ended as on one proxy,
+// and a fresh session beside it is untouched.
+func TestRedisReplicasShareBudget(t *testing.T) {
+	rs := redistest.Start(t)
+	fake := fakellm.Start(t, fakellm.Script{Loop: true,
+		Responses: []fakellm.Response{{Content: "Done.", Usage: fakellm.Usage{PromptTokens: 100, CompletionTokens: 50}}}})
+	var reps [2]*lgServer
+	for i := range reps {
+		reps[i] = startLoopguard(t, fake.URL(), func(c *proxy.Config) {
+			c.Policy.Store = policy.StoreRedis
+			c.Policy.RedisURL = rs.URL(0)
+			c.Policy.StoreTimeout = time.Second
+			c.Policy.SessionMaxTokens = 360 // 150 a turn: the third request is past 80 %, the fourth past it all
+			c.Admin.Replica = fmt.Sprintf("replica-%d", i)
+		})
+	}
+	body := `{"model":"gpt-4.1","messages":[{"role":"user","content":"Summarise the repository."}]}`
+	var got []string
+	for n := range 5 {
+		ex := postRaw(t, reps[n%2].URL, body, map[string]string{"X-Session-ID": "budget-replicas"})
+		if ex.status != http.StatusOK {
+			t.Fatalf("request %d: status %d: %s", n+1, ex.status, ex.body)
+		}
+		got = append(got, ex.header.Get(proxy.HeaderAction))
+	}
+	if want := "none,none,warn,terminate,terminate"; strings.Join(got, ",") != want {
+		t.Fatalf("actions %v; want %s", got, want)
+	}
+	if s := loadState(t, rs.URL(0), "budget-replicas"); s.Tokens != 450 || s.Turns != 3 {
+		t.Errorf("redis state: %d tokens over %d turns; want 450 over 3", s.Tokens, s.Turns)
+	}
+	if ex := postRaw(t, reps[1].URL, body, map[string]string{"X-Session-ID": "budget-fresh"}); ex.header.Get(proxy.HeaderAction) != "none" {
+		t.Errorf("a fresh session: action %q", ex.header.Get(proxy.HeaderAction))
+	}
+	if n := len(fake.Requests()); n != 4 {
+		t.Errorf("the upstream got %d requests; want 3 of the spent session and 1 of the fresh one", n)
 	}
 }

@@ -24,6 +24,9 @@ import (
 // buildRunBinaries builds loopguard and the runagent test agent into dir.
 func buildRunBinaries(t *testing.T) (loopguard, agent string) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds loopguard and runs agents as processes: skipped under -short")
+	}
 	dir := t.TempDir()
 	loopguard, agent = filepath.Join(dir, "loopguard"), filepath.Join(dir, "runagent")
 	for _, b := range []struct{ out, pkg string }{{loopguard, ".."}, {agent, "./testdata/runagent"}} {

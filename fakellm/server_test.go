@@ -196,8 +196,10 @@ func TestServerNoticesPeerClose(t *testing.T) {
 			if !x.PeerClosed {
 				t.Fatalf("PeerClosed = false; exchange %+v", x)
 			}
-			if lag := x.ClosedAt.Sub(closed); lag > 100*time.Millisecond {
-				t.Errorf("fake noticed the close after %v; want <= 100ms", lag)
+			// At once, not at the end of the slow answer (2 s): the bound
+			// leaves room for a loaded machine under -race.
+			if lag := x.ClosedAt.Sub(closed); lag > time.Second {
+				t.Errorf("fake noticed the close after %v; want it at once", lag)
 			}
 			if tt.give.NeverEnd && x.Unsent != -1 || !tt.give.NeverEnd && x.Unsent <= 0 {
 				t.Errorf("Unsent = %d", x.Unsent)

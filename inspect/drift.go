@@ -19,10 +19,13 @@ func (in *inspection) paramDrift() (Detection, bool) {
 	if d, ok := in.paramDriftAt(len(evs) - 1); ok {
 		return d, true
 	}
+	last := evs[len(evs)-1].step
 	for a := len(evs) - 2; a >= max(in.win, len(evs)-driftReach); a-- {
 		// Only a search that found nothing or a call that failed anchors
-		// an earlier loop: those are what is retried with variations.
-		if x := &evs[a]; x.has && (x.neg || x.isErr) {
+		// an earlier loop: those are what is retried with variations. A
+		// call of the latest turn is no earlier loop: the turn's calls
+		// together are what repeats, which tool_cycle judges.
+		if x := &evs[a]; x.step < last && x.has && (x.neg || x.isErr) {
 			return in.paramDriftAt(a)
 		}
 	}

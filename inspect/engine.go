@@ -630,6 +630,9 @@ func patternKey(d *Detection) string {
 		h = h.str(d.Evidence.Element)
 	case ParamDrift, EditUndo, SameResult:
 		h = h.str(d.Evidence.Element)
+	case SemanticLoop:
+		// The judge names an approach, carried out with other arguments at
+		// every turn: the tool alone.
 	default:
 		h = h.str(d.Evidence.Args)
 	}

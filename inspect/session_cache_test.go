@@ -170,6 +170,9 @@ func checkSame(t *testing.T, e *Engine, c *SessionCache, session string, api API
 // once judged, as the proxy does (the next turn extends its steps in
 // place), and kept (the next turn copies them).
 func TestSessionCacheSameVerdicts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays long sessions turn by turn, twice: skipped under -short")
+	}
 	for _, release := range []bool{true, false} {
 		t.Run(fmt.Sprintf("release=%v", release), func(t *testing.T) { sameVerdicts(t, release) })
 	}
@@ -977,6 +980,9 @@ func sessionHeap(t *testing.T, e *Engine, h history, from, sessions int) (held, 
 // of heap, as runtime.MemStats sees it, grown turn by turn. Other lengths
 // are logged for the record (max 0).
 func TestSessionCacheHeapPerSession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the heap of many long sessions: skipped under -short")
+	}
 	e, err := NewEngine(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -205,8 +205,14 @@ type churnMarks struct {
 	n  int32
 }
 
-// add records a notice after the first steps steps.
+// add records a notice after the first steps steps. A notice right after
+// another, with no step between (OpenHands sends the context-length error
+// and then the condenser's summary), is one cut: it would push an earlier
+// cut out of the marks.
 func (m *churnMarks) add(steps int) {
+	if m.n > 0 && m.at[len(m.at)-1] == int32(steps) {
+		return
+	}
 	copy(m.at[:], m.at[1:])
 	m.at[len(m.at)-1] = int32(steps)
 	m.n++

@@ -20,7 +20,9 @@ type Verdict struct {
 	// Confidence is the judge's confidence that the agent is stuck, in
 	// [0,1].
 	Confidence float64
-	// What names the repeated approach in the judge's words, shortened.
+	// What names the repeated approach in the judge's words, shortened:
+	// for the timeline and the log only, never for the agent (a judge can
+	// be steered by the history it reads; policy's judgedEvidence).
 	What string
 }
 

@@ -87,7 +87,7 @@ func (o *Observer) Recorder() *Recorder { return o.rec }
 // decided. Strings must not alias buffers the proxy reuses: the recorder
 // keeps them.
 type RequestInfo struct {
-	// Session is the session key (policy.SessionKey).
+	// Session is the session key (policy.Identity.Key).
 	Session string
 	// Model is the request's model field.
 	Model string

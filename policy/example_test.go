@@ -3,14 +3,15 @@ package policy_test
 import (
 	"fmt"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/policy"
 )
 
-func ExampleSessionKey() {
+func ExampleIdentify() {
 	body := []byte(`{"model":"m","user":"alice","messages":[]}`)
-	fmt.Println(policy.SessionKey([]byte("run-7"), body)) // the header wins
-	fmt.Println(policy.SessionKey(nil, body))             // then the body's user
-	fmt.Println(policy.SessionKey(nil, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))[:2])
+	fmt.Println(policy.Identify(wireapi.Chat, []byte("run-7"), body).Key) // the header wins
+	fmt.Println(policy.Identify(wireapi.Chat, nil, body).Key)             // then the body's user
+	fmt.Println(policy.Identify(wireapi.Chat, nil, []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)).Key[:2])
 	// Output:
 	// run-7
 	// alice

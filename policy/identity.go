@@ -33,39 +33,21 @@ const (
 	hashedPrefix = "x:"
 )
 
-// SessionKey returns the session key of a chat request: the client's session
-// id (header is the first session header present, or the /s/<id>/ prefix of
-// the request path; nil when there is none), else the body's `user`, else
-// `metadata.session_id`, else "h:" and 16 hex digits hashing the model, the
-// first system message and the first user message (and, on the other APIs,
-// the API's name): what the first request of a run already has, so the key
-// does not change once the model has answered.
-//
-// Client ids are used as they are when they are at most MaxKeyLen printable
-// ASCII bytes; otherwise they become "x:" and the hash of the id, because the
-// key is echoed in the X-Loopguard-Session header and a CR or LF there would
-// let a request body inject response headers.
-//
-// Two runs of one task from the same prompt share a derived key; Identify and
-// Policy.Session tell them apart by their first assistant turns.
-//
-// body is untrusted: SessionKey never panics and does not keep body.
-func SessionKey(header, body []byte) string {
-	return SessionKeyFor(wireapi.Chat, header, body)
-}
-
-// SessionKeyFor is SessionKey for a request of any API loopguard guards: the
-// derived key hashes the same opening of the conversation, read in that API's
-// shape (Responses: instructions and input items; Anthropic Messages: system
-// and content blocks). Anthropic clients such as Claude Code put their
-// session in metadata.user_id, which is used like metadata.session_id.
-func SessionKeyFor(api inspect.API, header, body []byte) string {
-	return Identify(api, header, body).Key
-}
-
 // Identity names the session of one request, before the store is asked.
 type Identity struct {
-	// Key is the session key of SessionKeyFor.
+	// Key is the session key: the client's session id (the first session
+	// header present, or the /s/<id>/ prefix of the request path), else the
+	// body's `user`, else `metadata.session_id` (Anthropic clients such as
+	// Claude Code put theirs in metadata.user_id, used alike), else "h:" and
+	// 16 hex digits hashing the conversation's opening as the API carries it
+	// (chat: the model, the first system message and the first user
+	// message): what the first request of a run already has, so the key does
+	// not change once the model has answered.
+	//
+	// Client ids are used as they are when they are at most MaxKeyLen
+	// printable ASCII bytes; otherwise they become "x:" and the hash of the
+	// id, because the key is echoed in the X-Loopguard-Session header and a
+	// CR or LF there would let a request body inject response headers.
 	Key string
 	// Turn is 16 hex digits hashing the conversation's first assistant turn
 	// (its tool-call ids, unique per run, or its text) when Key is derived
@@ -73,8 +55,11 @@ type Identity struct {
 	Turn string
 }
 
-// Identify returns the Identity of a request of api; header and body are as
-// for SessionKey. It never panics and does not keep body.
+// Identify returns the Identity of a request of api: header is the session
+// id the client named (nil when there is none), body the request. Two runs
+// of one task from the same prompt share a derived key; Identity.Turn and
+// Policy.Session tell them apart by their first assistant turns. body is
+// untrusted: Identify never panics and does not keep body.
 func Identify(api inspect.API, header, body []byte) Identity {
 	if k := clientKey(header); k != "" {
 		return Identity{Key: k}

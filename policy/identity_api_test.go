@@ -53,16 +53,16 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 		}
 	}
 	// The same opening on Gemini and on Code Assist is two runs' keys.
-	if g, c := SessionKeyFor(wireapi.Gemini, nil, []byte(gemini("{}", ""))), SessionKeyFor(wireapi.CodeAssist, nil, []byte(codeAssist("{}", ""))); g == c {
+	if g, c := Identify(wireapi.Gemini, nil, []byte(gemini("{}", ""))).Key, Identify(wireapi.CodeAssist, nil, []byte(codeAssist("{}", ""))).Key; g == c {
 		t.Errorf("gemini and code assist share key %q; want one per API", g)
 	}
 	// Claude Code's legacy user_id ends with the session id its header sends.
 	claude := `{"model":"claude","metadata":{"user_id":"user_abc_account__session_42"},"messages":[]}`
-	if k := SessionKeyFor(wireapi.Anthropic, nil, []byte(claude)); k != "42" {
+	if k := Identify(wireapi.Anthropic, nil, []byte(claude)).Key; k != "42" {
 		t.Errorf("anthropic metadata.user_id key = %q", k)
 	}
 	other := `{"model":"claude","metadata":{"user_id":"team-7"},"messages":[]}`
-	if k := SessionKeyFor(wireapi.Anthropic, nil, []byte(other)); k != "team-7" {
+	if k := Identify(wireapi.Anthropic, nil, []byte(other)).Key; k != "team-7" {
 		t.Errorf("anthropic metadata.user_id key = %q; want the user_id as it is", k)
 	}
 }

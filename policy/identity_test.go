@@ -12,6 +12,9 @@ import (
 	"github.com/loopguard/loopguard/internal/wireapi"
 )
 
+// chatKey is the session key of a chat completions request.
+func chatKey(header, body []byte) string { return Identify(wireapi.Chat, header, body).Key }
+
 func readFixture(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "sessionkey", name))
@@ -44,15 +47,15 @@ func TestSessionKeyExplicit(t *testing.T) {
 			if tt.header != "" {
 				h = []byte(tt.header)
 			}
-			got := SessionKey(h, readFixture(t, tt.body))
+			got := chatKey(h, readFixture(t, tt.body))
 			if strings.HasSuffix(tt.want, ":") {
 				if !strings.HasPrefix(got, tt.want) || len(got) != len(tt.want)+16 {
-					t.Fatalf("SessionKey = %q; want %q + 16 hex digits", got, tt.want)
+					t.Fatalf("key = %q; want %q + 16 hex digits", got, tt.want)
 				}
 				return
 			}
 			if got != tt.want {
-				t.Fatalf("SessionKey = %q; want %q", got, tt.want)
+				t.Fatalf("key = %q; want %q", got, tt.want)
 			}
 		})
 	}
@@ -139,13 +142,13 @@ func TestSessionKeyDerivedHash(t *testing.T) {
 
 func TestSessionKeyMalformed(t *testing.T) {
 	for _, body := range []string{"", "null", "[]", "{", `{"messages":"x"}`, `{"messages":[1,2,{"role":7}]}`} {
-		k := SessionKey(nil, []byte(body))
+		k := chatKey(nil, []byte(body))
 		if !strings.HasPrefix(k, derivedPrefix) {
-			t.Errorf("SessionKey(%q) = %q; want a derived key", body, k)
+			t.Errorf("chatKey(%q) = %q; want a derived key", body, k)
 		}
 	}
-	if got := SessionKey(nil, readFixture(t, "truncated.json")); got != SessionKey(nil, readFixture(t, "truncated.json")) {
-		t.Errorf("SessionKey of a truncated body is not deterministic: %q", got)
+	if got := chatKey(nil, readFixture(t, "truncated.json")); got != chatKey(nil, readFixture(t, "truncated.json")) {
+		t.Errorf("the key of a truncated body is not deterministic: %q", got)
 	}
 }
 
@@ -159,15 +162,15 @@ func FuzzSessionKey(f *testing.F) {
 	}
 	f.Add([]byte("sess\r\nX: y"), []byte(`{}`))
 	f.Fuzz(func(t *testing.T, header, body []byte) {
-		k := SessionKey(header, body)
+		k := chatKey(header, body)
 		if k == "" || len(k) > MaxKeyLen {
-			t.Fatalf("SessionKey = %q (len %d); want 1..%d bytes", k, len(k), MaxKeyLen)
+			t.Fatalf("key = %q (len %d); want 1..%d bytes", k, len(k), MaxKeyLen)
 		}
 		if !printable([]byte(k)) {
-			t.Fatalf("SessionKey = %q; holds bytes unsafe in a header", k)
+			t.Fatalf("key = %q; holds bytes unsafe in a header", k)
 		}
-		if k != SessionKey(header, body) {
-			t.Fatal("SessionKey is not deterministic")
+		if k != chatKey(header, body) {
+			t.Fatal("the key is not deterministic")
 		}
 	})
 }

@@ -75,7 +75,7 @@ func (p *Policy) decide(st *State, v inspect.Verdict, t *inspect.Trajectory, now
 			// Last is now: the judge saw the loop go on after any earlier
 			// intervention, so it is neither stale nor a retry.
 			v = p.merge(v, inspect.Detection{Category: inspect.SemanticLoop, Score: j.Confidence,
-				Evidence: inspect.Evidence{Element: j.What, Count: 1, First: j.Step, Last: pos.step}}, model)
+				Evidence: judgedEvidence(t, j, pos.step)}, model)
 			d.Verdict = v
 		}
 	}

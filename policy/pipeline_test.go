@@ -46,7 +46,7 @@ func TestPipelineWithInspect(t *testing.T) {
 	key := ""
 	for n := 1; n <= 7; n++ {
 		body := requestPrefix(t, "git_status_loop.json", n)
-		if k := SessionKey(nil, body); key == "" {
+		if k := chatKey(nil, body); key == "" {
 			key = k
 		} else if k != key {
 			t.Fatalf("request %d: session key %q; want %q (same run)", n, k, key)

@@ -65,7 +65,7 @@ func BenchmarkSessionKey(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				_ = SessionKey(c.header, body)
+				_ = chatKey(c.header, body)
 			}
 		})
 	}

@@ -164,13 +164,17 @@ type bodyRead struct {
 	start    time.Time
 	received int64
 	// deadline is the read deadline fasthttp set last (server.read_timeout),
-	// which a body's own bound never extends.
-	deadline time.Time
+	// which a body's own bound never extends, in Unix nanoseconds (0:
+	// none). Atomic: a hijacked socket's goroutines set deadlines too.
+	deadline atomic.Int64
 }
 
 // deadline is when the body's next read must have returned.
 func (p bodyPace) deadline(r *bodyRead, now time.Time) time.Time {
-	d := r.deadline
+	var d time.Time
+	if ns := r.deadline.Load(); ns != 0 {
+		d = time.Unix(0, ns)
+	}
 	earlier := func(t time.Time) {
 		if d.IsZero() || t.Before(d) {
 			d = t
@@ -209,13 +213,21 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // SetReadDeadline is fasthttp's deadline for the request (or the idle
 // wait), which a body's reads keep to.
 func (c *clientConn) SetReadDeadline(t time.Time) error {
-	c.body.deadline = t
+	c.body.setDeadline(t)
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *clientConn) SetDeadline(t time.Time) error {
-	c.body.deadline = t
+	c.body.setDeadline(t)
 	return c.Conn.SetDeadline(t)
+}
+
+func (r *bodyRead) setDeadline(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	r.deadline.Store(ns)
 }
 
 // beginBody starts counting a request body's bytes.

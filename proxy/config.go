@@ -104,9 +104,9 @@ type UpstreamConfig struct {
 	// Empty: the client's header passes through everywhere.
 	APIKey string `toml:"api_key"`
 	// Passthrough are the paths APIKey serves: each matches the paths that
-	// end with its segments, "*" matching any one. Default
-	// DefaultPassthrough: the guarded APIs, the model listings and
-	// Ollama's read-only endpoints.
+	// end with its segments, "*" matching any one; "guarded" stands for
+	// the guarded APIs' paths. Default DefaultPassthrough: the guarded
+	// APIs, the model listings and Ollama's read-only endpoints.
 	Passthrough []string `toml:"passthrough"`
 	// ConnectTimeout bounds dialling the upstream. Default 5s.
 	ConnectTimeout time.Duration `toml:"connect_timeout"`
@@ -278,8 +278,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, p := range c.Upstream.Passthrough {
-		if !strings.HasPrefix(p, "/") {
-			bad("upstream.passthrough", "%q is not a path", p)
+		if !strings.HasPrefix(p, "/") && p != guardedPaths {
+			bad("upstream.passthrough", "%q is neither a path nor %q", p, guardedPaths)
 		}
 	}
 	if c.Upstream.MaxConns <= 0 {

@@ -104,6 +104,13 @@ func (c *codings) decodeHeld(dst, src []byte, limit int, hold *budgetShare) ([]b
 			out = dst
 		}
 		w := limitWriter{b: out, limit: limit, hold: hold}
+		if n := cap(out); n > 0 {
+			// A pooled buffer holds memory too, once it holds a body.
+			if !hold.take(int64(n)) {
+				return dst, errBodyMemory
+			}
+			w.held = n
+		}
 		err := decodeInto(&w, cur, c.list[i])
 		if err != nil {
 			if i == 0 {
@@ -145,13 +152,6 @@ func encodeOne(dst, src []byte, k coding) []byte {
 	default:
 		return zstdEncoder().EncodeAll(src, dst)
 	}
-}
-
-// decodeOne appends to dst src with coding k undone, within limit bytes.
-func decodeOne(dst, src []byte, k coding, limit int) ([]byte, error) {
-	w := limitWriter{b: dst, limit: limit}
-	err := decodeInto(&w, src, k)
-	return w.b, err
 }
 
 // decodeInto writes src with coding k undone to w.
@@ -295,34 +295,52 @@ func (w *limitWriter) room(n int) error {
 // minDecodeBuf is the smallest buffer a decoding grows.
 const minDecodeBuf = 16 << 10
 
-// zstd decoders are kept per limit (a server has one body limit; tests a
-// few): DecodeAll is safe for concurrent use and its memory bound is an
-// option of the decoder. Each decodes into the capacity it is given and
-// no further (WithDecodeAllCapLimit), which limitWriter.room grows.
-var zstdDecoders sync.Map // int -> *zstd.Decoder
+// zstd decoders are kept per output bound and mode (a server has one
+// body limit and a few bounds under it; tests a few more): DecodeAll is
+// safe for concurrent use and its memory bound is an option of the
+// decoder.
+var zstdDecoders sync.Map // zstdKey -> *zstd.Decoder
 
+type zstdKey struct {
+	limit int  // WithDecoderMaxMemory; 0: none
+	inCap bool // WithDecodeAllCapLimit
+}
+
+func zstdDecoder(k zstdKey) (*zstd.Decoder, error) {
+	if d, ok := zstdDecoders.Load(k); ok {
+		return d.(*zstd.Decoder), nil
+	}
+	opts := []zstd.DOption{zstd.WithDecoderConcurrency(0), zstd.WithDecodeAllCapLimit(k.inCap)}
+	if k.limit > 0 {
+		// The decoder refuses a frame that says it is larger, and stops
+		// one that turns out to be, near the limit.
+		opts = append(opts, zstd.WithDecoderMaxMemory(uint64(k.limit)))
+	}
+	nd, err := zstd.NewReader(nil, opts...)
+	if err != nil {
+		return nil, err
+	}
+	d, _ := zstdDecoders.LoadOrStore(k, nd)
+	return d.(*zstd.Decoder), nil
+}
+
+// decodeZstd writes src, zstd-coded, to w. A frame that says its size is
+// decoded into that much room, taken first; one that does not (a
+// streaming encoder's) is decoded under a bound taken first, twice over
+// for the decoder's growing of its output, and again under twice that
+// bound while it does not fit: the work is at most twice a single pass,
+// and a bomb stops where the budget does.
 func decodeZstd(w *limitWriter, src []byte) error {
-	d, ok := zstdDecoders.Load(w.limit)
-	if !ok {
-		opts := []zstd.DOption{zstd.WithDecoderConcurrency(0), zstd.WithDecodeAllCapLimit(true)}
-		if w.limit > 0 {
-			// The decoder refuses a frame that says it is larger, and stops
-			// one that turns out to be, near the limit.
-			opts = append(opts, zstd.WithDecoderMaxMemory(uint64(w.limit)))
-		}
-		nd, err := zstd.NewReader(nil, opts...)
-		if err != nil {
-			return err
-		}
-		d, _ = zstdDecoders.LoadOrStore(w.limit, nd)
-	}
-	// A frame that says its size gets that room at once; one that does
-	// not, a guess, doubled and decoded again while it does not fit.
-	room := max(4*len(src), minDecodeBuf)
 	var h zstd.Header
-	if h.Decode(src) == nil && h.HasFCS {
-		room = int(min(h.FrameContentSize, uint64(math.MaxInt32)))
+	sized := h.Decode(src) == nil && h.HasFCS
+	if !sized {
+		return decodeZstdUnsized(w, src, h.WindowSize)
 	}
+	d, err := zstdDecoder(zstdKey{limit: w.limit, inCap: true})
+	if err != nil {
+		return err
+	}
+	room := int(min(h.FrameContentSize, uint64(math.MaxInt32)))
 	for {
 		if w.limit > 0 {
 			room = min(room, w.limit-len(w.b)+1)
@@ -330,22 +348,77 @@ func decodeZstd(w *limitWriter, src []byte) error {
 		if err := w.room(room); err != nil {
 			return err
 		}
-		out, err := d.(*zstd.Decoder).DecodeAll(src, w.b)
+		out, err := d.DecodeAll(src, w.b)
 		switch {
 		case err == nil:
 			w.b = out
 			return nil
 		case errors.Is(err, zstd.ErrDecoderSizeExceeded) && (w.limit <= 0 || cap(w.b) < w.limit):
+			// Several frames, the first of which said its size.
 			room = 2 * (cap(w.b) - len(w.b))
-		case errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded):
-			// A frame whose window is larger than the limit asks for more
-			// memory than a body may take; the decoder refuses it before
-			// allocating.
-			return errDecodedTooLarge
 		default:
-			return fmt.Errorf("decode zstd: %w", err)
+			return zstdError(err)
 		}
 	}
+}
+
+// decodeZstdUnsized is decodeZstd for frames that do not say their size
+// (a streaming encoder's): a stream decoder writes them to w, which takes
+// its output from the budget as it grows. The decoder holds the frame's
+// window of history and a block or two, taken from w's hold while it
+// decodes; it decodes as it is read, with no goroutines of its own, and
+// is kept for the next body.
+func decodeZstdUnsized(w *limitWriter, src []byte, window uint64) error {
+	if w.limit > 0 && window > uint64(w.limit) {
+		return errDecodedTooLarge // more history than a body may hold
+	}
+	held := 2*int64(window) + 2*zstdBlock
+	if !w.hold.take(held) {
+		w.short = true
+		return errBodyMemory
+	}
+	defer w.hold.drop(held)
+	d, _ := zstdStreams.Get().(*zstd.Decoder)
+	if d == nil {
+		var err error
+		if d, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true)); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		_ = d.Reset(nil)
+		zstdStreams.Put(d)
+	}()
+	err := d.Reset(bytes.NewReader(src))
+	if err == nil {
+		_, err = d.WriteTo(w)
+	}
+	switch {
+	case w.over:
+		return errDecodedTooLarge
+	case w.short:
+		return errBodyMemory
+	case err != nil:
+		return zstdError(err)
+	}
+	return nil
+}
+
+// zstdStreams are decoders of frames that do not say their size.
+var zstdStreams sync.Pool
+
+// zstdBlock is the largest block of a zstd frame (RFC 8878 section
+// 3.1.1.2.4).
+const zstdBlock = 128 << 10
+
+// zstdError is what a failed zstd decoding says: a frame larger than the
+// limit, or whose window is (it asks for more memory than a body may
+// take, and the decoder refuses it before allocating), is too large.
+func zstdError(err error) error {
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return errDecodedTooLarge
+	}
+	return fmt.Errorf("decode zstd: %w", err)
 }
 
 var zstdEnc struct {
@@ -436,4 +509,4 @@ func (c *codedBody) release() {
 // maxPooledBody: larger buffers are left to the collector, so that large
 // bodies do not stay held by the pool, outside the body budget, after
 // their requests.
-const maxPooledBody = 256 << 10
+const maxPooledBody = 1 << 20

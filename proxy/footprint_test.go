@@ -19,6 +19,9 @@ import (
 // the clients share the process; their own share, measured by the same
 // streams going to the upstream directly, is subtracted.
 func TestOpenStreamFootprint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds hundreds of open streams to measure them: skipped under -short")
+	}
 	const n = 300
 	for _, tt := range []struct {
 		name string

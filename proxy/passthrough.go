@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/valyala/fasthttp"
 )
 
@@ -17,36 +18,50 @@ import (
 
 // DefaultPassthrough is [upstream] passthrough's default.
 var DefaultPassthrough = []string{
-	// The guarded APIs, and what their clients call beside them (Codex
-	// compacts its history, Claude Code counts tokens).
-	"/chat/completions", "/v1/responses", "/responses", "/v1/responses/compact",
-	"/v1/messages", "/messages", "/v1/messages/count_tokens", "/api/chat", "/api/generate",
+	// The guarded APIs (every path of the wire-API registry), and what
+	// their clients call beside them (Codex compacts its history, Claude
+	// Code and Gemini CLI count tokens).
+	guardedPaths, "/v1/responses/compact", "/v1/messages/count_tokens", "/v1beta/models/*",
 	// llama.cpp's resumable streams of those.
 	"/v1/stream/*",
 	// Model listings.
-	"/v1/models", "/models", "/v1/models/*",
+	"/v1/models", "/models", "/v1/models/*", "/v1beta/models",
 	// Ollama's read-only endpoints.
 	"/api/tags", "/api/show", "/api/ps", "/api/version",
 }
 
+// guardedPaths, in [upstream] passthrough, stands for every path of the
+// APIs loopguard guards (internal/wireapi), under any prefix.
+const guardedPaths = "guarded"
+
 // pathSet is a list of path patterns: each matches the paths that end with
 // its segments, "*" matching any one segment, so that "/v1/models/*"
 // matches /v1/models/gpt-4.1 and /openai/v1/models/gpt-4.1, as the guarded
-// APIs are found under any prefix.
-type pathSet [][]string
+// APIs are found under any prefix; guardedPaths matches the guarded APIs'.
+type pathSet struct {
+	patterns [][]string
+	guarded  bool
+}
 
 func newPathSet(patterns []string) pathSet {
-	ps := make(pathSet, 0, len(patterns))
+	var ps pathSet
 	for _, p := range patterns {
-		ps = append(ps, strings.Split(strings.Trim(p, "/"), "/"))
+		if p == guardedPaths {
+			ps.guarded = true
+			continue
+		}
+		ps.patterns = append(ps.patterns, strings.Split(strings.Trim(p, "/"), "/"))
 	}
 	return ps
 }
 
 // has reports whether path matches a pattern of ps.
 func (ps pathSet) has(path []byte) bool {
+	if ps.guarded && wireapi.Match(path).API != nil {
+		return true
+	}
 	path = bytes.Trim(path, "/")
-	for _, segs := range ps {
+	for _, segs := range ps.patterns {
 		if matchTail(path, segs) {
 			return true
 		}
@@ -70,8 +85,9 @@ func matchTail(path []byte, segs []string) bool {
 	return true
 }
 
-// credentialHeaders carry a client's own credentials to an API.
-var credentialHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key"}
+// credentialHeaders carry a client's own credentials to an API (Gemini's
+// may come as the query's key instead).
+var credentialHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
 
 // operatorKey is the key a request to path goes upstream with: [upstream]
 // api_key on the passthrough paths, "" (the client's own headers) on the
@@ -93,6 +109,9 @@ func (s *Server) refuseUnkeyed(ctx *fasthttp.RequestCtx) bool {
 		if len(ctx.Request.Header.Peek(h)) > 0 {
 			return false
 		}
+	}
+	if len(ctx.QueryArgs().Peek("key")) > 0 {
+		return false
 	}
 	writeError(ctx, fasthttp.StatusUnauthorized,
 		"loopguard: this path is not served with the operator's key ([upstream] passthrough); send your own credentials",

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,13 @@ func TestPathSet(t *testing.T) {
 		{"/v1/fine_tuning/jobs", false},
 		{"/v1/models/gpt-4.1/extra", false},
 		{"/v1/organization/admin_api_keys", false},
+		{"/v1beta/models/gemini-2.5-pro:streamGenerateContent", true},
+		{"/v1beta/models/gemini-2.5-pro:countTokens", true},
+		{"/v1beta/models", true},
+		{"/v1internal:generateContent", true},
+		{"/v1beta/files", false},
+		{"/v1beta/cachedContents", false},
+		{"/v1beta/tunedModels/t1", false},
 		{"/", false},
 		{"/completions", false},
 	} {
@@ -113,4 +121,35 @@ func TestOperatorKeyOnlyOnPassthrough(t *testing.T) {
 			t.Errorf("%s %s (client auth %q) reached the upstream with %q; want %q", tt.method, tt.path, tt.auth, auth, tt.upstreamAuth)
 		}
 	}
+}
+
+// FuzzPathSet: any path a client sends is matched without a panic, and a
+// path that ends with a listed one matches, whatever comes before it.
+func FuzzPathSet(f *testing.F) {
+	for _, p := range []string{"/v1/models", "/", "", "//", "/a//b", "/v1/models/x/", "v1", "/*/*"} {
+		f.Add(p)
+	}
+	ps := newPathSet(DefaultPassthrough)
+	f.Fuzz(func(t *testing.T, path string) {
+		ps.has([]byte(path))
+		if !ps.has([]byte(strings.TrimRight(path, "/") + "/v1/models")) {
+			t.Errorf("%q + /v1/models does not match", path)
+		}
+	})
+}
+
+// FuzzSafeStreamID: an id safeStreamID lets through is one path segment
+// that no decoding or resolving changes.
+func FuzzSafeStreamID(f *testing.F) {
+	for _, id := range []string{"c1", ".", "..", "../x", "%2e", "a:b", "a.b"} {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if !safeStreamID([]byte(id)) {
+			return
+		}
+		if id == "." || id == ".." || strings.ContainsAny(id, "/%?#\\ ") || url.PathEscape(id) != id {
+			t.Errorf("safeStreamID(%q) = true", id)
+		}
+	})
 }

@@ -212,7 +212,7 @@ func TestUpstreamPerWireAPI(t *testing.T) {
 }
 
 // TestSessionKeyOfBody: the session key read in the same pass as the
-// request's options (policy.IdentifyFields) is the one policy.SessionKeyFor
+// request's options (policy.IdentifyFields) is the one policy.Identify
 // reads from the body alone, in every API and policy mode, wherever in the
 // body the member that names the session is.
 func TestSessionKeyOfBody(t *testing.T) {
@@ -254,9 +254,9 @@ func TestSessionKeyOfBody(t *testing.T) {
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				got, want := resp.Header.Get(HeaderSession), policy.SessionKeyFor(tt.api, nil, []byte(tt.body))
+				got, want := resp.Header.Get(HeaderSession), policy.Identify(tt.api, nil, []byte(tt.body)).Key
 				if got != want || tt.want != "" && got != tt.want || tt.want == "" && !strings.HasPrefix(got, "h:") {
-					t.Errorf("session %q; want %q (SessionKeyFor), %q (\"\" means derived)", got, want, tt.want)
+					t.Errorf("session %q; want %q (Identify), %q (\"\" means derived)", got, want, tt.want)
 				}
 			})
 		}

@@ -18,6 +18,9 @@ import (
 // must neither race it (run with -race: fasthttp's ShutdownWithContext
 // writes the field the RequestCtx's Done reads) nor leave it running.
 func TestLiveFeedShutdownRace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the live feed's polls around a shutdown: skipped under -short")
+	}
 	up, _ := upstreamRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, chatAnswer)

@@ -124,6 +124,24 @@ func startSocketProxy(t testing.TB, up string, mutate func(*Config)) (base strin
 	}
 }
 
+// waitChatEvents waits until events holds n chat events and returns them
+// in the order their requests arrived (ChatEvent.Start): a request's event
+// is reported when its answer has ended, so a streamed answer's may come
+// after the next request's.
+func waitChatEvents(t *testing.T, events func() []ChatEvent, n int) []ChatEvent {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	evs := events()
+	for ; len(evs) < n; evs = events() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d chat events reported 10 s after the last turn; want %d", len(evs), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	slices.SortStableFunc(evs, func(a, b ChatEvent) int { return a.Start.Compare(b.Start) })
+	return evs
+}
+
 func dialSocket(t *testing.T, addr, path string, h http.Header) *websocket.Conn {
 	t.Helper()
 	d := websocket.Dialer{Subprotocols: []string{"v2"}, EnableCompression: true}
@@ -238,7 +256,7 @@ func TestSocketHealthyTurnsUnchanged(t *testing.T) {
 	if h := up.header; h.Get("Authorization") != "Bearer sk-test" || h.Get("Openai-Beta") == "" || h.Get("X-Codex-Turn-Metadata") != "{}" {
 		t.Errorf("upstream handshake headers %v", h)
 	}
-	evs := events()
+	evs := waitChatEvents(t, events, 199)
 	if len(evs) != 199 {
 		t.Errorf("%d chat events; want 199 (the prewarm is not a turn)", len(evs))
 	}
@@ -312,7 +330,9 @@ func TestSocketSameActionsAsHTTP(t *testing.T) {
 			})
 			httpAddr, httpEvents := startSocketProxy(t, httpUp.URL, nil)
 			prev := ""
+			httpTurns := 0
 			for i := 1; i <= 8; i++ {
+				httpTurns = i
 				body := "{" + strings.Replace(turn(i, prev), `"store":false,`, "", 1)
 				resp, err := newClient().Post("http://"+httpAddr+"/v1/responses", "application/json", strings.NewReader(body))
 				if err != nil {
@@ -333,7 +353,9 @@ func TestSocketSameActionsAsHTTP(t *testing.T) {
 			defer c.Close()
 			prev = ""
 			var last []string
+			wsTurns := 0
 			for i := 1; i <= 8; i++ {
+				wsTurns = i
 				msg := `{"type":"response.create",` + turn(i, prev)
 				if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
 					t.Fatal(err)
@@ -346,17 +368,18 @@ func TestSocketSameActionsAsHTTP(t *testing.T) {
 					break
 				}
 			}
-			for deadline := time.Now().Add(2 * time.Second); len(wsEvents()) < len(httpEvents()) && time.Now().Before(deadline); {
-				time.Sleep(5 * time.Millisecond)
-			}
-			actions := func(evs []ChatEvent) string {
+			// Each turn's event is reported once its answer ended, which may
+			// be after the client has read the answer and sent the next turn:
+			// wait for every turn's, and put them in the order the turns came.
+			actions := func(events func() []ChatEvent, turns int) string {
+				evs := waitChatEvents(t, events, turns)
 				var a []string
 				for _, e := range evs {
 					a = append(a, string(e.Decision.Action))
 				}
 				return strings.Join(a, ",")
 			}
-			h, w := actions(httpEvents()), actions(wsEvents())
+			h, w := actions(httpEvents, httpTurns), actions(wsEvents, wsTurns)
 			if h != w || !strings.HasSuffix(w, "terminate") {
 				t.Errorf("socket actions %s; HTTP actions %s; want the same, ending in terminate", w, h)
 			}
@@ -427,7 +450,7 @@ func TestSocketCutStopsUpstream(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the upstream socket is still open 2s after the cut")
 	}
-	if evs := events(); len(evs) != 1 || evs[0].Cut == nil {
+	if evs := waitChatEvents(t, events, 1); len(evs) != 1 || evs[0].Cut == nil {
 		t.Errorf("chat events %+v; want one cut turn", evs)
 	}
 }
@@ -435,6 +458,9 @@ func TestSocketCutStopsUpstream(t *testing.T) {
 // TestSocketHangups: a client that drops its connection at any point, and an
 // upstream that resets, leave no goroutine behind.
 func TestSocketHangups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drops the connection at every point and waits out goroutine leaks: skipped under -short")
+	}
 	checkSocketLeaks(t)
 	for _, after := range []int{0, 1, 3, 5} {
 		up := startSocketUpstream(t, textTurn)

@@ -145,6 +145,9 @@ func serveCodedStream(t *testing.T, w http.ResponseWriter, r *http.Request, body
 // own shape; trim yields to holding when both are set. An upstream that
 // gzips its stream anyway gets the same, decoded (encoding_stream.go).
 func TestStreamOptionsMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("every stream option on every API: skipped under -short")
+	}
 	options := []struct {
 		name       string
 		trim, hold bool

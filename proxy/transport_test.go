@@ -130,6 +130,9 @@ func TestStaleConnectionAfterEachAnswer(t *testing.T) {
 // repeat is harmless (a safe method, an idempotency key); a POST that may
 // have started a generation, an upload or a batch is answered 502 instead.
 func TestReadRequestRetriedOnlyWhenReplayable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the crossed-close window on each case: skipped under -short")
+	}
 	tests := []struct {
 		name, method string
 		hdr          map[string]string
@@ -533,6 +536,9 @@ func TestUpstreamBodyReadsBufferedChunksTogether(t *testing.T) {
 // it runs, a relay that was busy longer than the timeout (a slow client)
 // still gets what arrived meanwhile, and silence ends the stream.
 func TestUpstreamBodyIdleTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out real idle timeouts: skipped under -short")
+	}
 	const idle = 300 * time.Millisecond
 	const chunk = "6\r\nevent\n\r\n"
 	for _, tt := range []struct {

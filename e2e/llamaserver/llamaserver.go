@@ -56,6 +56,9 @@ type Server struct {
 // /health answers 200 and registers its shutdown with tb.Cleanup.
 func Start(tb testing.TB, o Options) *Server {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("starts a real llama-server and runs a model: skipped under -short")
+	}
 	dir, err := findDir()
 	if err != nil {
 		if missingFails(os.Getenv) {
