@@ -13,12 +13,13 @@ import (
 
 	"github.com/loopguard/loopguard/agentrun"
 	"github.com/loopguard/loopguard/config"
+	"github.com/loopguard/loopguard/intercept"
 	"github.com/loopguard/loopguard/policy"
 )
 
 // runAgent is `loopguard run [-config FILE] [-proxy URL] [-upstream URL]
 // [-session ID] [-json FILE] [-max-tokens N] [-max-turns N] [-exit-on-stop]
-// -- COMMAND [ARGS]`. It exits with the command's exit code, or with
+// [-intercept=false] [-resolve HOST=URL]... -- COMMAND [ARGS]`. It exits with the command's exit code, or with
 // -exit-on-stop agentrun.ExitLoopDetected or ExitBudgetExceeded when
 // loopguard ended the run; 2 for a usage error, 1 when loopguard itself
 // cannot start, and as a shell does 127 when the command is not found and
@@ -35,8 +36,11 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxTurns := fs.Int("max-turns", 0, "end the run with BUDGET_EXCEEDED after this many model `calls` (0: the configured budget)")
 	exitOnStop := fs.Bool("exit-on-stop", false, fmt.Sprintf("exit %d when loopguard ended the run with LOOP_DETECTED, %d with BUDGET_EXCEEDED, instead of the command's exit code ([run] exit_on_stop)",
 		agentrun.ExitLoopDetected, agentrun.ExitBudgetExceeded))
+	icpt := fs.Bool("intercept", true, "intercept the agent's connections to the model hosts (README: interception); false: base-URL variables only")
+	resolve := intercept.Resolve{}
+	fs.Var(resolve, "resolve", "send what is meant for `HOST=URL`'s host to URL instead, intercepted or chosen as upstream (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: loopguard run [-config FILE] [-proxy URL] [-upstream URL] [-session ID] [-json FILE] [-max-tokens N] [-max-turns N] [-exit-on-stop] -- COMMAND [ARGS...]")
+		fmt.Fprintln(fs.Output(), "usage: loopguard run [-config FILE] [-proxy URL] [-upstream URL] [-session ID] [-json FILE] [-max-tokens N] [-max-turns N] [-exit-on-stop] [-intercept=false] [-resolve HOST=URL]... -- COMMAND [ARGS...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -85,18 +89,20 @@ func runAgent(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}()
 
 	sum, err := agentrun.Run(context.Background(), agentrun.Options{
-		Config:   cfg,
-		Upstream: *upstream,
-		ProxyURL: *proxyURL,
-		Session:  *session,
-		Command:  fs.Args(),
-		Env:      os.Environ(),
-		Stdin:    stdin,
-		Stdout:   stdout,
-		Stderr:   stderr,
-		Notices:  stderr,
-		Signals:  forward,
-		Budget:   policy.Budget{MaxTokens: *maxTokens, MaxTurns: *maxTurns},
+		Config:    cfg,
+		Upstream:  *upstream,
+		ProxyURL:  *proxyURL,
+		Session:   *session,
+		Command:   fs.Args(),
+		Env:       os.Environ(),
+		Stdin:     stdin,
+		Stdout:    stdout,
+		Stderr:    stderr,
+		Notices:   stderr,
+		Signals:   forward,
+		Budget:    policy.Budget{MaxTokens: *maxTokens, MaxTurns: *maxTurns},
+		Intercept: *icpt,
+		Resolve:   resolve,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "loopguard run: %v\n", err)

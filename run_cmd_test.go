@@ -23,7 +23,11 @@ func TestRunAgentCommand(t *testing.T) {
 	}{
 		{name: "the command's output and exit code", give: []string{"run", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"},
 			wantCode: 3, wantOut: "hi\n", wantErr: []string{"loopguard: session run-", "log: ", "oops\n", "0 model calls, exit code 3", "no loop seen"}},
-		{name: "the command sees the session's base URLs", give: []string{"run", "-session", "s-1", "--", "sh", "-c",
+		{name: "the command sees the proxy, the CA and only the base URLs it had", give: []string{"run", "-session", "s-2", "--", "sh", "-c",
+			`case "$HTTPS_PROXY $https_proxy $NO_PROXY" in "http://loopguard:"*"@127.0.0.1:"*" http://loopguard:"*" localhost,127.0.0.1,::1"*) ;; *) exit 9;; esac
+			grep -q "BEGIN CERTIFICATE" "$NODE_EXTRA_CA_CERTS" && test -z "$OPENAI_BASE_URL$ANTHROPIC_BASE_URL" || exit 8`},
+			wantCode: 0, wantErr: []string{"session s-2", "intercepting the model hosts through http://127.0.0.1:"}},
+		{name: "-intercept=false: the command sees the session's base URLs", give: []string{"run", "-intercept=false", "-session", "s-1", "--", "sh", "-c",
 			`case "$OPENAI_BASE_URL $ANTHROPIC_BASE_URL" in *"/s/s-1/v1 "*"/s/s-1") exit 0;; esac; exit 9`},
 			wantCode: 0, wantErr: []string{"session s-1"}},
 		{name: "a command killed by a signal", give: []string{"run", "--", "sh", "-c", "kill -TERM $$"},
@@ -78,5 +82,28 @@ func TestRunAgentJSON(t *testing.T) {
 		if !strings.Contains(string(b), w) {
 			t.Errorf("-json file misses %s:\n%s", w, b)
 		}
+	}
+}
+
+// TestRunAgentRemovesCA: the run's CA certificate is gone once the run
+// ends.
+func TestRunAgentRemovesCA(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	seen := filepath.Join(dir, "ca-path")
+	var stdout, stderr bytes.Buffer
+	if got := run([]string{"run", "--", "sh", "-c", `test -s "$NODE_EXTRA_CA_CERTS" && echo "$NODE_EXTRA_CA_CERTS" > ` + seen}, &stdout, &stderr); got != 0 {
+		t.Fatalf("run = %d\n%s", got, &stderr)
+	}
+	b, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := strings.TrimSpace(string(b))
+	if _, err := os.Stat(ca); !os.IsNotExist(err) {
+		t.Errorf("the run's CA file %s: %v; want it removed", ca, err)
+	}
+	if _, err := os.Stat(filepath.Dir(ca)); !os.IsNotExist(err) {
+		t.Errorf("the run's CA directory: %v; want it removed", err)
 	}
 }

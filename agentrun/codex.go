@@ -25,8 +25,8 @@ type Choice struct {
 // ChooseUpstreams picks each wire format's upstream: -upstream for all,
 // else what the base-URL variables held (OLLAMA_HOST for OpenAI traffic when
 // no OpenAI variable names one: Ollama answers /v1 and its own /api alike),
-// else the configuration's (anthropic_url, then url), else the vendor's
-// public API. One more step is for Codex: a command that is Codex signed in
+// else the configuration's (urls.<wire> or anthropic_url, then url for the
+// wires an OpenAI-style server also serves), else the vendor's public API. One more step is for Codex: a command that is Codex signed in
 // with ChatGPT, with no API key configured, gets the ChatGPT Codex backend
 // for OpenAI traffic unless -upstream or a base-URL variable named another.
 // The configuration file comes after it: it serves every agent, and a
@@ -41,6 +41,9 @@ func ChooseUpstreams(o Options, cfg proxy.UpstreamConfig) map[Wire]Choice {
 	out := map[Wire]Choice{}
 	for _, w := range upstreamWires {
 		configured, cfgKey := cfg.URL, "upstream.url"
+		if !wireapi.LookupWire(w).ServedByURL {
+			configured = ""
+		}
 		if u := cfg.WireURL(w); u != "" {
 			configured, cfgKey = u, "upstream.urls."+string(w)
 			if w == wireapi.AnthropicWire && cfg.URLs[string(w)] == "" {

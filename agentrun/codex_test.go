@@ -1,12 +1,12 @@
 package agentrun
 
 import (
-	"github.com/loopguard/loopguard/internal/wireapi"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/proxy"
 )
 

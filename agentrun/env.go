@@ -2,6 +2,7 @@ package agentrun
 
 import (
 	"net"
+	"net/url"
 	"path/filepath"
 	"strings"
 
@@ -79,19 +80,36 @@ func Upstreams(getenv func(string) string) map[Wire]string {
 // (http://127.0.0.1:PORT/s/<id>). Everything else, keys included, passes
 // through untouched.
 func Environ(env []string, base string) []string {
+	return environ(env, base, func(Variable) bool { return true })
+}
+
+// EnvironSet is Environ for an intercepted run: it points at base the
+// base-URL variables that env sets, and those of the wires whose vendor
+// host is not intercepted (intercepted says which are); the others stay
+// unset, so that each agent goes where it goes by itself, intercepted.
+func EnvironSet(env []string, base string, intercepted func(host string) bool) []string {
+	return environ(env, base, func(v Variable) bool {
+		u, err := url.Parse(PublicUpstream[v.Wire])
+		return err == nil && u.Hostname() != "" && !intercepted(u.Hostname())
+	})
+}
+
+// environ points at base the base-URL variables env sets, and adds those
+// that unset says to.
+func environ(env []string, base string, unset func(Variable) bool) []string {
 	base = strings.TrimRight(base, "/")
 	out := make([]string, 0, len(env)+len(Variables))
 	set := map[string]bool{}
 	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if v, ok := variable(name); ok {
+		name, val, _ := strings.Cut(kv, "=")
+		if v, ok := variable(name); ok && (strings.TrimSpace(val) != "" || unset(v)) {
 			set[name] = true
 			kv = name + "=" + v.url(base)
 		}
 		out = append(out, kv)
 	}
 	for _, v := range Variables {
-		if !set[v.Name] && !v.OnlyIfSet {
+		if !set[v.Name] && !v.OnlyIfSet && unset(v) {
 			out = append(out, v.Name+"="+v.url(base))
 		}
 	}
@@ -156,22 +174,33 @@ func Args(command []string, base string) []string {
 	return append([]string{command[0], "-c", opt}, command[1:]...)
 }
 
-// configFileAgents read their base URL only from their own config file; the
-// hint is the one setting to add there, %s standing for the URL with /v1.
+// configFileAgents read their base URL only from their own config file;
+// the hint is the setting to add there, %s standing for the session's URL
+// without /v1.
 var configFileAgents = map[string]string{
-	"opencode": `opencode reads its base URL from opencode.json; to guard it, set on your provider: "options": {"baseURL": "%s"}`,
-	"crush":    `crush reads its base URL from crush.json; to guard it, set on your provider: "base_url": "%s"`,
-	"pi":       `pi reads its base URL from ~/.pi/agent/models.json; to guard it, set on your provider: "baseUrl": "%s"`,
-	"cn":       `Continue (cn) reads its base URL from config.yaml; to guard it, set on your model: apiBase: %s`,
+	"opencode": `opencode reads its base URL from opencode.json; set on the provider: "options": {"baseURL": "%s/v1"}`,
+	"crush":    `crush reads its base URL from crush.json; set on the provider: "base_url": "%s/v1"`,
+	// pi hands its Anthropic and ChatGPT (openai-codex) providers' base
+	// URL to clients that add /v1 themselves.
+	"pi": `pi reads its base URL from ~/.pi/agent/models.json; set on the provider: "baseUrl": "%s/v1" ` +
+		`(OpenAI-compatible APIs) or "%s" (anthropic-messages, openai-codex-responses)`,
+	"cn": `Continue (cn) reads its base URL from config.yaml; set on the model: apiBase: %s/v1`,
 }
 
 // Hint returns the setting to add for command when it is an agent that reads
 // its base URL only from its config file, "" otherwise. base is as for
-// Environ.
-func Hint(command, base string) string {
+// Environ. In an intercepted run the agent's sign-ins and the providers on
+// the model hosts are guarded as they are: the hint is for a provider of
+// the user's own elsewhere.
+func Hint(command, base string, intercepting bool) string {
 	h, ok := configFileAgents[filepath.Base(command)]
 	if !ok {
 		return ""
 	}
-	return strings.Replace(h, "%s", strings.TrimRight(base, "/")+"/v1", 1)
+	h = strings.ReplaceAll(h, "%s", strings.TrimRight(base, "/"))
+	if intercepting {
+		name, _, _ := strings.Cut(h, " reads ")
+		return "interception guards " + name + " on the model hosts; for a provider elsewhere, " + h
+	}
+	return strings.Replace(h, "; set", "; to guard it, set", 1)
 }

@@ -1,11 +1,11 @@
 package agentrun
 
 import (
-	"github.com/loopguard/loopguard/internal/wireapi"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/proxy"
 )
 
@@ -127,18 +127,29 @@ func TestChooseUpstreams(t *testing.T) {
 }
 
 func TestHint(t *testing.T) {
-	tests := []struct{ command, want string }{
-		{"opencode", `"baseURL": "` + base + `/v1"`},
-		{"/usr/local/bin/crush", `"base_url": "` + base + `/v1"`},
-		{"pi", `"baseUrl": "` + base + `/v1"`},
-		{"cn", `apiBase: ` + base + `/v1`},
-		{"claude", ""},
-		{"aider", ""},
+	tests := []struct {
+		command      string
+		intercepting bool
+		want         []string
+	}{
+		{"opencode", false, []string{`to guard it, set`, `"baseURL": "` + base + `/v1"`}},
+		{"/usr/local/bin/crush", false, []string{`"base_url": "` + base + `/v1"`}},
+		// pi's Anthropic and ChatGPT providers add /v1 themselves.
+		{"pi", false, []string{`"baseUrl": "` + base + `/v1" (OpenAI-compatible APIs)`, `"` + base + `" (anthropic-messages, openai-codex-responses)`}},
+		{"cn", false, []string{`apiBase: ` + base + `/v1`}},
+		{"opencode", true, []string{`interception guards opencode on the model hosts; for a provider elsewhere, opencode reads its base URL from opencode.json`, `"baseURL": "` + base + `/v1"`}},
+		{"claude", false, nil},
+		{"aider", true, nil},
 	}
 	for _, tt := range tests {
-		got := Hint(tt.command, base)
-		if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
-			t.Errorf("Hint(%q) = %q; want %q in it", tt.command, got, tt.want)
+		got := Hint(tt.command, base, tt.intercepting)
+		if tt.want == nil && got != "" {
+			t.Errorf("Hint(%q, %v) = %q; want none", tt.command, tt.intercepting, got)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("Hint(%q, %v) = %q; want %q in it", tt.command, tt.intercepting, got, w)
+			}
 		}
 	}
 }
@@ -155,5 +166,36 @@ func TestArgs(t *testing.T) {
 		if got := Args(tt.give, base); !slices.Equal(got, tt.want) {
 			t.Errorf("Args(%q) = %q; want %q", tt.give, got, tt.want)
 		}
+	}
+}
+
+// TestGeminiUpstreams: Gemini CLI's two wires reach Google's hosts unless
+// their own variable or urls.<wire> names another; the configuration's url
+// (an OpenAI-style server) never serves them. Both variables point at the
+// session's URL without /v1: Gemini CLI appends /v1beta/... and
+// /v1internal:... itself.
+func TestGeminiUpstreams(t *testing.T) {
+	cfg := proxy.UpstreamConfig{URL: "http://vllm:8000/v1"}
+	got := ChooseUpstreams(Options{}, cfg)
+	if got[wireapi.GeminiWire].URL != "https://generativelanguage.googleapis.com" || got[wireapi.CodeAssistWire].URL != "https://cloudcode-pa.googleapis.com" {
+		t.Errorf("ChooseUpstreams with url set = %+v; want Google's hosts for gemini and code_assist", got)
+	}
+	env := []string{"GOOGLE_GEMINI_BASE_URL=http://gw:4000", "CODE_ASSIST_ENDPOINT=http://ca:1"}
+	got = ChooseUpstreams(Options{Env: env}, cfg)
+	if got[wireapi.GeminiWire].URL != "http://gw:4000" || got[wireapi.CodeAssistWire].URL != "http://ca:1" {
+		t.Errorf("ChooseUpstreams with the variables = %+v", got)
+	}
+	cfg.URLs = map[string]string{"gemini": "http://cfg-gemini:1"}
+	if got = ChooseUpstreams(Options{}, cfg); got[wireapi.GeminiWire].URL != "http://cfg-gemini:1" ||
+		got[wireapi.GeminiWire].Reason != "the configuration's upstream.urls.gemini" {
+		t.Errorf("ChooseUpstreams with urls.gemini = %+v", got[wireapi.GeminiWire])
+	}
+	vars := map[string]string{}
+	for _, kv := range Environ(nil, "http://127.0.0.1:9/s/run1") {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	if vars["GOOGLE_GEMINI_BASE_URL"] != "http://127.0.0.1:9/s/run1" || vars["CODE_ASSIST_ENDPOINT"] != "http://127.0.0.1:9/s/run1" {
+		t.Errorf("Environ: GOOGLE_GEMINI_BASE_URL %q, CODE_ASSIST_ENDPOINT %q", vars["GOOGLE_GEMINI_BASE_URL"], vars["CODE_ASSIST_ENDPOINT"])
 	}
 }

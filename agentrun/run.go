@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loopguard/loopguard/intercept"
 	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/loopguard/loopguard/proxy"
@@ -57,6 +58,13 @@ type Options struct {
 	// Budget, when not zero, is the run's own session budget (-max-tokens,
 	// -max-turns): it wins over the configured ones.
 	Budget policy.Budget
+	// Intercept sends the agent through a forward proxy of the run's
+	// loopguard, which intercepts its connections to the model hosts
+	// (intercept.Hosts). Unused with ProxyURL.
+	Intercept bool
+	// Resolve sends what is meant for its hosts elsewhere: intercepted
+	// connections, and the upstreams chosen.
+	Resolve intercept.Resolve
 }
 
 // Run runs the command under loopguard and returns the run's summary. The
@@ -103,7 +111,11 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	}
 	sessionURL := g.base + "/s/" + id
 	fmt.Fprintf(o.Notices, "loopguard: session %s at %s; log: %s\n", id, sessionURL, logPath)
-	if len(g.upstreams) > 0 {
+	// Intercepted, the upstreams serve only base URLs that were set or an
+	// upstream that was named; without either they serve nothing.
+	fromEnv := Upstreams(lookupEnv(o.Env))
+	baseURLs := g.fp == nil || upstreamNamed(o) || len(fromEnv) > 0
+	if len(g.upstreams) > 0 && baseURLs {
 		fmt.Fprintf(o.Notices, "loopguard: upstream %s (%s: %s)", redact(g.upstreams[wireapi.OpenAI]),
 			wireapi.OpenAI, g.choices[wireapi.OpenAI].Reason)
 		for _, w := range upstreamWires[1:] {
@@ -111,18 +123,35 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 		fmt.Fprintln(o.Notices)
 	}
-	if h := Hint(o.Command[0], sessionURL); h != "" {
+	if g.fp != nil {
+		fmt.Fprintf(o.Notices, "loopguard: intercepting the model hosts through %s (CA %s); -intercept=false turns it off\n",
+			redactProxy(g.proxyURL), g.ca.extra)
+	}
+	if h := Hint(o.Command[0], sessionURL, g.fp != nil); h != "" {
 		fmt.Fprintf(o.Notices, "loopguard: %s\n", h)
 	}
 
-	o.Command = Args(o.Command, sessionURL)
-	code, err := runCommand(ctx, o, Environ(o.Env, sessionURL))
+	env := Environ(o.Env, sessionURL)
+	if g.fp != nil && !upstreamNamed(o) {
+		// Each agent goes where it goes by itself, intercepted; only a
+		// base URL the user set is pointed at loopguard.
+		env = EnvironSet(o.Env, sessionURL, g.intercepts)
+	}
+	if g.fp == nil || upstreamNamed(o) || fromEnv[wireapi.OpenAI] != "" {
+		// Codex reads no base-URL variable: the one it would be sent
+		// to is given on its command line.
+		o.Command = Args(o.Command, sessionURL)
+	}
+	if g.fp != nil {
+		env = interceptEnviron(env, g.proxyURL, g.ca, g.hosts)
+	}
+	code, err := runCommand(ctx, o, env)
 	if err != nil {
 		return Summary{}, err
 	}
 	log.Info().Int("exit_code", code).Msg("command ended")
 	sum := Summary{Session: id, ExitCode: code, Loops: []Loop{}, Log: logPath}
-	if c, ok := g.choices[wireapi.OpenAI]; ok {
+	if c, ok := g.choices[wireapi.OpenAI]; ok && baseURLs {
 		sum.Upstream, sum.UpstreamReason = redact(c.URL), c.Reason
 	}
 	d, seen, err := g.record(ctx)
@@ -148,14 +177,30 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	return sum, nil
 }
 
+// upstreamNamed reports an upstream the user named (-upstream, the
+// configuration): every agent is sent there through its base URL, as
+// without interception.
+func upstreamNamed(o Options) bool {
+	u := o.Config.Upstream
+	return o.Upstream != "" || u.URL != "" || u.AnthropicURL != "" || len(u.URLs) > 0
+}
+
 // guard is the loopguard a run goes through.
 type guard struct {
 	id, base   string
 	adminToken string
 	srv        *proxy.Server
 	served     chan error
+	serving    int // Serve calls that send to served
 	upstreams  map[Wire]string
 	choices    map[Wire]Choice // upstreams, with why each was chosen
+	// fp is the forward proxy of an intercepted run, at proxyURL; hosts
+	// are the hosts it intercepts, ca the files of its CA, in caDir.
+	fp       *intercept.Proxy
+	proxyURL string
+	hosts    []string
+	ca       caFiles
+	caDir    string
 }
 
 // start serves an in-process loopguard on a free loopback port.
@@ -164,6 +209,8 @@ func (g *guard) start(o Options, log zerolog.Logger) error {
 	g.choices = ChooseUpstreams(o, cfg.Upstream)
 	g.upstreams = map[Wire]string{}
 	for w, c := range g.choices {
+		c.URL = o.Resolve.Rewrite(c.URL)
+		g.choices[w] = c
 		g.upstreams[w] = c.URL
 	}
 	cfg.Upstream.URL = g.upstreams[wireapi.OpenAI]
@@ -178,17 +225,30 @@ func (g *guard) start(o Options, log zerolog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
-	srv, err := proxy.New(cfg, log)
+	var opts []proxy.Option
+	if o.Intercept {
+		icpt, err := g.startIntercept(o, cfg, log)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, icpt)
+	}
+	srv, err := proxy.New(cfg, log, opts...)
 	if err != nil {
+		g.stopIntercept()
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
+		g.stopIntercept()
 		return fmt.Errorf("listen: %w", err)
 	}
-	g.srv, g.served = srv, make(chan error, 1)
-	go func() { g.served <- srv.Serve(ln) }()
+	g.srv, g.served = srv, make(chan error, 2)
+	g.serve(ln)
+	if g.fp != nil {
+		g.serve(g.fp.Intercepted())
+	}
 	g.base = "http://" + ln.Addr().String()
 	ev := log.Info().Str("listen", ln.Addr().String()).Str("upstream", redact(cfg.Upstream.URL))
 	for w, u := range cfg.Upstream.URLs {
@@ -202,12 +262,22 @@ func (g *guard) start(o Options, log zerolog.Logger) error {
 func (g *guard) stop(grace time.Duration, log zerolog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	// The agent has ended: its tunnels and handshakes go first.
+	g.stopIntercept()
 	if err := g.srv.Shutdown(ctx); err != nil {
 		log.Warn().Err(err).Msg("shutdown did not finish within the grace period")
 	}
-	if err := <-g.served; err != nil {
-		log.Error().Err(err).Msg("serve failed")
+	for ; g.serving > 0; g.serving-- {
+		if err := <-g.served; err != nil {
+			log.Error().Err(err).Msg("serve failed")
+		}
 	}
+}
+
+// serve serves ln with the in-process loopguard until stop.
+func (g *guard) serve(ln net.Listener) {
+	g.serving++
+	go func() { g.served <- g.srv.Serve(ln) }()
 }
 
 func lookupEnv(env []string) func(string) string {

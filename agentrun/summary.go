@@ -23,6 +23,12 @@ type Summary struct {
 	// Calls counts the model calls loopguard saw (chat, Responses and
 	// Anthropic requests).
 	Calls int `json:"model_calls"`
+	// Answered, Refused and FailedUpstream count the model calls by how
+	// they ended: answered (loopguard's own answers included), refused by
+	// the upstream (4xx), failed upstream (5xx, or no answer).
+	Answered       int `json:"answered"`
+	Refused        int `json:"refused"`
+	FailedUpstream int `json:"failed_upstream"`
 	// Loops are the loops seen, in order: every request whose history showed
 	// a loop, and every answer cut short. The record keeps the session's
 	// last observe.DefaultTimeline entries; Detections counts them all.
@@ -138,6 +144,7 @@ func (g *guard) setBudget(ctx context.Context, b policy.Budget) error {
 func fill(sum *Summary, d *sessionDetail) {
 	s := &d.Session
 	sum.Calls, sum.Detections, sum.Interventions = s.Requests, s.Detections, s.Interventions
+	sum.Answered, sum.Refused, sum.FailedUpstream = s.Answered, s.Refused, s.Failed
 	sum.Tokens, sum.LoopTokens = s.Tokens, s.LoopTokens
 	var last *observe.Entry
 	for i := range d.Timeline {
@@ -204,7 +211,7 @@ func action(e *observe.Entry) string {
 // Print writes the summary for people, a few lines.
 func (s *Summary) Print(w io.Writer) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "loopguard: session %s: %d model calls, exit code %d\n", s.Session, s.Calls, s.ExitCode)
+	fmt.Fprintf(&b, "loopguard: session %s: %d model calls%s, exit code %d\n", s.Session, s.Calls, s.ended(), s.ExitCode)
 	if len(s.Loops) == 0 {
 		b.WriteString("loopguard: no loop seen\n")
 	}
@@ -238,4 +245,22 @@ func (s *Summary) Print(w io.Writer) {
 		fmt.Fprintf(&b, "loopguard: timeline: %s\n", s.Timeline)
 	}
 	_, _ = io.WriteString(w, b.String())
+}
+
+// ended says how the model calls ended, " (4 answered, 2 failed upstream)",
+// leaving out the ways none did; "" for a run without calls.
+func (s *Summary) ended() string {
+	var parts []string
+	for _, n := range []struct {
+		count int
+		how   string
+	}{{s.Answered, "answered"}, {s.Refused, "refused"}, {s.FailedUpstream, "failed upstream"}} {
+		if n.count > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n.count, n.how))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -22,18 +22,8 @@ import (
 // a future exp and a recent last_refresh so that no refresh is attempted.
 func chatgptAuthFile(t *testing.T, home, account string) {
 	t.Helper()
-	seg := func(v any) string {
-		b, _ := json.Marshal(v)
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
 	now := time.Now()
-	jwt := seg(map[string]string{"alg": "none", "typ": "JWT"}) + "." + seg(map[string]any{
-		"email": "e2e@example.com",
-		"exp":   now.Add(24 * time.Hour).Unix(),
-		"iat":   now.Unix(),
-		"https://api.openai.com/auth": map[string]string{
-			"chatgpt_plan_type": "plus", "chatgpt_account_id": account, "chatgpt_user_id": "user-e2e"},
-	}) + "." + seg("unsigned") // Codex wants a signature segment, not an empty one
+	jwt := chatgptJWT(account)
 	auth := map[string]any{
 		"auth_mode":      "chatgpt",
 		"OPENAI_API_KEY": nil,
@@ -46,13 +36,32 @@ func chatgptAuthFile(t *testing.T, home, account string) {
 	}
 }
 
+// chatgptJWT is an unsigned access token of a ChatGPT sign-in to account,
+// valid for a day: the claims clients read without verifying them.
+func chatgptJWT(account string) string {
+	seg := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	now := time.Now().Truncate(time.Hour) // one token for a test's runs
+	return seg(map[string]string{"alg": "none", "typ": "JWT"}) + "." + seg(map[string]any{
+		"email": "e2e@example.com",
+		"exp":   now.Add(24 * time.Hour).Unix(),
+		"iat":   now.Unix(),
+		"https://api.openai.com/auth": map[string]string{
+			"chatgpt_plan_type": "plus", "chatgpt_account_id": account, "chatgpt_user_id": "user-e2e"},
+	}) + "." + seg("unsigned") // Codex wants a signature segment, not an empty one
+}
+
 // TestRunCodexSignedInWithChatGPT runs the real Codex CLI signed in with
 // ChatGPT under `loopguard run`, against the fake serving the ChatGPT Codex
-// backend's path, over both of its transports: its default, the Responses
-// WebSocket (the upgrade carries its account header and token), and HTTP
-// when the upgrade is refused, where it sends its turns zstd-coded.
-// loopguard reads them either way: a looping session ends with
-// LOOP_DETECTED and a healthy one is untouched.
+// backend's path, by both routes: intercepted (Codex goes to chatgpt.com by
+// itself, which -resolve sends to the fake: its workspace check and model
+// list too) and through its base URL (-upstream); over both of its
+// transports: its default, the Responses WebSocket (the upgrade carries its
+// account header and token), and HTTP when the upgrade is refused, where it
+// sends its turns zstd-coded. loopguard reads them either way: a looping
+// session ends with LOOP_DETECTED and a healthy one is untouched.
 func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 	bin := os.Getenv("LOOPGUARD_E2E_CODEX")
 	if bin == "" {
@@ -61,12 +70,19 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 	loopguard, _ := buildRunBinaries(t)
 	const account = "acct_e2e"
 	const backend = "/backend-api/codex"
-	for _, tc := range []struct {
-		transport string
-		looping   bool
-	}{{"websocket", false}, {"websocket", true}, {"http", false}, {"http", true}} {
+	type run struct {
+		route, transport string
+		looping          bool
+	}
+	var runs []run
+	for _, route := range []string{"intercepted", "base-url"} {
+		for _, transport := range []string{"websocket", "http"} {
+			runs = append(runs, run{route, transport, false}, run{route, transport, true})
+		}
+	}
+	for _, tc := range runs {
 		looping := tc.looping
-		t.Run(tc.transport+"/"+map[bool]string{false: "healthy", true: "looping"}[looping], func(t *testing.T) {
+		t.Run(tc.route+"/"+tc.transport+"/"+map[bool]string{false: "healthy", true: "looping"}[looping], func(t *testing.T) {
 			answer := fakellm.ResponsesAnswer{Text: "The build passes."}
 			if looping {
 				answer = loopAnswerResponses
@@ -77,6 +93,14 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 				// server before its first turn.
 				{Match: func(r *fakellm.Request) bool { return strings.HasPrefix(r.Path, "/backend-api/ps/") },
 					Response: fakellm.Response{Raw: []byte(`{"detail":"Not Found"}`), Status: http.StatusNotFound}},
+				// Its workspace check, which ChatGPT answers with the
+				// accounts the token may use; Codex starts no session
+				// without it.
+				{Match: func(r *fakellm.Request) bool { return r.Path == "/backend-api/wham/accounts/check" },
+					Response: fakellm.Response{Raw: []byte(`{"accounts":[{"id":"` + account + `","account_id":"` + account +
+						`","name":"Personal","structure":"personal","plan_type":"plus","is_deactivated":false,"can_access_with_session":true,` +
+						`"workspace_backend_origin":"https://chatgpt.com","account_routing_override":"NO_CONSTRAINT"}],` +
+						`"account_ordering":["` + account + `"],"default_account_id":"` + account + `"}`)}},
 				fakellm.ResponsesRule(func(*fakellm.Request) fakellm.ResponsesAnswer { return answer }),
 			}
 			if tc.transport == "http" {
@@ -93,21 +117,17 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 			jsonPath := filepath.Join(home, "summary.json")
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			args := []string{"run", "-json", jsonPath, "-upstream", fake.URL() + backend, "--", bin,
-				"exec", "--skip-git-repo-check", "--ephemeral", "-m", "fake-model", "-C", home,
+			codexArgs := []string{bin, "exec", "--skip-git-repo-check", "--ephemeral", "-m", "fake-model", "-C", home}
+			args := []string{"run", "-json", jsonPath, "-resolve", "chatgpt.com=" + fake.URL(), "--"}
+			if tc.route == "base-url" {
+				args = []string{"run", "-json", jsonPath, "-upstream", fake.URL() + backend, "--"}
 				// Its plugin and account calls stay on the fake too.
-				"-c", `chatgpt_base_url="` + fake.URL() + `/backend-api/"`,
-				"Make the build pass."}
+				codexArgs = append(codexArgs, "-c", `chatgpt_base_url="`+fake.URL()+`/backend-api/"`)
+			}
+			args = append(append(args, codexArgs...), "Make the build pass.")
 			cmd := exec.CommandContext(ctx, loopguard, args...)
 			cmd.WaitDelay = 10 * time.Second
-			var env []string
-			for _, kv := range os.Environ() {
-				name, _, _ := strings.Cut(kv, "=")
-				if name != "OPENAI_API_KEY" && name != "CODEX_API_KEY" && name != "OPENAI_BASE_URL" {
-					env = append(env, kv)
-				}
-			}
-			cmd.Env = append(env, "CODEX_HOME="+home, "HOME="+home, "TMPDIR="+home)
+			cmd.Env = append(signedInEnv(), "CODEX_HOME="+home, "HOME="+home, "TMPDIR="+home)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -188,7 +208,7 @@ func TestRunCodexSignedInWithChatGPT(t *testing.T) {
 			if sum.Calls != want || sum.ExitCode != 0 || sum.LoopDetected != looping {
 				t.Fatalf("summary %s; want %d model calls, exit code 0, LOOP_DETECTED %v", b, want, looping)
 			}
-			if !strings.Contains(stderr.String(), "loopguard: upstream "+fake.URL()+backend+": -upstream") {
+			if tc.route == "base-url" && !strings.Contains(stderr.String(), "loopguard: upstream "+fake.URL()+backend+": -upstream") {
 				t.Errorf("the summary does not name the upstream and why")
 			}
 		})

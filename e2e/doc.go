@@ -5,7 +5,7 @@
 // bytes each side saw. llama_test.go does the same in front of llama.cpp's
 // real llama-server (started by e2e/llamaserver). `loopguard run` is driven
 // with a small agent of its own (testdata/runagent) and, when their binaries
-// are named (LOOPGUARD_E2E_CODEX, LOOPGUARD_E2E_CLAUDE, LOOPGUARD_E2E_QWEN:
-// Codex CLI, Claude Code and Qwen Code from npm), with real agent CLIs,
-// headless and offline. The package has no non-test code.
+// are named (the LOOPGUARD_E2E_* variables docs/testing.md lists), with real
+// agent CLIs from npm, headless and offline, in the sign-ins their users
+// use. The package has no non-test code.
 package e2e

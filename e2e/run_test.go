@@ -65,16 +65,19 @@ type runSummary struct {
 	Session  string `json:"session"`
 	ExitCode int    `json:"exit_code"`
 	Calls    int    `json:"model_calls"`
+	Answered int    `json:"answered"`
 	Loops    []struct {
 		Turn     int    `json:"turn"`
 		Category string `json:"category"`
 		Action   string `json:"action"`
 	} `json:"loops"`
-	LoopDetected bool                        `json:"ended_with_loop_detected"`
-	Tokens       struct{ Input, Output int } `json:"tokens"`
-	LoopTokens   struct{ Input, Output int } `json:"loop_tokens"`
-	Timeline     string                      `json:"timeline"`
-	Log          string                      `json:"log"`
+	Detections    int                         `json:"detections"`
+	Interventions int                         `json:"interventions"`
+	LoopDetected  bool                        `json:"ended_with_loop_detected"`
+	Tokens        struct{ Input, Output int } `json:"tokens"`
+	LoopTokens    struct{ Input, Output int } `json:"loop_tokens"`
+	Timeline      string                      `json:"timeline"`
+	Log           string                      `json:"log"`
 }
 
 // TestRunGuardsOneAgentRun runs a real child process under `loopguard run`,
@@ -370,4 +373,46 @@ func startRunUntil(ctx context.Context, t *testing.T, loopguard string, env []st
 		t.Fatalf("agent said %q, %v; want %s", line, err, want)
 	}
 	return cmd, stderr
+}
+
+// TestRunResolve: with no base URL set, an agent's calls to the vendors'
+// hosts reach where -resolve sends them, and are guarded in the run's
+// session, whichever way they came: intercepted (Go's client trusts the
+// run's CA through SSL_CERT_FILE and goes through HTTPS_PROXY), or, with
+// -intercept=false, through the base URLs to the upstreams loopguard chose
+// (the vendors' APIs), which -resolve sends there too.
+func TestRunResolve(t *testing.T) {
+	loopguard, agent := buildRunBinaries(t)
+	for _, intercepting := range []bool{true, false} {
+		t.Run(fmt.Sprintf("intercept=%v", intercepting), func(t *testing.T) {
+			openai := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: fakellm.Response{Content: "hi"}}}})
+			anthropic := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return fakellm.AnthropicAnswer{Text: "hi"} })}})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, loopguard, "run", fmt.Sprintf("-intercept=%v", intercepting), "-session", "resolve-1",
+				"-resolve", "api.openai.com="+openai.URL(), "-resolve", "api.anthropic.com="+anthropic.URL(), "--", agent, "-both")
+			cmd.Env = append(signedInEnv(), "TMPDIR="+t.TempDir(), "OPENAI_API_KEY=sk-e2e")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("loopguard run: %v\nstderr:\n%s", err, &stderr)
+			}
+			if got := stdout.String(); got != "status: 200\nstatus: 200\ncalls: 2\nsessions: resolve-1\n" {
+				t.Fatalf("agent output:\n%s\nstderr:\n%s", got, &stderr)
+			}
+			for _, tt := range []struct {
+				fake *fakellm.Server
+				want string
+			}{{openai, "/v1/chat/completions"}, {anthropic, "/v1/messages"}} {
+				reqs := tt.fake.Requests()
+				if len(reqs) != 1 || reqs[0].Path != tt.want {
+					t.Fatalf("%s saw %d requests (%v); want one %s\nstderr:\n%s", tt.fake.URL(), len(reqs), reqs, tt.want, &stderr)
+				}
+			}
+			if !strings.Contains(stderr.String(), "session resolve-1: 2 model calls (2 answered)") {
+				t.Fatalf("stderr summary:\n%s", &stderr)
+			}
+		})
+	}
 }

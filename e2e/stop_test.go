@@ -121,8 +121,8 @@ func TestRunRealAgentsStop(t *testing.T) {
 			t.Logf("skipping %s: set %s to its binary", a.name, a.env)
 			continue
 		}
-		if a.login != nil {
-			continue // the same binary as another entry; its sign-in changes no stop
+		if a.login != nil || a.resolve != nil {
+			continue // the same binary as another entry; its sign-in or route changes no stop
 		}
 		if loopguard == "" {
 			loopguard, _ = buildRunBinaries(t)

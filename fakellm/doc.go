@@ -1,7 +1,8 @@
 // Package fakellm is a scripted, in-process LLM server that speaks the wire
 // dialects of the servers loopguard fronts: OpenAI, vLLM, llama.cpp and
-// Ollama chat completions, plus raw bytes for anything else (Responses,
-// Anthropic Messages, broken streams).
+// Ollama chat completions; Responses, Anthropic Messages, Ollama's own API,
+// Gemini and Code Assist by their rules; raw bytes for anything else
+// (broken streams).
 //
 // A Server plays a Script: chat completion requests get the script's
 // responses in order, or the first Rule whose matcher accepts the request.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -20,14 +21,15 @@ import (
 // the wrapping member's path prefix: "" for Gemini, "request." for Code
 // Assist. A part has no "type": Gemini refuses unknown fields.
 
-// GeminiWrap is the member Code Assist wraps requests and answers in.
-const GeminiWrap = "request"
+// codeAssist is the registry's entry of Code Assist, whose members wrap
+// Gemini's requests and answers.
+var codeAssist = wireapi.Lookup(wireapi.CodeAssist)
 
-// geminiPrefix is the path prefix of the request's members: wrap's
-// (GeminiWrap), or none.
+// geminiPrefix is the path prefix of the request's members: the wrapping
+// member's, or none.
 func geminiPrefix(wrapped bool) string {
 	if wrapped {
-		return GeminiWrap + "."
+		return codeAssist.Wrap + "."
 	}
 	return ""
 }
@@ -38,11 +40,10 @@ func geminiPrefix(wrapped bool) string {
 // configured for the request's model (see InsertGemini). On error the
 // caller sends the original body (fail open); body is not modified.
 func (in *Injector) ApplyGemini(body []byte, e Edit, wrapped bool) (Result, error) {
-	prefix := geminiPrefix(wrapped)
 	return in.applyTexts(body, e, func(b []byte, calls []inspect.CallRef) ([]byte, Collapsed, error) {
 		return in.CollapseGemini(b, calls, wrapped)
 	}, func(b []byte, p Placement, text string) ([]byte, Placement, error) {
-		return insertGemini(b, p, text, prefix)
+		return InsertGemini(b, p, text, wrapped)
 	})
 }
 
@@ -282,9 +283,15 @@ type GeminiForm struct {
 	Model string
 }
 
-// Gemini's error status for a LOOP_DETECTED error answer: a precondition
-// of the request (the agent's history) failed, which clients do not retry.
-const geminiLoopStatus = "FAILED_PRECONDITION"
+// Gemini's error statuses for loopguard's error answers. LOOP_DETECTED: a
+// precondition of the request (the agent's history) failed, which clients
+// do not retry. BUDGET_EXCEEDED: the session's quota is spent, Google's
+// RESOURCE_EXHAUSTED; the HTTP status stays Config.ErrorStatus, not the
+// 429 Google pairs it with, which clients retry.
+const (
+	geminiLoopStatus   = "FAILED_PRECONDITION"
+	geminiBudgetStatus = "RESOURCE_EXHAUSTED"
+)
 
 // TerminateGemini is Terminate for a Gemini request: HTTP 200 with one
 // answer whose model content is a text part starting with LOOP_DETECTED:
@@ -292,17 +299,25 @@ const geminiLoopStatus = "FAILED_PRECONDITION"
 // Assist; for streamGenerateContent that answer as the one event of an
 // event stream (alt=sse) or the one element of a JSON array. With
 // terminate_as = "error" it is Google's error shape {"error":{"code",
-// "message","status"}} with Config.ErrorStatus.
+// "message","status"}} with Config.ErrorStatus, its status
+// FAILED_PRECONDITION (RESOURCE_EXHAUSTED for l.Budget). With l.Budget the
+// text is BUDGET_EXCEEDED's.
 func (in *Injector) TerminateGemini(body []byte, l Loop, f GeminiForm) (Response, error) {
 	content, err := in.TerminateText(l)
 	if err != nil {
 		return Response{}, err
 	}
 	if in.cfg.TerminateAs == AsError {
+		status := geminiLoopStatus
+		if l.Budget != nil {
+			status = geminiBudgetStatus
+		}
 		b := append([]byte(`{"error":{"code":`), strconv.Itoa(in.cfg.ErrorStatus)...)
 		b = append(b, `,"message":`...)
 		b = rawjson.AppendQuote(b, content)
-		b = append(b, `,"status":"`+geminiLoopStatus+`"}}`...)
+		b = append(b, `,"status":"`...)
+		b = append(b, status...)
+		b = append(b, `"}}`...)
 		return in.errorAnswer(b), nil
 	}
 	model := f.Model
@@ -332,6 +347,9 @@ type GeminiChunk struct {
 	Text string
 	// FinishReason is the candidate's finishReason ("STOP", "MAX_TOKENS").
 	FinishReason string
+	// FinishMessage, when set, is the candidate's finishMessage: why the
+	// answer ended, in words.
+	FinishMessage string
 	// PromptTokens and OutputTokens are the usageMetadata's counts.
 	PromptTokens, OutputTokens int
 	Model, ResponseID          string
@@ -342,7 +360,9 @@ type GeminiChunk struct {
 // Append appends c as one JSON object.
 func (c GeminiChunk) Append(b []byte) []byte {
 	if c.Wrapped {
-		b = append(b, `{"response":`...)
+		b = append(b, '{')
+		b = rawjson.AppendQuote(b, codeAssist.AnswerWrap)
+		b = append(b, ':')
 	}
 	b = append(b, `{"candidates":[{"content":{"role":"model","parts":[`...)
 	if c.Text != "" {
@@ -352,6 +372,10 @@ func (c GeminiChunk) Append(b []byte) []byte {
 	}
 	b = append(b, `]},"finishReason":`...)
 	b = rawjson.AppendQuote(b, c.FinishReason)
+	if c.FinishMessage != "" {
+		b = append(b, `,"finishMessage":`...)
+		b = rawjson.AppendQuote(b, c.FinishMessage)
+	}
 	b = append(b, `,"index":0}],"usageMetadata":{"promptTokenCount":`...)
 	b = strconv.AppendInt(b, int64(c.PromptTokens), 10)
 	b = append(b, `,"candidatesTokenCount":`...)
@@ -387,12 +411,14 @@ func AppendGeminiEvent(b []byte, c GeminiChunk, sse bool) []byte {
 
 // AppendGeminiCut appends the end of a cut Gemini stream: in an event
 // stream a comment ": loopguard cut category=..." and the last chunk; in a
-// JSON array the last element and the closing bracket (an array has no
-// comments). The proxy then closes the upstream connection.
+// JSON array, which has no comments, the last element and the closing
+// bracket. The last chunk's finishMessage says the same. The proxy then
+// closes the upstream connection.
 func AppendGeminiCut(b []byte, category string, c GeminiChunk, sse bool) []byte {
+	c.FinishMessage = "loopguard cut category=" + strings.TrimSpace(category)
 	if sse {
-		b = append(b, ": loopguard cut category="...)
-		b = append(b, strings.TrimSpace(category)...)
+		b = append(b, ": "...)
+		b = append(b, c.FinishMessage...)
 		b = append(b, "\r\n\r\n"...)
 	}
 	return AppendGeminiEvent(b, c, sse)

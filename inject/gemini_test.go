@@ -165,13 +165,21 @@ func TestTerminateGemini(t *testing.T) {
 		})
 	}
 	in = stableInjector(t, Config{TerminateAs: AsError})
-	res, err := in.TerminateGemini(nil, l, GeminiForm{Stream: true, SSE: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e := gjson.GetBytes(res.Body, "error"); res.Status < 400 || e.Get("code").Int() != int64(res.Status) ||
-		e.Get("status").String() != geminiLoopStatus || !strings.HasPrefix(e.Get("message").String(), "LOOP_DETECTED") {
-		t.Errorf("error answer %d %s", res.Status, res.Body)
+	for _, tt := range []struct {
+		l              Loop
+		status, prefix string
+	}{
+		{l, "FAILED_PRECONDITION", "LOOP_DETECTED"},
+		{Loop{Budget: &Budget{Kind: "tokens", Used: 120, Limit: 100}}, "RESOURCE_EXHAUSTED", "BUDGET_EXCEEDED:"},
+	} {
+		res, err := in.TerminateGemini(nil, tt.l, GeminiForm{Stream: true, SSE: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := gjson.GetBytes(res.Body, "error"); res.Status != DefaultErrorStatus || e.Get("code").Int() != int64(res.Status) ||
+			e.Get("status").String() != tt.status || !strings.HasPrefix(e.Get("message").String(), tt.prefix) {
+			t.Errorf("%s error answer %d %s; want %d, status %s", tt.prefix, res.Status, res.Body, DefaultErrorStatus, tt.status)
+		}
 	}
 }
 
@@ -179,7 +187,7 @@ func TestAppendGeminiCut(t *testing.T) {
 	c := GeminiChunk{FinishReason: "STOP", Model: "m", OutputTokens: 3, Wrapped: true}
 	got := string(AppendGeminiCut(nil, "token_degeneration", c, true))
 	want := ": loopguard cut category=token_degeneration\r\n\r\n" +
-		`data: {"response":{"candidates":[{"content":{"role":"model","parts":[]},"finishReason":"STOP","index":0}],` +
+		`data: {"response":{"candidates":[{"content":{"role":"model","parts":[]},"finishReason":"STOP","finishMessage":"loopguard cut category=token_degeneration","index":0}],` +
 		`"usageMetadata":{"promptTokenCount":0,"candidatesTokenCount":3,"totalTokenCount":3},"modelVersion":"m"}}` + "\r\n\r\n"
 	if got != want {
 		t.Errorf("AppendGeminiCut(sse) =\n%q\nwant\n%q", got, want)

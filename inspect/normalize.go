@@ -228,7 +228,7 @@ func volatileLabel(label string) bool {
 		b[n] = lowerASCII(last[n])
 	}
 	switch string(b) {
-	case "id", "uuid", "guid", "pid", "ppid", "tid", "time", "timestamp", "ts", "date", "datetime",
+	case "id", "uuid", "guid", "pid", "ppid", "pgid", "tid", "time", "timestamp", "ts", "date", "datetime",
 		"elapsed", "duration", "took", "latency", "uptime", "cwd", "workdir", "tmpdir", "seq":
 		return true
 	case "ms", "us", "ns", "sec", "secs", "seconds", "at":

@@ -35,6 +35,8 @@ func TestNormalize(t *testing.T) {
 		{"x-request-id=r-77 status=503", "x-request-id=r-102 status=503"},
 		{"Time:        1.234 s\nTests: 3 failed", "Time:        0.98 s\nTests: 3 failed"},
 		{"process_id: 4411 exited", "process_id: 4520 exited"},
+		// Gemini CLI's run_shell_command result ends with its process group.
+		{"Exit Code: 1\nSignal: (none)\nBackground PIDs: (none)\nProcess Group PGID: 16543", "Exit Code: 1\nSignal: (none)\nBackground PIDs: (none)\nProcess Group PGID: 17001"},
 		{`created_at: "2024-05-01 10:00"`, `created_at: "2024-05-02 11:30"`},
 		{"started 1732712400.123456 ok", "started 1732712461.9 ok"},
 	}

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/loopguard/loopguard/inspect"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -110,17 +111,29 @@ func oneLine(s string, n int) string {
 }
 
 // Task returns the text of the first user message of a request body of any
-// wire API loopguard guards (chat completions and Anthropic's "messages",
-// Responses' "input"), shortened: the original task the judge measures
-// progress against. "" when there is none.
+// wire API loopguard guards (the registry's history members,
+// internal/wireapi: chat completions' and Anthropic's "messages",
+// Responses' "input", Gemini's "contents" of parts), shortened: the
+// original task the judge measures progress against. "" when there is
+// none.
 func Task(body []byte) string {
-	r := gjson.GetBytes(body, `messages.#(role=="user").content`)
-	if !r.Exists() {
-		in := gjson.GetBytes(body, "input")
-		if in.Type == gjson.String {
-			r = in
-		} else {
-			r = in.Get(`#(role=="user").content`)
+	var r gjson.Result
+	for i := range wireapi.APIs {
+		a := &wireapi.APIs[i]
+		path := a.History
+		if a.Wrap != "" {
+			path = a.Wrap + "." + path
+		}
+		h := gjson.GetBytes(body, path)
+		if h.Type == gjson.String { // Responses' input, a prompt
+			r = h
+			break
+		}
+		if u := h.Get(`#(role=="user")`); u.Exists() {
+			if r = u.Get("content"); !r.Exists() {
+				r = u.Get("parts")
+			}
+			break
 		}
 	}
 	if r.Type == gjson.String {

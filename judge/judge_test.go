@@ -78,6 +78,8 @@ func TestTask(t *testing.T) {
 		`{"input":"do Z"}`: "do Z",
 		`{"input":[{"role":"user","content":[{"type":"input_text","text":"do W"}]}]}`: "do W",
 		`{"model":"m"}`: "",
+		`{"contents":[{"role":"user","parts":[{"text":"do"},{"text":"V"}]}]}`:                            "do V",
+		`{"model":"m","project":"p","request":{"contents":[{"role":"user","parts":[{"text":"do U"}]}]}}`: "do U",
 	} {
 		if got := Task([]byte(give)); got != want {
 			t.Errorf("Task(%s) = %q; want %q", give, got, want)

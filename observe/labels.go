@@ -128,25 +128,67 @@ func isIntervention(a policy.Action) bool {
 // levels share the last label.
 const maxLevel = 8
 
-var levelLabels = func() [maxLevel + 1]string {
-	var l [maxLevel + 1]string
-	for i := range l {
-		l[i] = strconv.Itoa(i)
+// levelNone is the level label of an intervention on no rung of the
+// ladder, policy's Level -1: a session budget's warn or terminate.
+const levelNone = "none"
+
+// nLevel counts the level labels: "none", then the rungs 0 to maxLevel.
+const nLevel = maxLevel + 2
+
+// levelLabels holds the label of level l at levelSlot(l).
+var levelLabels = func() [nLevel]string {
+	var l [nLevel]string
+	l[levelSlot(-1)] = levelNone
+	for i := 0; i < maxLevel; i++ {
+		l[levelSlot(i)] = strconv.Itoa(i)
 	}
-	l[maxLevel] = strconv.Itoa(maxLevel) + "+"
+	l[levelSlot(maxLevel)] = strconv.Itoa(maxLevel) + "+"
 	return l
 }()
 
+// levelIndex bounds a decision's level to those the labels tell apart:
+// -1 (no rung) to maxLevel. The timeline and the stats show it as is.
 func levelIndex(level int) int {
-	return min(max(level, 0), maxLevel)
+	return min(max(level, -1), maxLevel)
 }
 
-// Fail-open stages, as the proxy names them.
-var stages = [...]string{"malformed_json", "unreadable_history", "detector", "policy", "store", "inject", "terminate", "panic", "stream", "undecodable_body", "other"}
+// levelSlot is where level (bounded by levelIndex) counts in the metrics'
+// arrays and levelLabels.
+func levelSlot(level int) int { return level + 1 }
+
+// Stage names the step whose failure let a request or the rest of an
+// answer through unchanged (fail open): the stage label of
+// loopguard_fail_open_total. The proxy names its failures by these
+// constants, so that the labels are the ones it writes.
+type Stage string
+
+// The fail-open stages.
+const (
+	// StageUnreadableHistory: the request's history could not be read.
+	StageUnreadableHistory Stage = "unreadable_history"
+	StageDetector          Stage = "detector"
+	StagePolicy            Stage = "policy"
+	StageStore             Stage = "store"
+	StageInject            Stage = "inject"
+	StageTerminate         Stage = "terminate"
+	// StagePanic: a panic on the request path.
+	StagePanic Stage = "panic"
+	// StageStream: a panic on the response path; the rest of the answer
+	// passes through.
+	StageStream Stage = "stream"
+	// StageUndecodableBody: a request body whose Content-Encoding does not
+	// decode.
+	StageUndecodableBody Stage = "undecodable_body"
+)
+
+// stages are the stage labels in order, "other" (a stage not declared
+// above) last.
+var stages = [...]Stage{StageUnreadableHistory, StageDetector, StagePolicy, StageStore, StageInject, StageTerminate,
+	StagePanic, StageStream, StageUndecodableBody, "other"}
 
 const nStage = len(stages)
 
-func stageIndex(s string) int {
+func stageIndex(s Stage) int {
 	for i := 0; i < nStage-1; i++ {
 		if stages[i] == s {
 			return i

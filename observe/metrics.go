@@ -47,13 +47,13 @@ type Metrics struct {
 	byStatus       [len(transportLabels)][len(pathLabels)][600]atomic.Pointer[statusChildren]
 	byPath         [len(transportLabels)][len(pathLabels)]pathChildren
 	detectionsC    [nCat][nAct]atomic.Pointer[counterBox]
-	interventionsC [nCat][nAct][maxLevel + 1]atomic.Pointer[counterBox]
+	interventionsC [nCat][nAct][nLevel]atomic.Pointer[counterBox]
 	cutsC          [nCat]atomic.Pointer[counterBox]
 	tokensC        [nCat]atomic.Pointer[counterBox]
 	terminationsC  [nCat]atomic.Pointer[counterBox]
 	failOpenC      [nStage]prometheus.Counter
 	storeC         [2]prometheus.Observer
-	recoveriesC    [nCat][maxLevel + 1][2]atomic.Pointer[counterBox]
+	recoveriesC    [nCat][nLevel][2]atomic.Pointer[counterBox]
 }
 
 type statusChildren struct {
@@ -192,7 +192,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	for i := range m.failOpenC {
-		m.failOpenC[i] = m.failOpen.WithLabelValues(stages[i])
+		m.failOpenC[i] = m.failOpen.WithLabelValues(string(stages[i]))
 	}
 	for i := range m.storeC {
 		m.storeC[i] = m.storeLatency.WithLabelValues(storeOps[i])
@@ -291,12 +291,12 @@ func (m *Metrics) detection(cat, act int) {
 }
 
 func (m *Metrics) intervention(cat, act, level int) {
-	slot := &m.interventionsC[cat][act][level]
+	slot := &m.interventionsC[cat][act][levelSlot(level)]
 	if b := slot.Load(); b != nil {
 		b.c.Inc()
 		return
 	}
-	put(slot, m.interventions.WithLabelValues(string(categories[cat]), string(actions[act]), levelLabels[level])).Inc()
+	put(slot, m.interventions.WithLabelValues(string(categories[cat]), string(actions[act]), levelLabels[levelSlot(level)])).Inc()
 }
 
 func (m *Metrics) termination(cat int) {
@@ -340,12 +340,12 @@ func (m *Metrics) recovery(cat, level int, recovered bool) {
 	if recovered {
 		o, name = 0, outcomeRecovered
 	}
-	slot := &m.recoveriesC[cat][level][o]
+	slot := &m.recoveriesC[cat][levelSlot(level)][o]
 	if b := slot.Load(); b != nil {
 		b.c.Inc()
 		return
 	}
-	put(slot, m.recoveries.WithLabelValues(string(categories[cat]), levelLabels[level], name)).Inc()
+	put(slot, m.recoveries.WithLabelValues(string(categories[cat]), levelLabels[levelSlot(level)], name)).Inc()
 }
 
 func (m *Metrics) failOpenAt(stage int) { m.failOpenC[stage].Inc() }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,9 @@ func TestPathLabel(t *testing.T) {
 		{"/v1/messages", "messages"},
 		{"/api/chat", "ollama_chat"},
 		{"/ollama/api/generate", "ollama_generate"},
+		{"/v1beta/models/gemini-2.5-pro:streamGenerateContent", "generate_content"},
+		{"/v1internal:streamGenerateContent", "code_assist"},
+		{"/v1beta/models", "models"},
 		{"/v1/models/gpt-4o", "other"},
 		{"/anything/the/client/sends", "other"},
 		{"", "other"},
@@ -127,7 +131,7 @@ func TestObserverMetrics(t *testing.T) {
 		requests  []RequestInfo
 		responses []ResponseInfo
 		streams   int
-		failOpen  []string
+		failOpen  []Stage
 		cache     inspect.CacheStats
 		want      []sample
 	}{
@@ -195,6 +199,30 @@ func TestObserverMetrics(t *testing.T) {
 			},
 		},
 		{
+			// A budget's decision is on no rung of the ladder: its level is
+			// "none", a loop's budget-ended turn included, and its
+			// recovery counts there too; a deep rung counts under "8+".
+			name: "level labels",
+			requests: []RequestInfo{
+				{Session: "s1", Decision: &policy.Decision{Action: policy.Warn, Would: policy.Warn, Level: -1,
+					Budget: &policy.BudgetUse{Kind: policy.BudgetTurns, Used: 4, Limit: 5}}},
+				{Session: "s2", Decision: func() *policy.Decision {
+					d := loopDecision(inspect.ToolRepetition, policy.Terminate, -1, "p")
+					d.Budget = &policy.BudgetUse{Kind: policy.BudgetTokens, Used: 120, Limit: 100, Exceeded: true}
+					return d
+				}()},
+				{Session: "s2", Decision: &policy.Decision{Action: policy.None, Level: -1, Recovered: []string{"p"}}},
+				{Session: "s3", Decision: loopDecision(inspect.ToolRepetition, policy.Warn, 11, "q")},
+			},
+			want: []sample{
+				{"loopguard_interventions_total", map[string]string{"category": "budget", "action": "warn", "level": "none"}, 1},
+				{"loopguard_interventions_total", map[string]string{"category": "tool_repetition", "action": "terminate", "level": "none"}, 1},
+				{"loopguard_interventions_total", map[string]string{"level": "0"}, 0},
+				{"loopguard_interventions_total", map[string]string{"action": "warn", "level": "8+"}, 1},
+				{"loopguard_recoveries_total", map[string]string{"level": "none", "outcome": "recovered"}, 1},
+			},
+		},
+		{
 			name:  "session cache",
 			cache: inspect.CacheStats{Hits: 9, Misses: 2, Bytes: 4096, Sessions: 2},
 			want: []sample{
@@ -205,7 +233,7 @@ func TestObserverMetrics(t *testing.T) {
 		},
 		{
 			name:     "fail open by stage",
-			failOpen: []string{"store", "store", "inject", "something new"},
+			failOpen: []Stage{StageStore, StageStore, StageInject, "something new"},
 			want: []sample{
 				{"loopguard_fail_open_total", map[string]string{"stage": "store"}, 2},
 				{"loopguard_fail_open_total", map[string]string{"stage": "inject"}, 1},
@@ -240,11 +268,37 @@ func TestObserverMetrics(t *testing.T) {
 	}
 }
 
+// TestFailOpenStages: the stage label's values are the stages the proxy
+// names its failures by, and other; none is a label nothing writes.
+func TestFailOpenStages(t *testing.T) {
+	_, reg, _, _ := newTestObserver(t, Options{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if mf.GetName() != "loopguard_fail_open_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				got = append(got, l.GetValue())
+			}
+		}
+	}
+	slices.Sort(got)
+	want := []string{"detector", "inject", "other", "panic", "policy", "store", "stream", "terminate", "undecodable_body", "unreadable_history"}
+	if !slices.Equal(got, want) {
+		t.Errorf("fail-open stages %q; want %q", got, want)
+	}
+}
+
 func TestMetricNamesFollowConventions(t *testing.T) {
 	o, reg, _, _ := newTestObserver(t, Options{})
 	o.Request(RequestInfo{Session: "s", Decision: loopDecision(inspect.ToolRepetition, policy.Warn, 0, "p"), DetectDuration: 1, StoreDuration: 1})
 	o.Response(ResponseInfo{Session: "s", Path: "/v1/chat/completions", Status: 200, Events: 1, Duration: 1, TTFB: 1, UpstreamLatency: 1, Cut: policy.Cut{Category: inspect.TokenDegeneration, TokensSaved: 1}})
-	o.FailOpen("store")
+	o.FailOpen(StageStore)
 	o.StreamOpened()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -390,7 +444,7 @@ func TestNilObserverDoesNothing(t *testing.T) {
 	o.Request(RequestInfo{Session: "s"})
 	o.Response(ResponseInfo{Status: 200})
 	o.StreamOpened()
-	o.FailOpen("store")
+	o.FailOpen(StageStore)
 }
 
 // TestTimelineTransport: request and cut entries name how the turn came.

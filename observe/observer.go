@@ -206,8 +206,8 @@ func (o *Observer) Response(info ResponseInfo) {
 	if info.Streamed {
 		m.streamClosed()
 	}
-	if info.Session != "" && info.Usage != (Usage{}) {
-		o.rec.usage(&info)
+	if info.Session != "" {
+		o.rec.answer(&info)
 	}
 	if info.Cut.Category == "" {
 		return
@@ -271,11 +271,10 @@ func (o *Observer) StreamOpened() {
 	}
 }
 
-// FailOpen counts a request passed through unchanged because stage failed:
-// malformed_json, unreadable_history, detector, policy, store, inject,
-// terminate, panic or stream (a panic on the response path, which then
-// passes the rest of the answer through; anything else counts as other).
-func (o *Observer) FailOpen(stage string) {
+// FailOpen counts a request, or the rest of an answer, passed through
+// unchanged because stage failed (a stage not among the Stage constants
+// counts as other).
+func (o *Observer) FailOpen(stage Stage) {
 	if o != nil {
 		o.metrics.failOpenAt(stageIndex(stage))
 	}

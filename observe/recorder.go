@@ -162,10 +162,16 @@ type SessionSummary struct {
 	// Tokens sums the usage the upstream reported for the session's
 	// answers; LoopTokens that of the answers to requests whose history
 	// showed a loop: the turns the loop cost.
-	Tokens      Usage `json:"tokens"`
-	LoopTokens  Usage `json:"loop_tokens"`
-	Recovered   int   `json:"recovered"`
-	LoopedAgain int   `json:"looped_again"`
+	Tokens     Usage `json:"tokens"`
+	LoopTokens Usage `json:"loop_tokens"`
+	// Answered, Refused and Failed count the session's model calls by how
+	// they ended: a 2xx or 3xx answer (loopguard's own included), a 4xx,
+	// and a 5xx or no answer from the upstream (502, 504).
+	Answered    int `json:"answered"`
+	Refused     int `json:"refused"`
+	Failed      int `json:"failed_upstream"`
+	Recovered   int `json:"recovered"`
+	LoopedAgain int `json:"looped_again"`
 	// Category, Brief, Action and Level describe the last detection.
 	Category inspect.Category `json:"category,omitempty"`
 	Brief    string           `json:"brief,omitempty"`
@@ -447,14 +453,32 @@ func (r *Recorder) tallyCut(s *session, e *Entry) {
 	r.count(e.At, e.Model, cat, Counts{Cuts: 1, TokensSaved: e.TokensSaved})
 }
 
-// usage adds an answer's reported tokens to its session; they count as
-// loop tokens when the request it answered showed a loop.
-func (r *Recorder) usage(info *ResponseInfo) {
+// statusClientClosed is nginx's status for a request whose client left
+// before the answer, as the proxy logs it.
+const statusClientClosed = 499
+
+// answer counts how a model call of its session ended, and adds the tokens
+// its answer reported; they count as loop tokens when the request it
+// answered showed a loop.
+func (r *Recorder) answer(info *ResponseInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.sessions[info.Session]
 	if s == nil {
 		return // evicted since its request
+	}
+	switch {
+	case info.Status == statusClientClosed:
+		// The agent left before the answer: it ended neither way.
+	case info.Status >= 500:
+		s.Failed++
+	case info.Status >= 400:
+		s.Refused++
+	default:
+		s.Answered++
+	}
+	if info.Usage == (Usage{}) {
+		return
 	}
 	s.Tokens.Input += info.Usage.Input
 	s.Tokens.Output += info.Usage.Output

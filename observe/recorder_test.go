@@ -250,6 +250,20 @@ func TestRecorderCountsReportedTokens(t *testing.T) {
 	}
 }
 
+// TestRecorderCountsHowCallsEnded: a session counts its model calls by
+// how they ended; a call whose agent left counts neither way.
+func TestRecorderCountsHowCallsEnded(t *testing.T) {
+	o, _, _, _ := newTestObserver(t, Options{})
+	for _, status := range []int{200, 200, 429, 502, 504, 499, 500} {
+		o.Request(RequestInfo{Session: "s", Decision: &policy.Decision{Action: policy.None, Level: -1}})
+		o.Response(ResponseInfo{Session: "s", Status: status})
+	}
+	sum, _, _ := o.Recorder().Session("s")
+	if sum.Requests != 7 || sum.Answered != 2 || sum.Refused != 1 || sum.Failed != 3 {
+		t.Fatalf("requests %d: answered %d, refused %d, failed %d; want 7: 2, 1, 3", sum.Requests, sum.Answered, sum.Refused, sum.Failed)
+	}
+}
+
 func TestFingerprintTextRoundTrip(t *testing.T) {
 	for _, f := range []Fingerprint{0, 1, 0xaa, 0xfedcba9876543210} {
 		b, err := f.MarshalText()

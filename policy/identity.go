@@ -93,6 +93,9 @@ func IdentifyFields(api inspect.API, header []byte, f *Fields) Identity {
 	if k := clientKey(stringBytes(f.metadata.Get("session_id"))); k != "" {
 		return Identity{Key: k}
 	}
+	if k := clientKey(stringBytes(f.session)); k != "" {
+		return Identity{Key: k}
+	}
 	shape, name := conversationShapeOf(api)
 	if shape.userID != nil {
 		if k := clientKey(shape.userID(f.metadata.Get("user_id"))); k != "" {
@@ -164,7 +167,10 @@ func claudeSession(r gjson.Result) []byte {
 // gathered by Add; they alias the body.
 type Fields struct {
 	user, metadata, history, system gjson.Result
-	model                           string
+	// session is the session_id of a wrapped request (Code Assist's,
+	// which Gemini CLI fills with its own session id).
+	session gjson.Result
+	model   string
 }
 
 // Add keeps the top-level member key, whose value is raw, when it is one
@@ -196,7 +202,11 @@ func (f *Fields) Add(key, raw string) {
 			return
 		case a.Wrap:
 			rawjson.Members(raw, func(k, v string) bool {
-				if k != key {
+				switch k {
+				case key:
+				case "session_id":
+					f.session = gjson.Parse(v)
+				default:
 					f.Add(k, v)
 				}
 				return true

@@ -52,6 +52,11 @@ func TestIdentifyOtherAPIs(t *testing.T) {
 			t.Errorf("%s: identities %+v and %+v; want one key, same turn=%v", tt.name, a, b, tt.wantSame)
 		}
 	}
+	// Gemini CLI signed in with Google names its session in the request.
+	named := `{"model":"m","project":"p","request":{"contents":[],"session_id":"9f1c-gemini-session"}}`
+	if k := Identify(wireapi.CodeAssist, nil, []byte(named)).Key; k != "9f1c-gemini-session" {
+		t.Errorf("code assist request.session_id key = %q", k)
+	}
 	// The same opening on Gemini and on Code Assist is two runs' keys.
 	if g, c := Identify(wireapi.Gemini, nil, []byte(gemini("{}", ""))).Key, Identify(wireapi.CodeAssist, nil, []byte(codeAssist("{}", ""))).Key; g == c {
 		t.Errorf("gemini and code assist share key %q; want one per API", g)

@@ -78,6 +78,9 @@ func (l *acceptor) track(c net.Conn) net.Conn {
 	cc := &clientConn{Conn: limitSends(rawsock.Wrap(c), l.sendTimeout), conns: l.conns, pace: l.pace}
 	cc.share.budget = l.budget
 	cc.tcp, _ = c.(*net.TCPConn)
+	if hc, ok := c.(hostConn); ok {
+		cc.host = hc.Host()
+	}
 	l.conns.mu.Lock()
 	if l.conns.open == nil {
 		l.conns.open = map[*clientConn]struct{}{}
@@ -94,6 +97,9 @@ type clientConn struct {
 	conns *connSet
 	// tcp is the socket under Conn, for a lingering close; nil if none.
 	tcp *net.TCPConn
+	// host is the host:port an intercepted connection was meant for
+	// (intercepted.go); "" for a connection to loopguard itself.
+	host string
 	// share is what the connection's current request holds of the body
 	// budget (budget.go), given back by whoever ends first: the request,
 	// or Close from another goroutine. refused says that its body did not

@@ -289,7 +289,7 @@ func (o *answerObserver) finish(cause error, info *observe.ResponseInfo) {
 			t := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), o.pipeline.storeTimeout)
 			if err := o.pipeline.policy.RecordCut(ctx, o.plan.key, info.Cut); err != nil {
-				o.pipeline.failOpen(nil, "store", err)
+				o.pipeline.failOpen(nil, observe.StageStore, err)
 			}
 			cancel()
 			info.CutStoreDuration = time.Since(t)

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"unicode/utf8"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -55,7 +57,7 @@ func (t *trimmer) event(o *answerObserver, ev *sse.Event, out []byte) ([]byte, b
 	x := w.offset
 	out = t.release(out, x)
 	if len(t.queue) > 0 && t.queue[0].start < x {
-		out = t.appendTruncated(out, &t.queue[0], int(x-t.queue[0].start), o.plan.api.textPath)
+		out = t.appendTruncated(out, &t.queue[0], int(x-t.queue[0].start), o.plan.api.textPath, o.plan.api.framing)
 	}
 	t.queue = t.queue[:0]
 	t.dropped = w.text - x
@@ -91,8 +93,10 @@ func (t *trimmer) release(out []byte, upTo int64) []byte {
 // appendTruncated appends a held event with the text at path in its data
 // cut to keep bytes, or to fewer where keep falls inside a UTF-8 character:
 // the client gets whole characters only. An event left with no text is
-// dropped.
-func (t *trimmer) appendTruncated(out []byte, e *trimmed, keep int, path string) []byte {
+// dropped. In a stream not framed as SSE the new data takes the old one's
+// place among the bytes around it (an NDJSON line's end, a JSON array's
+// separators).
+func (t *trimmer) appendTruncated(out []byte, e *trimmed, keep int, path string, framing wireapi.Framing) []byte {
 	data := t.buf[e.data[0]:e.data[1]]
 	content := gjson.GetBytes(data, path).String()
 	if keep <= 0 || keep > len(content) {
@@ -108,10 +112,12 @@ func (t *trimmer) appendTruncated(out []byte, e *trimmed, keep int, path string)
 	if err != nil {
 		return out
 	}
-	if raw := t.buf[e.raw[0]:e.raw[1]]; len(raw) > 0 && raw[0] == '{' {
-		// A line of an NDJSON stream (Ollama's) is its data alone.
-		out = append(out, chunk...)
-		return append(out, '\n')
+	if raw := t.buf[e.raw[0]:e.raw[1]]; framing != wireapi.SSE {
+		if i := bytes.Index(raw, data); i >= 0 {
+			out = append(out, raw[:i]...)
+			out = append(out, chunk...)
+			return append(out, raw[i+len(data):]...)
+		}
 	}
 	if e.name[1] > e.name[0] {
 		out = append(out, "event: "...)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/tidwall/gjson"
 )
 
@@ -39,7 +40,7 @@ func TestTrimmerAppendTruncated(t *testing.T) {
 				var tr trimmer
 				data := strings.Replace(format, "%s", string(mustJSON(t, tt.text)), 1)
 				e := trimmed{data: tr.keep([]byte(data))}
-				got := string(tr.appendTruncated(nil, &e, tt.keep, path))
+				got := string(tr.appendTruncated(nil, &e, tt.keep, path, wireapi.SSE))
 				if tt.want == "" {
 					if got != "" {
 						t.Fatalf("appendTruncated = %q; want the event dropped", got)

@@ -7,6 +7,7 @@ import (
 	"github.com/loopguard/loopguard/inspect"
 	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/sse"
+	"github.com/valyala/fasthttp"
 )
 
 // wireAPI is what the request flow needs to know about one wire API that
@@ -14,13 +15,14 @@ import (
 // Messages, Ollama's, Gemini's). Its hooks are fields, as
 // httputil.ReverseProxy's are: the flow calls them and never asks which API
 // it serves. Each API is one value, declared in its own file (api_chat.go,
-// api_responses.go, api_anthropic.go, api_ollama.go) with its answer (see
-// answer), and registered for its entry of the registry (internal/wireapi),
-// which holds its paths, how it asks for a stream and its upstream; the
-// response's content type picks the stream's framing (SSE, or NDJSON
-// lines read by ndjson.Reader as events). Adding an API is its registry
-// entry, one more such file, its inject and sse counterparts, and its
-// tests. Every hook but history and readFirst is required.
+// api_responses.go, api_anthropic.go, api_ollama.go, api_gemini.go) with
+// its answer (see answer), and registered for its entry of the registry
+// (internal/wireapi), which holds its paths, how it asks for a stream, how
+// its streams are framed (SSE; NDJSON lines read by ndjson.Reader; a JSON
+// array read by sse.ArrayReader, each unit an event) and its upstream.
+// Adding an API is its registry entry, one more such file, its inject and
+// sse counterparts, and its tests. Every hook but history, readFirst and
+// variant is required.
 type wireAPI struct {
 	// name is the API as inspect and policy know it: its registry name.
 	name inspect.API
@@ -63,6 +65,15 @@ type wireAPI struct {
 	// as a stream (Ollama's native API); register sets it from the
 	// registry.
 	streamByDefault bool
+	// framing is how its streams are framed; register sets it from the
+	// registry unless a variant named another.
+	framing wireapi.Framing
+	// reg is its registry entry, which register sets.
+	reg *wireapi.API
+	// variant, if not nil, returns the flow of one request of the API as
+	// its path and query ask to be answered: streamed or not (the path,
+	// wireapi.StreamMethod), as SSE or not (alt=sse). Gemini's.
+	variant func(stream, sse bool) *wireAPI
 }
 
 // wireAPIs holds the registered flow of each registry API, at the API's
@@ -72,8 +83,27 @@ var wireAPIs [len(wireapi.APIs)]*wireAPI
 // register makes api the flow of its registry entry, and returns it.
 func register(api *wireAPI) *wireAPI {
 	reg := wireapi.Lookup(api.name)
+	api.reg = reg
 	api.streamByDefault = reg.Stream == wireapi.StreamUnlessFalse
+	if api.framing == wireapi.SSE {
+		api.framing = reg.Framing
+	}
 	wireAPIs[reg.Index()] = api
+	return api
+}
+
+// guardedRequest is guardedAPI for a request: the variant of its API
+// that its path and query ask for (Gemini's streamGenerateContent,
+// alt=sse); nil for a request no API guards.
+func guardedRequest(ctx *fasthttp.RequestCtx) *wireAPI {
+	r := wireapi.Match(ctx.Path())
+	if r.API == nil {
+		return nil
+	}
+	api := wireAPIs[r.API.Index()]
+	if api != nil && api.variant != nil {
+		api = api.variant(r.Stream, string(ctx.QueryArgs().Peek("alt")) == "sse")
+	}
 	return api
 }
 

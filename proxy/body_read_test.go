@@ -18,6 +18,14 @@ import (
 func answerUsageRef(body []byte) observe.Usage {
 	u := gjson.GetBytes(body, "usage")
 	if !u.IsObject() {
+		meta := gjson.GetBytes(body, "usageMetadata")
+		if r := gjson.GetBytes(body, "response"); !meta.IsObject() && r.IsObject() {
+			meta = r.Get("usageMetadata")
+		}
+		if meta.IsObject() {
+			return observe.Usage{Input: int(meta.Get("promptTokenCount").Int()),
+				Output: int(meta.Get("candidatesTokenCount").Int() + meta.Get("thoughtsTokenCount").Int())}
+		}
 		// Ollama's answers count at the top level.
 		return observe.Usage{Input: int(gjson.GetBytes(body, "prompt_eval_count").Int()), Output: int(gjson.GetBytes(body, "eval_count").Int())}
 	}
@@ -88,6 +96,9 @@ var bodyReadCases = func() map[string]string {
 		"usage not an object": `{"usage":[1,2],"choices":{}}`,
 		"message not object":  `{"choices":[1,"x",null,{"message":"text"},{"message":{"content":"` + loop + `"}}]}`,
 		"empty":               `{}`,
+		"gemini usage":        `{"candidates":[],"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":2,"thoughtsTokenCount":5,"totalTokenCount":16}}`,
+		"code assist usage":   `{"response":{"candidates":[],"usageMetadata":{"candidatesTokenCount":2,"promptTokenCount":9}},"traceId":"t"}`,
+		"gemini odd usage":    `{"usageMetadata":[1],"response":{"usageMetadata":{"promptTokenCount":"9","thoughtsTokenCount":1.5}},"response":{}}`,
 		"array":               `[{"usage":{"prompt_tokens":1}}]`,
 		"string":              `"usage"`,
 		"empty choices":       `{"choices":[ ],"usage":{ }}`,

@@ -31,7 +31,7 @@ func (p *pipeline) recordUsage(key string, u observe.Usage) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.storeTimeout)
 	defer cancel()
 	if err := p.policy.RecordUsage(ctx, key, n); err != nil {
-		p.failOpen(nil, "store", err)
+		p.failOpen(nil, observe.StageStore, err)
 	}
 }
 

@@ -39,6 +39,10 @@ type RunConfig struct {
 	// than with the agent's, which is usually 0 (-exit-on-stop). Default
 	// false.
 	ExitOnStop bool `toml:"exit_on_stop"`
+	// Hosts are more model hosts to intercept (names, no port or scheme)
+	// besides intercept.ModelHosts: a gateway or a vendor loopguard does
+	// not list. Empty (default): those only.
+	Hosts []string `toml:"hosts"`
 }
 
 // ServerConfig is the listening side.

@@ -18,9 +18,6 @@ import (
 // passes through as the upstream sent it, and the failure is counted in
 // loopguard_fail_open_total{stage="stream"} and logged, without content.
 
-// stageStream is the fail-open stage of a panic on the response path.
-const stageStream = "stream"
-
 // recovered counts and logs a panic that the response path recovered from
 // in the stage named where, and abandons obs (nil when the panic was not in
 // it), naming the panic by panicText.
@@ -28,8 +25,8 @@ func (s *Server) recovered(obs responseObserver, where string, r any) {
 	if obs != nil {
 		obs.abandon()
 	}
-	s.obs.FailOpen(stageStream)
-	s.log.Error().Str("stage", stageStream).Str("in", where).Str("panic", panicText(r)).
+	s.obs.FailOpen(observe.StageStream)
+	s.log.Error().Str("stage", string(observe.StageStream)).Str("in", where).Str("panic", panicText(r)).
 		Bytes("stack", debug.Stack()).Msg("fail open: the rest of the response passes through unchanged")
 }
 

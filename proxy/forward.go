@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
 	"github.com/valyala/fasthttp"
@@ -166,13 +167,19 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 	}
 
 	if isEventStream(resp.Header.ContentType()) {
-		s.relayStream(ctx, ub, obs, start, headerLatency, false)
+		s.relayStream(ctx, ub, obs, start, headerLatency, wireapi.SSE)
 		return
 	}
 	if obs != nil && isNDJSON(resp.Header.ContentType()) {
 		// A guarded NDJSON answer (Ollama's) is relayed and watched line
 		// by line as SSE is; unguarded ones pass through below.
-		s.relayStream(ctx, ub, obs, start, headerLatency, true)
+		s.relayStream(ctx, ub, obs, start, headerLatency, wireapi.NDJSON)
+		return
+	}
+	if obs != nil && status == fasthttp.StatusOK && streamsArray(ctx.Path()) && isJSON(resp.Header.ContentType()) {
+		// A guarded stream that is one JSON array (Gemini's without
+		// alt=sse) is relayed and watched element by element.
+		s.relayStream(ctx, ub, obs, start, headerLatency, wireapi.JSONArray)
 		return
 	}
 	observed := obs != nil && s.observeHeader(obs, status, &ctx.Response.Header)
@@ -299,7 +306,7 @@ func (s *Server) buildUpstreamRequest(ctx *fasthttp.RequestCtx, req *fasthttp.Re
 	req.Header.SetHost(up.host)
 
 	conn := in.Header.Peek("Connection")
-	key := s.operatorKey(ctx.Path())
+	key := s.operatorKey(ctx)
 	for k, v := range in.Header.All() {
 		switch {
 		case isHopByHop(k, conn), asciiEqualFold(k, "Host"), asciiEqualFold(k, "Content-Length"):
@@ -374,6 +381,20 @@ var dateLines = sync.Pool{New: func() any {
 func isEventStream(ct []byte) bool {
 	ct, _, _ = bytes.Cut(ct, []byte{';'})
 	return asciiEqualFold(bytes.TrimSpace(ct), "text/event-stream")
+}
+
+// streamsArray reports a request path whose API streams its answers as
+// one JSON array when they are not SSE (the registry's JSONArray framing),
+// and that asks for a stream.
+func streamsArray(path []byte) bool {
+	r := wireapi.Match(path)
+	return r.API != nil && r.Stream && r.API.Framing == wireapi.JSONArray
+}
+
+// isJSON reports an application/json content type, parameters aside.
+func isJSON(ct []byte) bool {
+	ct, _, _ = bytes.Cut(ct, []byte{';'})
+	return asciiEqualFold(bytes.TrimSpace(ct), "application/json")
 }
 
 func isNDJSON(ct []byte) bool {

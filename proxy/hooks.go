@@ -18,8 +18,7 @@ type ChatEvent struct {
 	Verdict  inspect.Verdict
 	Decision policy.Decision
 	// FailOpen names the stage that failed and let the request through
-	// unchanged ("malformed_json", "unreadable_history", "policy", "store",
-	// "inject", "terminate", "panic"); "" when nothing failed.
+	// unchanged (an observe.Stage); "" when nothing failed.
 	FailOpen string
 	// Terminated is true when loopguard answered LOOP_DETECTED itself.
 	Terminated bool

@@ -59,7 +59,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			t.Fatalf("trim released %q with %d events held; want the event held", out, len(o.trimmer.queue))
 		}
 		for keep := 1; keep < len(text); keep++ {
-			written["trimmed event"] = o.trimmer.appendTruncated(written["trimmed event"], &o.trimmer.queue[0], keep, o.plan.api.textPath)
+			written["trimmed event"] = o.trimmer.appendTruncated(written["trimmed event"], &o.trimmer.queue[0], keep, o.plan.api.textPath, o.plan.api.framing)
 		}
 		o.release()
 
@@ -122,7 +122,7 @@ func FuzzOwnEventsAreJSON(f *testing.F) {
 			t.Fatalf("trim released %q; want the line held", out)
 		}
 		for keep := 1; keep < len(text); keep++ {
-			lines["ollama trimmed line"] = o.trimmer.appendTruncated(lines["ollama trimmed line"], &o.trimmer.queue[0], keep, o.plan.api.textPath)
+			lines["ollama trimmed line"] = o.trimmer.appendTruncated(lines["ollama trimmed line"], &o.trimmer.queue[0], keep, o.plan.api.textPath, o.plan.api.framing)
 		}
 		o.release()
 		for name, body := range map[string]string{

@@ -89,11 +89,12 @@ func matchTail(path []byte, segs []string) bool {
 // may come as the query's key instead).
 var credentialHeaders = [...]string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
 
-// operatorKey is the key a request to path goes upstream with: [upstream]
+// operatorKey is the key the request of ctx goes upstream with: [upstream]
 // api_key on the passthrough paths, "" (the client's own headers) on the
-// rest or when no key is configured.
-func (s *Server) operatorKey(path []byte) string {
-	if s.cfg.Upstream.APIKey == "" || !s.passthrough.has(path) {
+// rest, when no key is configured, and on an intercepted connection, whose
+// host gets the agent's own credentials.
+func (s *Server) operatorKey(ctx *fasthttp.RequestCtx) string {
+	if s.cfg.Upstream.APIKey == "" || !s.passthrough.has(ctx.Path()) || interceptedHost(ctx) != "" {
 		return ""
 	}
 	return s.cfg.Upstream.APIKey

@@ -114,9 +114,9 @@ type plan struct {
 	// ownHistory: the judged history is body's own (not a Responses record
 	// prepended to it), so the evidence's indices point into body.
 	ownHistory bool
-	buf        *[]byte    // pooled buffer body was built in, nil if none
-	failOpen   string     // the stage that failed open, "" if none
-	resume     *resumable // how to stop a resumable stream on a cut, nil if none
+	buf        *[]byte       // pooled buffer body was built in, nil if none
+	failOpen   observe.Stage // the stage that failed open, "" if none
+	resume     *resumable    // how to stop a resumable stream on a cut, nil if none
 	start      time.Time
 	// check is the judge's check of this turn, submitted once the request
 	// is forwarded (checkSent); nil when none is due.
@@ -243,18 +243,14 @@ func (p *pipeline) decodeRequest(ctx *fasthttp.RequestCtx, s *Server, ce, raw []
 	case err != nil:
 		// The upstream answers what it cannot read; loopguard only cannot
 		// see this turn. The coding's name is logged, never the body.
-		p.obs.FailOpen(stageUndecodable)
-		p.log.Warn().Str("stage", stageUndecodable).Bytes("content_encoding", ce).AnErr("error", err).
+		p.obs.FailOpen(observe.StageUndecodableBody)
+		p.log.Warn().Str("stage", string(observe.StageUndecodableBody)).Bytes("content_encoding", ce).AnErr("error", err).
 			Msg("fail open: request body cannot be decoded; passed through unchanged")
 		s.forward(ctx, raw, nil)
 		return nil, false
 	}
 	return coded, true
 }
-
-// stageUndecodable is the fail-open stage of a request body whose
-// Content-Encoding does not decode.
-const stageUndecodable = "undecodable_body"
 
 // releaseBody returns a rewritten body's buffer to the pool; pl.body must
 // not be used afterwards. The plan of a stream lives as long as the stream:
@@ -279,7 +275,7 @@ func (pl *plan) event() ChatEvent {
 		Stream:   pl.stream,
 		Verdict:  pl.verdict,
 		Decision: pl.decision,
-		FailOpen: pl.failOpen,
+		FailOpen: string(pl.failOpen),
 		Start:    pl.start,
 		Duration: time.Since(pl.start),
 	}
@@ -307,10 +303,10 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 	pl.decision.Action = policy.None
 	defer func() {
 		if r := recover(); r != nil {
-			p.obs.FailOpen("panic")
+			p.obs.FailOpen(observe.StagePanic)
 			p.log.Error().Str("panic", panicText(r)).Bytes("stack", debug.Stack()).Msg("chat pipeline failed; request passed through unchanged")
 			pl = plan{api: api, requestFacts: pl.requestFacts, body: body,
-				decision: policy.Decision{Action: policy.None}, failOpen: "panic"}
+				decision: policy.Decision{Action: policy.None}, failOpen: observe.StagePanic}
 		}
 	}()
 	var fields policy.Fields // what names the session, read with the options
@@ -326,7 +322,7 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 	if api.history != nil {
 		var failed bool
 		if judged, pl.record, failed = api.history(p, rctx, body); failed {
-			pl.failOpen = "store"
+			pl.failOpen = observe.StageStore
 		}
 	}
 	own := len(judged) == len(body) && (len(body) == 0 || &judged[0] == &body[0])
@@ -357,13 +353,13 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 	}
 	pl.finishOptions(body, historyEnd)
 	if err != nil {
-		p.failOpen(&pl, "unreadable_history", err)
+		p.failOpen(&pl, observe.StageUnreadableHistory, err)
 		return pl
 	}
 	defer traj.Release() // the session's next turn extends its steps in place
 	verdict := p.engine.Inspect(traj)
 	if verdict.Err != nil {
-		p.failOpen(&pl, "detector", verdict.Err)
+		p.failOpen(&pl, observe.StageDetector, verdict.Err)
 		return pl
 	}
 	pl.verdict = verdict
@@ -377,12 +373,12 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 	defer cancel()
 	d, err := p.policy.Decide(sctx, pl.key, verdict, traj, mode)
 	if err != nil {
-		p.failOpen(&pl, "policy", err)
+		p.failOpen(&pl, observe.StagePolicy, err)
 		return pl
 	}
 	pl.decision = d
 	if d.StoreFailed {
-		p.failOpen(&pl, "store", nil)
+		p.failOpen(&pl, observe.StageStore, nil)
 	}
 	if d.Judgement != nil && d.Verdict.Loop {
 		pl.verdict = d.Verdict // the judge's finding counted
@@ -412,7 +408,7 @@ func (p *pipeline) decideFor(header, modeHeader []byte, api *wireAPI, body []byt
 	case policy.Terminate:
 		ans, err := api.terminate(p.inject, body, loopOf(&d, false))
 		if err != nil {
-			p.failOpen(&pl, "terminate", err)
+			p.failOpen(&pl, observe.StageTerminate, err)
 			pl.decision.Action = policy.None
 			return pl
 		}
@@ -486,7 +482,7 @@ func (pl *plan) readOptions(body []byte, session *policy.Fields, named bool) {
 	s := rawjson.View(body)
 	pl.completionTokens = -1
 	rawjson.MembersWith(s, func(k string, at int) int {
-		if named && (k == "messages" || k == "input") {
+		if named && pl.api.reg != nil && (k == pl.api.reg.History || pl.api.reg.Wrap != "" && k == pl.api.reg.Wrap) {
 			pl.unread = at
 			return -1
 		}
@@ -585,7 +581,7 @@ func (p *pipeline) rewrite(pl *plan, body []byte, d *policy.Decision) []byte {
 	res, err := pl.api.apply(p.inject, body, e)
 	if err != nil {
 		bodyBufs.Put(buf)
-		p.failOpen(pl, "inject", err)
+		p.failOpen(pl, observe.StageInject, err)
 		return body
 	}
 	if len(res.Body) > 0 && len(body) > 0 && &res.Body[0] != &body[0] {
@@ -631,12 +627,12 @@ func activeConstraint(c policy.Constraint) inject.Loop {
 	}}
 }
 
-func (p *pipeline) failOpen(pl *plan, stage string, err error) {
+func (p *pipeline) failOpen(pl *plan, stage observe.Stage, err error) {
 	if pl != nil {
 		pl.failOpen = stage
 	}
 	p.obs.FailOpen(stage)
-	p.log.Warn().Str("stage", stage).AnErr("error", err).Msg("fail open: request passed through unchanged")
+	p.log.Warn().Str("stage", string(stage)).AnErr("error", err).Msg("fail open: request passed through unchanged")
 }
 
 // setLoopHeaders adds loopguard's headers to the answer to a guarded request.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
 )
@@ -66,7 +67,7 @@ func (p *pipeline) prepareRecordOn(ctx context.Context, body []byte, socket bool
 	}
 	chain, err := p.policy.Record(ctx, policy.RecordKey(m.previous.String(), rp.conv))
 	if err != nil {
-		p.failOpen(nil, "store", err)
+		p.failOpen(nil, observe.StageStore, err)
 		return body, rp, true
 	}
 	rp.chain = chain
@@ -180,6 +181,6 @@ func (p *pipeline) saveRecord(pl *plan, responseID string, output gjson.Result) 
 	ctx, cancel := p.storeContext()
 	defer cancel()
 	if err := p.policy.SaveRecord(ctx, policy.RecordKey(responseID, rp.conv), items); err != nil {
-		p.failOpen(nil, "store", err)
+		p.failOpen(nil, observe.StageStore, err)
 	}
 }

@@ -75,7 +75,7 @@ func (s *Server) resumableOf(ctx *fasthttp.RequestCtx) *resumable {
 		return nil
 	}
 	r := &resumable{s: s, up: up, uri: up.path(nil, p)}
-	key := s.operatorKey(ctx.Path())
+	key := s.operatorKey(ctx)
 	for _, h := range credentialHeaders {
 		v := ctx.Request.Header.Peek(h)
 		if key != "" && h == "Authorization" {

@@ -40,6 +40,9 @@ type Server struct {
 	judgeDone func(judge.Result)
 	// resume stops cut resumable streams upstream (resumable.go).
 	resume resumeStopper
+	// icpt serves intercepted connections (WithInterception); nil when
+	// there are none.
+	icpt *interception
 
 	obs     *observe.Observer
 	metrics fasthttp.RequestHandler // GET /metrics, under the admin API's access rule
@@ -244,6 +247,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.peers.close()
 	s.spares.stop()
 	s.up.client.CloseIdleConnections()
+	s.icpt.closeIdle()
 	for _, up := range s.wires {
 		if up != nil {
 			up.client.CloseIdleConnections()
@@ -292,10 +296,47 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	if !stripSessionPrefix(ctx) || !cleanRequestPath(ctx) {
+	host := interceptedHost(ctx)
+	if host != "" {
+		// Every path of an intercepted host is the host's, /s/ and
+		// /loopguard/ too; its requests are the run's session.
+		if s.hostUpstream(host) == nil {
+			writeError(ctx, fasthttp.StatusBadGateway, "loopguard: no upstream for "+host, "upstream_error", "upstream_error")
+			return
+		}
+		ctx.SetUserValue(sessionIDKey, s.icpt.session)
+	} else if !stripSessionPrefix(ctx) {
+		return
+	}
+	if !cleanRequestPath(ctx) {
 		return
 	}
 	path := ctx.Path()
+	switch {
+	case host == "" && s.serveOwn(ctx, path):
+	case host == "" && s.refuseUnkeyed(ctx):
+	case isSocketUpgrade(ctx):
+		s.serveSocket(ctx)
+	case ctx.IsPost() && guardedAPI(path) != nil:
+		api := guardedRequest(ctx)
+		// A coded body cannot be read for "stream" before it is decoded;
+		// it may be a stream (Codex's always are).
+		if looksStreamedFor(api, ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
+			s.guardOnSpareStack(ctx, api)
+		} else {
+			s.pipeline.guard(ctx, s, api)
+		}
+	case isResume(ctx):
+		// A resumed stream is a chat answer like the first delivery.
+		s.pipeline.serveResume(ctx, s)
+	default:
+		s.forward(ctx, ctx.Request.Body(), nil)
+	}
+}
+
+// serveOwn serves loopguard's own endpoints, and reports whether path is
+// one.
+func (s *Server) serveOwn(ctx *fasthttp.RequestCtx, path []byte) bool {
 	switch {
 	case string(path) == "/healthz":
 		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
@@ -305,23 +346,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metrics(ctx)
 	case string(path) == "/loopguard" || hasPrefixBytes(path, "/loopguard/"):
 		s.admin(ctx)
-	case s.refuseUnkeyed(ctx):
-	case isSocketUpgrade(ctx):
-		s.serveSocket(ctx)
-	case ctx.IsPost() && guardedAPI(path) != nil:
-		// A coded body cannot be read for "stream" before it is decoded;
-		// it may be a stream (Codex's always are).
-		if looksStreamedFor(guardedAPI(path), ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
-			s.guardOnSpareStack(ctx, guardedAPI(path))
-		} else {
-			s.pipeline.guard(ctx, s, guardedAPI(path))
-		}
-	case isResume(ctx):
-		// A resumed stream is a chat answer like the first delivery.
-		s.pipeline.serveResume(ctx, s)
 	default:
-		s.forward(ctx, ctx.Request.Body(), nil)
+		return false
 	}
+	return true
 }
 
 // guardedAPI returns the flow of the API whose path p is, as the registry
@@ -363,7 +391,11 @@ func ambiguousFraming(h *fasthttp.RequestHeader) bool {
 // carries or whose prefix its path has (Anthropic clients send
 // anthropic-version on every request, which also routes the paths beside
 // /v1/messages: count_tokens, models), else its API's (internal/wireapi).
+// An intercepted connection's requests go to the host it was meant for.
 func (s *Server) upstreamFor(ctx *fasthttp.RequestCtx) *upstream {
+	if host := interceptedHost(ctx); host != "" {
+		return s.hostUpstream(host)
+	}
 	w := wireapi.WireOf(ctx.Path(), func(name string) bool { return len(ctx.Request.Header.Peek(name)) > 0 })
 	if w == nil {
 		r := wireapi.Match(ctx.Path())

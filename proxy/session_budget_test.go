@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fasthttp/websocket"
 	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/policy"
 	"github.com/tidwall/gjson"
@@ -24,6 +25,9 @@ type budgetAPI struct {
 	text func(answer string) string
 	// streamEnd is what ends a streamed answer in the API's shape.
 	streamEnd string
+	// streamPath is where a streamed request goes when the path says
+	// whether it streams (Gemini's), else "".
+	streamPath string
 }
 
 const budgetUser = `"Summarise the repository."`
@@ -33,25 +37,59 @@ var budgetAPIs = []budgetAPI{
 		func(s bool) string {
 			return fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
 		},
-		150, func(a string) string { return gjson.Get(a, "choices.0.message.content").String() }, "data: [DONE]"},
+		150, func(a string) string { return gjson.Get(a, "choices.0.message.content").String() }, "data: [DONE]", ""},
 	{"responses", "/v1/responses",
 		func(s bool) string { return fmt.Sprintf(`{"model":"gpt-4.1","stream":%v,"input":%s}`, s, budgetUser) },
-		150, func(a string) string { return gjson.Get(a, "output.0.content.0.text").String() }, "response.completed"},
+		150, func(a string) string { return gjson.Get(a, "output.0.content.0.text").String() }, "response.completed", ""},
 	{"anthropic", "/v1/messages",
 		func(s bool) string {
 			return fmt.Sprintf(`{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":%v,"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
 		},
-		150, func(a string) string { return gjson.Get(a, "content.0.text").String() }, "message_stop"},
+		150, func(a string) string { return gjson.Get(a, "content.0.text").String() }, "message_stop", ""},
 	{"ollama", "/api/chat",
 		func(s bool) string {
 			return fmt.Sprintf(`{"model":"qwen3","stream":%v,"messages":[{"role":"user","content":%s}]}`, s, budgetUser)
 		},
 		// prompt_eval_count 10, eval_count a quarter of the text's bytes.
-		10 + int64((len(budgetText)+3)/4), func(a string) string { return gjson.Get(a, "message.content").String() }, `"done":true`},
+		10 + int64((len(budgetText)+3)/4), func(a string) string { return gjson.Get(a, "message.content").String() }, `"done":true`, ""},
+	geminiBudgetAPI("gemini", "/v1beta/models/gemini-2.5-pro:", "?alt=sse", false),
+	geminiBudgetAPI("gemini/array", "/v1beta/models/gemini-2.5-pro:", "", false),
+	geminiBudgetAPI("code-assist", "/v1internal:", "?alt=sse", true),
+	geminiBudgetAPI("code-assist/array", "/v1internal:", "", true),
 }
 
-// budgetText is every scripted answer's text.
+// geminiBudgetAPI is Gemini's API or Code Assist's at prefix, its streams
+// SSE events with query "?alt=sse", else one JSON array. fakellm reports a
+// quarter of the request's bytes as promptTokenCount, a quarter of the
+// text's as candidatesTokenCount and of the thought's as
+// thoughtsTokenCount.
+func geminiBudgetAPI(name, prefix, query string, wrapped bool) budgetAPI {
+	body := `{"contents":[{"role":"user","parts":[{"text":` + budgetUser + `}]}]}`
+	textPath := "candidates.0.content.parts.0.text"
+	if wrapped {
+		body = `{"model":"gemini-2.5-pro","project":"proj-1","user_prompt_id":"p1","request":` + body + `}`
+		textPath = "response." + textPath
+	}
+	return budgetAPI{name: name, path: prefix + "generateContent", streamPath: prefix + "streamGenerateContent" + query,
+		body:      func(bool) string { return body },
+		perAnswer: int64(len(body)/4 + (len(budgetText)+3)/4 + (len(budgetThought)+3)/4),
+		text:      func(a string) string { return gjson.Get(a, textPath).String() },
+		streamEnd: `"finishReason":"STOP"`}
+}
+
+// pathOf is where api's request goes, streamed or not.
+func (api budgetAPI) pathOf(stream bool) string {
+	if stream && api.streamPath != "" {
+		return api.streamPath
+	}
+	return api.path
+}
+
+// budgetText is every scripted answer's text; Gemini's answers think
+// budgetThought first.
 var budgetText = strings.Repeat("The repository holds a proxy. ", 4)
+
+const budgetThought = "Reading the tree before summarising it."
 
 // budgetUpstream answers every API with budgetText and a usage of 100
 // prompt and 50 completion tokens (Ollama: its own counts).
@@ -66,6 +104,9 @@ func budgetUpstream(t *testing.T) *fakellm.Server {
 				return fakellm.AnthropicAnswer{Text: budgetText, Usage: usage}
 			}),
 			fakellm.OllamaRule(func(*fakellm.Request) fakellm.OllamaAnswer { return fakellm.OllamaAnswer{Text: budgetText} }),
+			fakellm.GeminiRule(func(*fakellm.Request) fakellm.GeminiAnswer {
+				return fakellm.GeminiAnswer{Thought: budgetThought, Text: budgetText}
+			}),
 		},
 		Responses: []fakellm.Response{{Content: budgetText, Usage: usage}},
 	})
@@ -104,7 +145,7 @@ func TestBudgetTokensEveryAPI(t *testing.T) {
 				body := api.body(stream)
 				for i, want := range []string{"none", "none", "warn", "terminate"} {
 					before := len(up.Requests())
-					resp, answer := budgetRequest(t, base, api.path, "spent", body)
+					resp, answer := budgetRequest(t, base, api.pathOf(stream), "spent", body)
 					if a := resp.Header.Get(HeaderAction); a != want {
 						t.Fatalf("request %d: action %q; want %q (%s)", i+1, a, want, answer)
 					}
@@ -138,7 +179,7 @@ func TestBudgetTokensEveryAPI(t *testing.T) {
 						}
 					}
 				}
-				resp, _ := budgetRequest(t, base, api.path, "fresh", body)
+				resp, _ := budgetRequest(t, base, api.pathOf(stream), "fresh", body)
 				if a := resp.Header.Get(HeaderAction); a != "none" {
 					t.Errorf("a fresh session beside the spent one: action %q", a)
 				}
@@ -181,6 +222,17 @@ func TestBudgetTurnsAndOverrides(t *testing.T) {
 		t.Errorf("anthropic error form: %s", end)
 	}
 
+	// Gemini's error shape: RESOURCE_EXHAUSTED, Google's status for a
+	// spent quota, with the error form's status (not 429, which Gemini
+	// CLI retries).
+	for _, gemini := range budgetAPIs[4:] {
+		end = run(gemini, gemini.name, "none", "none", "none", "none", "warn", "terminate")
+		if e := gjson.Get(end, "error"); e.Get("status").String() != "RESOURCE_EXHAUSTED" || e.Get("code").Int() != 422 ||
+			!strings.HasPrefix(e.Get("message").String(), "BUDGET_EXCEEDED:") {
+			t.Errorf("%s error form: %s", gemini.name, end)
+		}
+	}
+
 	if err := srv.pipeline.policy.SetBudget(t.Context(), "override", &policy.Budget{MaxTurns: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,11 +256,108 @@ func TestBudgetTurnsAndOverrides(t *testing.T) {
 	metrics, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{
-		`loopguard_terminations_total{category="budget"} 2`,
-		`loopguard_interventions_total{action="warn",category="budget",level="0"} 2`,
+		`loopguard_terminations_total{category="budget"} 6`,
+		`loopguard_interventions_total{action="warn",category="budget",level="none"} 6`,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
 		}
+	}
+}
+
+// TestBudgetOnSocket: the turns of a Responses WebSocket session count
+// toward its budgets, turns and the tokens each response.completed
+// reports, as its HTTP requests do; the spent session gets BUDGET_EXCEEDED
+// as a response's events on the socket without the upstream seeing the
+// turn, and the socket stays open.
+func TestBudgetOnSocket(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		budget func(*Config)
+		want   []string
+	}{
+		{"turns", func(c *Config) { c.Policy.SessionMaxTurns = 5 }, []string{"none", "none", "none", "none", "warn", "terminate"}},
+		// 150 tokens an answer: the third is past 80 % of 375.
+		{"tokens", func(c *Config) { c.Policy.SessionMaxTokens = 375 }, []string{"none", "none", "warn", "terminate"}},
+		{"error form", func(c *Config) { c.Policy.SessionMaxTurns = 5; c.Inject.TerminateAs = "error" }, []string{"none", "none", "none", "none", "warn", "terminate"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up := startSocketUpstream(t, func(n int, _ string, send func(string) error) {
+				id := fmt.Sprintf("resp_%d", n)
+				item := fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Step %d done."}]}`, n, n)
+				for _, ev := range []string{
+					fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":{"id":%q,"object":"response","status":"in_progress","model":"gpt-4.1","output":[]}}`, id),
+					fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":%s}`, item),
+					fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed","model":"gpt-4.1","output":[%s],"usage":{"input_tokens":100,"output_tokens":50,"total_tokens":150}}}`, id, item),
+				} {
+					if send(ev) != nil {
+						return
+					}
+				}
+			})
+			addr, events := startSocketProxy(t, up.URL, tt.budget)
+			c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
+			defer c.Close()
+			turn := func(i int) []string {
+				t.Helper()
+				msg := fmt.Sprintf(`{"type":"response.create","model":"gpt-4.1","input":"Do step %d."}`, i)
+				if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+					t.Fatal(err)
+				}
+				return readTurn(t, c)
+			}
+			var last []string
+			for i := range tt.want {
+				last = turn(i + 1)
+				// The turn's usage is counted once its answer ended, which
+				// is reported after the client read it.
+				waitChatEvents(t, events, i+1)
+			}
+			var actions []string
+			for _, e := range waitChatEvents(t, events, len(tt.want)) {
+				actions = append(actions, string(e.Decision.Action))
+			}
+			if got, want := strings.Join(actions, ","), strings.Join(tt.want, ","); got != want {
+				t.Errorf("actions %s; want %s", got, want)
+			}
+			got, _ := up.snapshot()
+			if len(got) != len(tt.want)-1 {
+				t.Fatalf("the upstream got %d turns; want %d, the spent session's not among them", len(got), len(tt.want)-1)
+			}
+			if warned := got[len(got)-1]; !strings.Contains(warned, "Session budget: ") {
+				t.Errorf("the warned turn lacks the budget warning: %s", warned)
+			}
+			checkBudgetEvents(t, last)
+			// The socket stays open: the next turn of the spent session is
+			// answered on it, again without the upstream.
+			checkBudgetEvents(t, turn(len(tt.want)+1))
+			if got, _ := up.snapshot(); len(got) != len(tt.want)-1 {
+				t.Errorf("the upstream got a turn of the spent session")
+			}
+		})
+	}
+}
+
+// checkBudgetEvents checks that a socket's answer is BUDGET_EXCEEDED as a
+// response's events, response.created to response.completed, or in the
+// error form as one error event.
+func checkBudgetEvents(t *testing.T, evs []string) {
+	t.Helper()
+	if e := gjson.Get(evs[len(evs)-1], "error"); e.Exists() {
+		if len(evs) != 1 || gjson.Get(evs[0], "type").String() != "error" || e.Get("code").String() != "BUDGET_EXCEEDED" ||
+			!strings.HasPrefix(e.Get("message").String(), "BUDGET_EXCEEDED:") {
+			t.Errorf("answer %v; want one error event of code BUDGET_EXCEEDED", evs)
+		}
+		return
+	}
+	var text string
+	for _, m := range evs {
+		if gjson.Get(m, "type").String() == "response.output_text.delta" {
+			text += gjson.Get(m, "delta").String()
+		}
+	}
+	if !strings.HasPrefix(text, "BUDGET_EXCEEDED:") || gjson.Get(evs[0], "type").String() != "response.created" ||
+		gjson.Get(evs[len(evs)-1], "type").String() != "response.completed" {
+		t.Errorf("answer of %d events, text %.40q; want response.created ... response.completed with BUDGET_EXCEEDED", len(evs), text)
 	}
 }

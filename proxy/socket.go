@@ -120,9 +120,9 @@ func (s *Server) serveSocket(ctx *fasthttp.RequestCtx) {
 			Duration: time.Since(start)})
 		return
 	}
-	up := s.up
+	up := s.upstreamFor(ctx)
 	d := websocket.Dialer{
-		NetDialContext:   (&net.Dialer{Timeout: s.cfg.Upstream.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		NetDialContext:   up.dial,
 		HandshakeTimeout: s.cfg.Upstream.HeaderTimeout,
 		ReadBufferSize:   4 << 10,
 		WriteBufferSize:  4 << 10,
@@ -205,7 +205,7 @@ func socketURL(up *upstream, ctx *fasthttp.RequestCtx) string {
 // handshake's own headers; extensions are not offered.
 func (s *Server) socketHeader(ctx *fasthttp.RequestCtx) http.Header {
 	h := make(http.Header)
-	key := s.operatorKey(ctx.Path())
+	key := s.operatorKey(ctx)
 	conn := ctx.Request.Header.Peek("Connection")
 	for k, v := range ctx.Request.Header.All() {
 		switch {

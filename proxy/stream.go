@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/ndjson"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/loopguard/loopguard/sse"
@@ -40,10 +41,10 @@ import (
 //
 // docs/streams.md says why the stream path is shaped as it is.
 
-// relayStream forwards an SSE response event by event, or with lines an
-// NDJSON one line by line, flushing after each, and owns resp until the
-// stream ends.
-func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration, lines bool) {
+// relayStream forwards a streamed response event by event as framing
+// frames it (an SSE event, an NDJSON line, a JSON array's element),
+// flushing after each, and owns resp until the stream ends.
+func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs responseObserver, start time.Time, headerLatency time.Duration, framing wireapi.Framing) {
 	status := ctx.Response.StatusCode()
 	// nginx and similar proxies in front of us must not buffer the stream
 	// (docs/streams.md: buffering).
@@ -79,9 +80,13 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 	if dec != nil {
 		src = dec
 	}
-	if lines {
-		st.rl.nd = ndjson.NewReader(src, s.cfg.Stream.MaxEventBytes)
-	} else {
+	st.rl.framing = framing
+	switch framing {
+	case wireapi.NDJSON:
+		st.rl.other = ndjson.NewReader(src, s.cfg.Stream.MaxEventBytes)
+	case wireapi.JSONArray:
+		st.rl.other = sse.NewArrayReader(src, s.cfg.Stream.MaxEventBytes)
+	default:
 		st.rl.rd = sse.NewReader(src, s.cfg.Stream.MaxEventBytes)
 	}
 	if d := s.cfg.Upstream.RequestTimeout; d > 0 {
@@ -171,9 +176,13 @@ func (st *openStream) end(w *bufio.Writer, watch *peerWatch) {
 		if c != nil {
 			reason = *c
 		}
-		if st.rl.nd != nil {
+		switch st.rl.framing {
+		case wireapi.NDJSON:
 			_, _ = w.Write(ndjsonErrorLine(reason))
-		} else {
+		case wireapi.JSONArray:
+			// An array has no room for an error after its elements: the
+			// array left open tells the client the answer broke off.
+		default:
 			_, _ = w.Write(sseErrorEvent(reason))
 		}
 		_ = w.Flush()
@@ -372,9 +381,12 @@ type streamRelay struct {
 	s   *Server
 	obs responseObserver // nil: events are forwarded as they are
 	rd  *sse.Reader
-	// nd, when not nil, reads an NDJSON stream (Ollama's) in rd's place:
-	// one line an event.
-	nd *ndjson.Reader
+	// other, when not nil, reads a stream not framed as SSE in rd's
+	// place: an NDJSON stream (Ollama's) one line an event, a JSON array
+	// (Gemini's without alt=sse) one element an event.
+	other eventReader
+	// framing is the stream's (wireapi.SSE when rd reads it).
+	framing wireapi.Framing
 	// ev is the current event: one for the whole stream, as &ev goes to
 	// the observer and a fresh variable per event would escape each time.
 	ev    sse.Event
@@ -407,8 +419,8 @@ func (r *streamRelay) next() (ev sse.Event, err error) {
 			ev, err = sse.Event{}, nil
 		}
 	}()
-	if r.nd != nil {
-		return r.nd.Next()
+	if r.other != nil {
+		return r.other.Next()
 	}
 	return r.rd.Next()
 }
@@ -428,11 +440,11 @@ func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
 			ev, ok = sse.Event{}, false
 		}
 	}()
-	if r.nd != nil {
+	if r.other != nil {
 		if read {
-			return r.nd.ReadReady()
+			return r.other.ReadReady()
 		}
-		return r.nd.NextBuffered()
+		return r.other.NextBuffered()
 	}
 	if read {
 		return r.rd.ReadReady()
@@ -487,19 +499,35 @@ func (r *streamRelay) buffered() (b []byte) {
 			b = nil
 		}
 	}()
-	if r.nd != nil {
-		return r.nd.Buffered()
+	if r.other != nil {
+		return r.other.Buffered()
 	}
 	return r.rd.Buffered()
 }
 
 // ready reports that the reader's source holds bytes it can read at once.
 func (r *streamRelay) ready() bool {
-	if r.nd != nil {
-		return r.nd.Ready()
+	if r.other != nil {
+		return r.other.Ready()
 	}
 	return r.rd.Ready()
 }
+
+// eventReader reads a stream not framed as SSE and returns its units as
+// sse.Reader returns events, with its methods: ndjson.Reader (NDJSON
+// lines), sse.ArrayReader (a JSON array's elements).
+type eventReader interface {
+	Next() (sse.Event, error)
+	NextBuffered() (sse.Event, bool)
+	ReadReady() (sse.Event, bool)
+	Buffered() []byte
+	Ready() bool
+}
+
+var (
+	_ eventReader = (*ndjson.Reader)(nil)
+	_ eventReader = (*sse.ArrayReader)(nil)
+)
 
 // pumper is a connection that can be pumped: rawsock.Conn on Linux.
 type pumper interface {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -27,8 +28,11 @@ type upstream struct {
 	v1     bool
 	// noV1: the upstream's API has no /v1 (the ChatGPT Codex backend,
 	// chatGPTCodexPath); a client's /v1/responses goes to <prefix>/responses.
-	noV1  bool
-	addr  string
+	noV1 bool
+	addr string
+	// dial connects to the upstream's address: directly, or for an
+	// intercepted host the way the agent's connection would have gone.
+	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
 	conns connRegistry
 	idle  time.Duration
 	// noResume is set once the upstream answered 404 or 405 to the DELETE
@@ -57,7 +61,7 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 			up.addr += ":80"
 		}
 	}
-	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+	up.dial = (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
 	up.client = &fasthttp.HostClient{
 		Addr:  up.addr,
 		IsTLS: isTLS,
@@ -66,7 +70,7 @@ func newUpstream(cfg UpstreamConfig) (*upstream, error) {
 			MinVersion: tls.VersionTLS12,
 		},
 		Dial: func(addr string) (net.Conn, error) {
-			c, err := dialer.Dial("tcp", addr)
+			c, err := up.dial(context.Background(), "tcp", addr)
 			if err != nil {
 				return nil, &dialError{err}
 			}

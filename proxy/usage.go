@@ -2,14 +2,16 @@ package proxy
 
 import (
 	"github.com/loopguard/loopguard/internal/rawjson"
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/observe"
 	"github.com/tidwall/gjson"
 )
 
 // answerUsage reads the usage object of a non-streamed answer of any of the
 // APIs: chat's prompt_tokens and completion_tokens, the input_tokens and
-// output_tokens of Responses and Anthropic Messages, or Ollama's top-level
-// prompt_eval_count and eval_count. body need not have passed
+// output_tokens of Responses and Anthropic Messages, Gemini's usageMetadata
+// (geminiUsage), or Ollama's top-level prompt_eval_count and eval_count.
+// body need not have passed
 // rawjson.Valid: the walkers never read past it, and a body that is not
 // JSON has no usage to find. They skip the answer's text from quote to
 // quote; gjson's Get parsed all of it to reach a usage at the end
@@ -17,6 +19,9 @@ import (
 func answerUsage(body []byte) observe.Usage {
 	usage, ok := firstMember(rawjson.View(body), "usage")
 	if !ok || usage[0] != '{' {
+		if u, ok := geminiUsage(rawjson.View(body)); ok {
+			return u
+		}
 		return ollamaUsage(rawjson.View(body))
 	}
 	var in, out, input, output string
@@ -52,6 +57,42 @@ func firstMember(s, name string) (v string, ok bool) {
 		return end
 	})
 	return v, ok
+}
+
+// codeAssistAnswer is the member that wraps each of Code Assist's answers.
+var codeAssistAnswer = wireapi.Lookup(wireapi.CodeAssist).AnswerWrap
+
+// geminiUsage reads the usageMetadata object of a Gemini answer, Code
+// Assist's under its wrapping member, ok false when there is none: the
+// prompt's promptTokenCount in, candidatesTokenCount and
+// thoughtsTokenCount out (thoughts are output the model generated, as the
+// streams count them: sse.GeminiAccumulator).
+func geminiUsage(s string) (u observe.Usage, ok bool) {
+	meta, found := firstMember(s, "usageMetadata")
+	if !found || meta[0] != '{' {
+		wrapped, found := firstMember(s, codeAssistAnswer)
+		if !found || wrapped[0] != '{' {
+			return u, false
+		}
+		if meta, found = firstMember(wrapped, "usageMetadata"); !found || meta[0] != '{' {
+			return u, false
+		}
+	}
+	var prompt, candidates, thoughts string
+	rawjson.Members(meta, func(k, v string) bool {
+		// The first of a name counts, as for gjson's Get.
+		switch {
+		case k == "promptTokenCount" && prompt == "":
+			prompt = v
+		case k == "candidatesTokenCount" && candidates == "":
+			candidates = v
+		case k == "thoughtsTokenCount" && thoughts == "":
+			thoughts = v
+		}
+		return true
+	})
+	out := gjson.Parse(candidates).Int() + gjson.Parse(thoughts).Int()
+	return observe.Usage{Input: int(gjson.Parse(prompt).Int()), Output: int(out)}, true
 }
 
 // ollamaUsage reads the counts of an Ollama /api/chat or /api/generate

@@ -53,7 +53,8 @@ type Record struct {
 	// Session, when set, is sent as the session header, so records of one
 	// session escalate along one ladder.
 	Session string `json:"session,omitempty"`
-	// API is "chat", "responses", "anthropic" or "ollama"; empty: told from the
+	// API is a registry API's name (internal/wireapi: "chat", "responses",
+	// "anthropic", "ollama", "gemini", "code_assist", ...); empty: told from the
 	// request's shape.
 	API string `json:"api,omitempty"`
 }
@@ -304,7 +305,11 @@ func (r *Runner) Run(rec Record) Result {
 	if api == "" {
 		api = inspect.DetectAPI("", rec.Request)
 	}
-	path := wireapi.Lookup(api).ReplayPath(gjson.GetBytes(rec.Request, "model").String())
+	model := gjson.GetBytes(rec.Request, "model").String()
+	if model == "" {
+		model = "replay" // an API with the model in its path (Gemini's) needs one
+	}
+	path := wireapi.Lookup(api).ReplayPath(model)
 	req, err := http.NewRequest(http.MethodPost, r.base+path, bytes.NewReader(rec.Request))
 	if err != nil {
 		res.Error = err.Error()

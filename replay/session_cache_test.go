@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loopguard/loopguard/internal/wireapi"
 	"github.com/loopguard/loopguard/proxy"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -27,8 +28,11 @@ func growingSessions(t *testing.T) string {
 	var recs []Record
 	add := func(id, api string, body []byte) {
 		key := "messages"
-		if api == "responses" {
-			key = "input"
+		if a := wireapi.Lookup(wireapi.Name(api)); a != nil {
+			key = a.History
+			if a.Wrap != "" {
+				key = a.Wrap + "." + key
+			}
 		}
 		msgs := gjson.GetBytes(body, key).Array()
 		for k := max(1, len(msgs)-8); k <= len(msgs); k++ {

@@ -3,8 +3,11 @@
 // It sits on the response side of the flow: proxy hands it every byte read
 // from the upstream; Reader splits them into events without copying what it
 // need not, and ChatAccumulator folds chat.completion.chunk payloads into the
-// final assistant message. sse never touches the network and imports none of
-// loopguard's other packages.
+// final assistant message. ArrayReader splits a stream that is one JSON
+// array (Google's streamed answers without alt=sse) into the same Events.
+// sse never touches the network and imports none of loopguard's other
+// packages but leaf ones under internal/ (rawjson, and wireapi, the
+// registry of wire APIs).
 //
 // Transparency comes first: every byte read comes back in exactly one
 // Event.Raw, in order, so a proxy forwards Raw untouched and the client sees

@@ -90,10 +90,10 @@ type API struct {
 	// Paths are the request paths it answers (POST), in the order they
 	// are tried; the first is where replay sends its records.
 	Paths []Path
-	// Wrap is the member that wraps the request ({"request": {...}}) and,
-	// in the answers, the member that wraps each answer ({"response":
-	// {...}}); "" when neither is wrapped.
-	Wrap string
+	// Wrap is the member that wraps the request ({"request": {...}}), ""
+	// when it is not wrapped; AnswerWrap the member that wraps each answer
+	// and each streamed chunk ({"response": {...}}).
+	Wrap, AnswerWrap string
 	// History is the member holding the conversation (inside Wrap's,
 	// when set).
 	History string
@@ -118,10 +118,11 @@ type API struct {
 var APIs = [...]API{
 	{Name: Chat, Label: "chat_completions", Wire: OpenAI,
 		Paths: []Path{{Pattern: "/v1/chat/completions"}, {Pattern: "*/chat/completions"}}, History: "messages"},
-	// /v1/responses under any prefix, or /responses alone: a longer path
-	// ending in /responses is some other resource's.
+	// /v1/responses under any prefix, or /responses alone, or the ChatGPT
+	// Codex backend's: a longer path ending in /responses is some other
+	// resource's.
 	{Name: Responses, Label: "responses", Wire: OpenAI,
-		Paths:   []Path{{Pattern: "*/v1/responses"}, {Pattern: "/responses"}},
+		Paths:   []Path{{Pattern: "*/v1/responses"}, {Pattern: "/responses"}, {Pattern: "*/backend-api/codex/responses"}},
 		History: "input", System: "instructions", Turns: Items, Marks: []string{"previous_response_id", "instructions", "conversation"}},
 	// Messages only as /v1/messages or /messages, so that OpenAI's
 	// /v1/threads/{id}/messages is not mistaken for Anthropic's.
@@ -140,7 +141,7 @@ var APIs = [...]API{
 		History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"contents", "systemInstruction"}},
 	{Name: CodeAssist, Label: "code_assist", Wire: CodeAssistWire, Stream: StreamMethod, Framing: JSONArray,
 		Paths: []Path{{Pattern: "*/v1internal:streamGenerateContent", Stream: true}, {Pattern: "*/v1internal:generateContent"}},
-		Wrap:  "request", History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"request", "project"}},
+		Wrap:  "request", AnswerWrap: "response", History: "contents", System: "systemInstruction", Turns: Parts, Marks: []string{"request", "project"}},
 }
 
 // Lookup returns the API named n, nil if there is none.
@@ -326,6 +327,11 @@ type Wire struct {
 	// Variables are the environment variables agents read its base URL
 	// from, in the order their earlier values are taken as the upstream.
 	Variables []Variable
+	// ServedByURL: the servers behind upstream.url serve this wire too
+	// (vLLM, llama.cpp and Ollama answer Anthropic Messages), so
+	// `loopguard run` takes the configuration's url for it when nothing
+	// names its own; false: only its own base URL or the vendor's API.
+	ServedByURL bool
 }
 
 // Variable is an environment variable that agents read a base URL from.
@@ -345,14 +351,14 @@ type Variable struct {
 // clients that put /v1 in their base URL (the AI SDK) and clients that do
 // not (Claude Code, the Anthropic SDKs) both reach /v1/messages.
 var Wires = [...]Wire{
-	{Name: OpenAI, Public: "https://api.openai.com/v1", Variables: []Variable{
+	{Name: OpenAI, Public: "https://api.openai.com/v1", ServedByURL: true, Variables: []Variable{
 		{Name: "OPENAI_BASE_URL", V1: true,
 			Readers: "OpenAI SDKs (Python, Node, Go), Codex CLI, Qwen Code, LiteLLM (aider, mini-swe-agent), the AI SDK (opencode)"},
 		{Name: "OPENAI_API_BASE", V1: true, Readers: "aider, LiteLLM, LangChain, openai-python before 1.0"},
 		{Name: "LLM_BASE_URL", V1: true, OnlyIfSet: true, Readers: "OpenHands"},
 	}},
 	// Anthropic clients send anthropic-version on every request.
-	{Name: AnthropicWire, Public: "https://api.anthropic.com/v1", Header: "anthropic-version", Variables: []Variable{
+	{Name: AnthropicWire, Public: "https://api.anthropic.com/v1", Header: "anthropic-version", ServedByURL: true, Variables: []Variable{
 		{Name: "ANTHROPIC_BASE_URL", Readers: "Claude Code, Anthropic SDKs, LiteLLM"},
 		{Name: "ANTHROPIC_API_BASE", Readers: "aider, LiteLLM"},
 	}},

@@ -19,6 +19,14 @@ func TestMatch(t *testing.T) {
 		{"/anthropic/v1/messages", Anthropic, false},
 		{"/messages", Anthropic, false},
 		{"/v1/threads/t/messages", "", false},
+		// The model hosts' own prefixes (intercept/hosts.go): Zen, Cline
+		// and OpenRouter, DashScope, ChatGPT.
+		{"/zen/v1/chat/completions", Chat, false},
+		{"/zen/v1/responses", Responses, false},
+		{"/zen/v1/messages", Anthropic, false},
+		{"/api/v1/chat/completions", Chat, false},
+		{"/compatible-mode/v1/chat/completions", Chat, false},
+		{"/backend-api/codex/responses", Responses, false},
 		{"/api/chat", Ollama, false},
 		{"/ollama/api/generate", OllamaGenerate, false},
 		{"/v1/models", "", false},

@@ -200,7 +200,7 @@ function entryItem(e) {
       break;
     case "recovery":
       what.append(el("span", { class: "badge o-" + e.outcome, "data-outcome": e.outcome }, e.outcome.replace("_", " ")),
-        el("span", {}, e.category + " L" + e.level), el("span", { class: "mono muted" }, e.brief || ""));
+        el("span", {}, e.category + (e.level >= 0 ? " L" + e.level : "")), el("span", { class: "mono muted" }, e.brief || ""));
       break;
     case "judge": {
       // A check of the optional judge: its outcome, and for a stuck
@@ -242,7 +242,7 @@ async function loadStats() {
     const bar = el("div", { class: "bar" }, el("span"));
     bar.firstChild.style.width = Math.round(r.rate * 100) + "%";
     rec.append(el("div", { class: "row", "data-recovery": r.category + ":" + r.level },
-      el("span", {}, r.category + " L" + r.level), bar, el("span", {}, Math.round(r.rate * 100) + "% of " + n)));
+      el("span", {}, r.category + (r.level >= 0 ? " L" + r.level : "")), bar, el("span", {}, Math.round(r.rate * 100) + "% of " + n)));
   }
   const legend = $("#legend");
   legend.replaceChildren();

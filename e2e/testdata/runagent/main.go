@@ -1,6 +1,6 @@
 // Command runagent is a minimal coding agent for the e2e tests of
-// `loopguard run`: it speaks chat completions to $OPENAI_BASE_URL (as the
-// OpenAI SDKs read it), runs the tool calls the model makes with scripted
+// `loopguard run`: it speaks chat completions to $OPENAI_BASE_URL, else
+// https://api.openai.com/v1 (as the OpenAI SDKs read it), runs the tool calls the model makes with scripted
 // results, and stops when the model answers without one.
 //
 //	runagent [-exit N] [-max N] [-wait] [-both] [-stream]
@@ -10,14 +10,17 @@
 // exits with -exit's code; 4 when -max turns pass without a final answer.
 // With -wait it prints "waiting" and blocks until a signal ends it. With
 // -both it makes one call on each wire API instead, chat completions at
-// $OPENAI_BASE_URL and Anthropic Messages at $ANTHROPIC_BASE_URL (as Claude
-// Code reads it), and prints their statuses. With -stream it makes one
+// $OPENAI_BASE_URL and Anthropic Messages at $ANTHROPIC_BASE_URL, else
+// https://api.anthropic.com (as Claude Code reads it), and prints their
+// statuses. Its HTTP client is Go's default: it honours HTTPS_PROXY and,
+// on Linux, SSL_CERT_FILE. With -stream it makes one
 // streamed call, prints "streaming" once the answer starts, and reads it to
 // its end.
 package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -59,8 +62,7 @@ func main() {
 	}
 	base := os.Getenv("OPENAI_BASE_URL")
 	if base == "" {
-		fmt.Fprintln(os.Stderr, "runagent: OPENAI_BASE_URL is not set")
-		os.Exit(2)
+		base = "https://api.openai.com/v1"
 	}
 	text := func(s string) *string { return &s }
 	msgs := []message{
@@ -147,7 +149,7 @@ func (a *agent) callBoth() {
 	}{
 		{strings.TrimRight(a.base, "/") + "/chat/completions",
 			`{"model":"fake-model","messages":[{"role":"user","content":"Say hi."}]}`, false},
-		{strings.TrimRight(os.Getenv("ANTHROPIC_BASE_URL"), "/") + "/v1/messages",
+		{strings.TrimRight(cmp.Or(os.Getenv("ANTHROPIC_BASE_URL"), "https://api.anthropic.com"), "/") + "/v1/messages",
 			`{"model":"claude-fake","max_tokens":64,"messages":[{"role":"user","content":"Say hi."}]}`, true},
 	}
 	for _, c := range calls {
