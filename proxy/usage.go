@@ -24,23 +24,11 @@ func answerUsage(body []byte) observe.Usage {
 		}
 		return ollamaUsage(rawjson.View(body))
 	}
-	var in, out, input, output string
-	rawjson.Members(usage, func(k, v string) bool {
-		// The first of a name counts, as for gjson's Get.
-		switch {
-		case k == "prompt_tokens" && in == "":
-			in = v
-		case k == "completion_tokens" && out == "":
-			out = v
-		case k == "input_tokens" && input == "":
-			input = v
-		case k == "output_tokens" && output == "":
-			output = v
-		}
-		return true
-	})
+	var v [4]string // chat's counts, then Responses' and Anthropic's
+	firstMembers(usage, []string{"prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"}, v[:])
+	in, out := v[0], v[1]
 	if in == "" && out == "" {
-		in, out = input, output
+		in, out = v[2], v[3]
 	}
 	return observe.Usage{Input: int(gjson.Parse(in).Int()), Output: int(gjson.Parse(out).Int())}
 }
@@ -57,6 +45,21 @@ func firstMember(s, name string) (v string, ok bool) {
 		return end
 	})
 	return v, ok
+}
+
+// firstMembers sets vals[i] to the raw value of the first member of the
+// object s named names[i] (the first of a name counts, as for gjson's Get),
+// leaving "" where there is none.
+func firstMembers(s string, names, vals []string) {
+	rawjson.Members(s, func(k, v string) bool {
+		for i, name := range names {
+			if k == name && vals[i] == "" {
+				vals[i] = v
+				break
+			}
+		}
+		return true
+	})
 }
 
 // codeAssistAnswer is the member that wraps each of Code Assist's answers.
@@ -78,21 +81,10 @@ func geminiUsage(s string) (u observe.Usage, ok bool) {
 			return u, false
 		}
 	}
-	var prompt, candidates, thoughts string
-	rawjson.Members(meta, func(k, v string) bool {
-		// The first of a name counts, as for gjson's Get.
-		switch {
-		case k == "promptTokenCount" && prompt == "":
-			prompt = v
-		case k == "candidatesTokenCount" && candidates == "":
-			candidates = v
-		case k == "thoughtsTokenCount" && thoughts == "":
-			thoughts = v
-		}
-		return true
-	})
-	out := gjson.Parse(candidates).Int() + gjson.Parse(thoughts).Int()
-	return observe.Usage{Input: int(gjson.Parse(prompt).Int()), Output: int(out)}, true
+	var v [3]string // prompt, candidates, thoughts
+	firstMembers(meta, []string{"promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"}, v[:])
+	out := gjson.Parse(v[1]).Int() + gjson.Parse(v[2]).Int()
+	return observe.Usage{Input: int(gjson.Parse(v[0]).Int()), Output: int(out)}, true
 }
 
 // ollamaUsage reads the counts of an Ollama /api/chat or /api/generate
