@@ -225,26 +225,13 @@ func (c *Conn) ReadAhead(p []byte, get func() []byte, put func([]byte)) (n int, 
 // for the read and given back when the socket had nothing.
 func (c *Conn) readAhead(fd uintptr) bool {
 	buf := c.rget()
-	p := buf
-	if len(p) > maxRW {
-		p = p[:maxRW]
+	c.rbuf = buf
+	if !c.read(fd) {
+		c.rput(buf)
+		c.rbuf = nil
+		return false
 	}
-	for {
-		n, errno := sysRead(fd, p)
-		switch errno {
-		case 0:
-			c.rn = n
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			c.rput(buf)
-			return false
-		default:
-			c.rerr = errno
-		}
-		c.rbuf = buf
-		return true
-	}
+	return true
 }
 
 // Pump calls step until it returns true, and waits for the socket to become
