@@ -226,20 +226,38 @@ func TestRunForwardsSignals(t *testing.T) {
 // requests reach the upstream its variable held before, in one session.
 func TestRunTwoUpstreams(t *testing.T) {
 	loopguard, agent := buildRunBinaries(t)
-	openai := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: fakellm.Response{Content: "hi"}}}})
-	anthropic := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-		fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return fakellm.AnthropicAnswer{Text: "hi"} })}})
+	openai, anthropic := twoFakes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, loopguard, "run", "-session", "two-1", "--", agent, "-both")
 	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(),
 		"OPENAI_BASE_URL="+openai.URL()+"/v1", "ANTHROPIC_BASE_URL="+anthropic.URL())
+	stderr := runBoth(t, cmd, "two-1", openai, anthropic)
+	if !strings.Contains(stderr, "2 model calls") {
+		t.Fatalf("stderr summary:\n%s", stderr)
+	}
+}
+
+// twoFakes starts an OpenAI-style and an Anthropic fake, each answering "hi".
+func twoFakes(t *testing.T) (openai, anthropic *fakellm.Server) {
+	t.Helper()
+	openai = fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: fakellm.Response{Content: "hi"}}}})
+	anthropic = fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
+		fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return fakellm.AnthropicAnswer{Text: "hi"} })}})
+	return openai, anthropic
+}
+
+// runBoth runs cmd, the test agent with -both under loopguard run as
+// session, and checks that each fake got its one call; it returns
+// loopguard's stderr.
+func runBoth(t *testing.T, cmd *exec.Cmd, session string, openai, anthropic *fakellm.Server) string {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("loopguard run: %v\nstderr:\n%s", err, &stderr)
 	}
-	if got := stdout.String(); got != "status: 200\nstatus: 200\ncalls: 2\nsessions: two-1\n" {
+	if got := stdout.String(); got != "status: 200\nstatus: 200\ncalls: 2\nsessions: "+session+"\n" {
 		t.Fatalf("agent output:\n%s\nstderr:\n%s", got, &stderr)
 	}
 	for _, tt := range []struct {
@@ -248,12 +266,10 @@ func TestRunTwoUpstreams(t *testing.T) {
 	}{{openai, "/v1/chat/completions"}, {anthropic, "/v1/messages"}} {
 		reqs := tt.fake.Requests()
 		if len(reqs) != 1 || reqs[0].Path != tt.want {
-			t.Fatalf("upstream %s saw %d requests (%v); want one %s", tt.fake.URL(), len(reqs), reqs, tt.want)
+			t.Fatalf("upstream %s saw %d requests (%v); want one %s\nstderr:\n%s", tt.fake.URL(), len(reqs), reqs, tt.want, &stderr)
 		}
 	}
-	if !strings.Contains(stderr.String(), "2 model calls") {
-		t.Fatalf("stderr summary:\n%s", &stderr)
-	}
+	return stderr.String()
 }
 
 // TestRunWithRunningProxy: -proxy uses a loopguard already serving (for
@@ -388,33 +404,15 @@ func TestRunResolve(t *testing.T) {
 	loopguard, agent := buildRunBinaries(t)
 	for _, intercepting := range []bool{true, false} {
 		t.Run(fmt.Sprintf("intercept=%v", intercepting), func(t *testing.T) {
-			openai := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{{Response: fakellm.Response{Content: "hi"}}}})
-			anthropic := fakellm.Start(t, fakellm.Script{Rules: []fakellm.Rule{
-				fakellm.AnthropicRule(func(*fakellm.Request) fakellm.AnthropicAnswer { return fakellm.AnthropicAnswer{Text: "hi"} })}})
+			openai, anthropic := twoFakes(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, loopguard, "run", fmt.Sprintf("-intercept=%v", intercepting), "-session", "resolve-1",
 				"-resolve", "api.openai.com="+openai.URL(), "-resolve", "api.anthropic.com="+anthropic.URL(), "--", agent, "-both")
 			cmd.Env = append(signedInEnv(), "TMPDIR="+t.TempDir(), "OPENAI_API_KEY=sk-e2e")
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("loopguard run: %v\nstderr:\n%s", err, &stderr)
-			}
-			if got := stdout.String(); got != "status: 200\nstatus: 200\ncalls: 2\nsessions: resolve-1\n" {
-				t.Fatalf("agent output:\n%s\nstderr:\n%s", got, &stderr)
-			}
-			for _, tt := range []struct {
-				fake *fakellm.Server
-				want string
-			}{{openai, "/v1/chat/completions"}, {anthropic, "/v1/messages"}} {
-				reqs := tt.fake.Requests()
-				if len(reqs) != 1 || reqs[0].Path != tt.want {
-					t.Fatalf("%s saw %d requests (%v); want one %s\nstderr:\n%s", tt.fake.URL(), len(reqs), reqs, tt.want, &stderr)
-				}
-			}
-			if !strings.Contains(stderr.String(), "session resolve-1: 2 model calls (2 answered)") {
-				t.Fatalf("stderr summary:\n%s", &stderr)
+			stderr := runBoth(t, cmd, "resolve-1", openai, anthropic)
+			if !strings.Contains(stderr, "session resolve-1: 2 model calls (2 answered)") {
+				t.Fatalf("stderr summary:\n%s", stderr)
 			}
 		})
 	}
