@@ -121,6 +121,10 @@ type clientConn struct {
 	// take and put are takeAhead and putAhead, made once per connection.
 	take func() []byte
 	put  func([]byte)
+	// idleNext, once a stream gave the connection back (serveAgain), is
+	// the wait for the next request, which fasthttp would time as a new
+	// connection's first request (SetReadDeadline).
+	idleNext time.Duration
 }
 
 // aheadReader reads more than it is asked for (rawsock.Conn, on Linux).
@@ -172,6 +176,14 @@ func (c *clientConn) takeAhead() []byte {
 }
 
 func (c *clientConn) putAhead([]byte) { c.releaseAhead() }
+
+// unread puts p, bytes read off the socket that a reader gave back, before
+// what c has yet to return.
+func (c *clientConn) unread(p []byte) {
+	b := append(append(make([]byte, 0, len(p)+len(c.ahead)), p...), c.ahead...)
+	c.releaseAhead()
+	c.ahead = b
+}
 
 func (c *clientConn) releaseAhead() {
 	if c.aheadBuf != nil {

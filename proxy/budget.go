@@ -213,6 +213,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 // SetReadDeadline is fasthttp's deadline for the request (or the idle
 // wait), which a body's reads keep to.
 func (c *clientConn) SetReadDeadline(t time.Time) error {
+	if c.idleNext > 0 && !t.IsZero() {
+		t, c.idleNext = time.Now().Add(c.idleNext), 0
+	}
 	c.body.setDeadline(t)
 	return c.Conn.SetReadDeadline(t)
 }

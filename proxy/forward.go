@@ -136,7 +136,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, body []byte, obs responseObse
 			// reads an answer, and the upstream did not fail. nginx logs 499
 			// and sends nothing; so does loopguard.
 			ctx.HijackSetNoResponse(true)
-			ctx.Hijack(func(net.Conn) {})
+			ctx.Hijack(func(c net.Conn) { _ = c.Close() })
 		} else {
 			var code string
 			status, code = upstreamErrorStatus(err)

@@ -59,8 +59,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners []net.Listener // given to Serve, closed by Shutdown
 	closed    bool           // Shutdown was called
-	// handedOver counts the streams to HTTP/1.0 clients, whose connections
-	// fasthttp handed over (setStreamWriter) and no longer waits for.
+	// handedOver counts the streams, whose connections fasthttp handed
+	// over (setStreamWriter) and no longer waits for.
 	handedOver sync.WaitGroup
 	// peers notices clients that leave while their answer is prepared or
 	// streamed (clientwatch_linux.go).
@@ -144,17 +144,19 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 		// client's and keeps an idle open stream cheap (it is held per
 		// connection).
 		ReadBufferSize: 16 << 10,
-		// The write buffer is held for a stream's whole life too: 2 KiB
-		// holds a chunk's framing and an event or a few; a larger burst
-		// (up to batchMax) is framed by the stream's writer and is still
-		// one send (chunkWriter).
+		// The write buffer serves answers that are not streams (a stream
+		// writes its socket itself, streambody.go): 2 KiB, held only while
+		// a response is written.
 		WriteBufferSize:       serverWriteBuf,
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
 		ReduceMemoryUsage:     true,
-		Logger:                fasthttpLogger{log},
+		// A stream's connection goes back to fasthttp after the stream
+		// (setStreamWriter): whoever takes a connection over closes it.
+		KeepHijackedConns: true,
+		Logger:            fasthttpLogger{log},
 	}
 	// A store that replicas share also carries their common admin view.
 	if feed, ok := s.pipeline.policy.Store().(observe.SharedFeed); ok {

@@ -154,7 +154,8 @@ func (s *Server) serveSocket(ctx *fasthttp.RequestCtx) {
 		u.Subprotocols = []string{p}
 	}
 	copySocketHeader(&ctx.Response.Header, resp.Header)
-	if err := u.Upgrade(ctx, func(c *websocket.Conn) { sk.run(c, upc) }); err != nil {
+	// The handler closes the connection it took over (KeepHijackedConns).
+	if err := u.Upgrade(ctx, func(c *websocket.Conn) { defer c.Close(); sk.run(c, upc) }); err != nil {
 		_ = upc.Close()
 		s.respond(nil, ctx.Method(), ctx.Path(), err, observe.ResponseInfo{Session: string(sk.session),
 			Status: ctx.Response.StatusCode(), Duration: time.Since(start)})

@@ -20,8 +20,8 @@ import (
 // read top to bottom:
 //
 //   - relayStream sets the stream up once the upstream's headers came: the
-//     observer sees them, and the connection's own goroutine becomes the
-//     stream's writer (streambody.go).
+//     observer sees them, and fasthttp hands the connection over to a
+//     goroutine of the stream's own, which writes it (streambody.go).
 //   - openStream.relay runs the stream; relayBody relays it within the
 //     upstream socket's pump (upstreamBody.pump, at the end of this file),
 //     or with plain reads where there is no pump.
@@ -93,7 +93,7 @@ func (s *Server) relayStream(ctx *fasthttp.RequestCtx, ub *upstreamBody, obs res
 		st.timer = time.AfterFunc(d-time.Since(start), func() { st.abort(errDeadline) })
 	}
 	s.obs.StreamOpened()
-	st.body = s.setStreamWriter(ctx, st.relay)
+	s.setStreamWriter(ctx, st.relay)
 }
 
 // openStream is one stream that relayStream relays. It lives on the heap,
@@ -115,7 +115,6 @@ type openStream struct {
 	cause atomic.Pointer[error]
 	rl    streamRelay
 	stats relayStats
-	body  *streamBody // nil for HTTP/1.0, which writes no chunks
 	// dec decodes a stream the upstream coded (encoding_stream.go); nil
 	// for the others.
 	dec *decodedStream

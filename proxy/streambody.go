@@ -2,37 +2,118 @@ package proxy
 
 import (
 	"bufio"
-	"errors"
-	"io"
 	"net"
+	"reflect"
 	"strconv"
 
 	"github.com/loopguard/loopguard/internal/rawsock"
 	"github.com/valyala/fasthttp"
 )
 
-// setBodyWriter makes write the writer of a response body of unknown
-// length, sent chunked, on the server's own goroutine.
+// setStreamWriter makes write the writer of the response body, whose length
+// is not known in advance, and runs it once the handler has returned, on a
+// goroutine of the stream's own: fasthttp hands the connection over
+// (Hijack), and loopguard writes the header and the body itself.
 //
-// fasthttp's SetBodyStreamWriter runs the writer on a goroutine of its own
-// and pipes it to the connection's through a 4 KiB buffered writer, a pipe
-// and a 4 KiB copy buffer: about 16 KiB and a goroutine for every open
-// stream. A body that implements fasthttp.BodyWriterTo is instead written by
-// the connection's goroutine, each Write framed as one chunk and flushed at
-// once. write's Flush after every event is what sends it, as before.
-func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) *streamBody {
-	conn := ctx.Conn()
-	if cc, ok := conn.(*clientConn); ok {
-		conn = cc.Conn // one gathering write reaches the socket (rawsock) only unwrapped
+// An open stream then holds only what its relay needs: no fasthttp
+// connection goroutine parked under the relay with its stack (a stream
+// waits with the detectors' deepest calls on top of its frames, and the
+// stack keeps the size that made), and no fasthttp write buffer
+// (docs/streams.md: thousands of open streams).
+//
+// HTTP/1.1 clients get the body chunked, each Write one chunk, and the
+// connection goes back to fasthttp after the last chunk (serveAgain), as a
+// kept-alive connection does after any answer. HTTP/1.0 has no chunked
+// coding: the body is delimited by the close of the connection (RFC 9112
+// section 6.3), with "Connection: close" and no length.
+//
+// fasthttp no longer counts a connection it handed over; s.handedOver does,
+// so that Shutdown waits for these streams as for the others.
+func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) {
+	chunked := ctx.Request.Header.IsHTTP11()
+	// What fasthttp decides when it writes a response itself: the
+	// connection closes after it if either side asked, or once a shutdown
+	// began.
+	keep := chunked && !ctx.Request.Header.ConnectionClose() && !ctx.Response.Header.ConnectionClose() &&
+		s.stopping.Err() == nil
+	if chunked {
+		ctx.Response.Header.SetContentLength(-1) // Transfer-Encoding: chunked
+		if !keep {
+			ctx.Response.Header.SetConnectionClose()
+		}
+	} else {
+		// -2: no Content-Length and no Transfer-Encoding; it also sets
+		// "Connection: close".
+		ctx.Response.Header.SetContentLength(-2)
 	}
-	// The socket itself writes buffers (rawsock.Conn), one sendmsg a chunk.
-	bw, ok := conn.(buffersWriter)
+	b := &streamBody{head: ctx.Response.Header.AppendBytes(nil), chunked: chunked, conn: streamSocket(ctx.Conn())}
+	ctx.HijackSetNoResponse(true)
+	s.handedOver.Add(1)
+	ctx.Hijack(func(c net.Conn) {
+		defer s.handedOver.Done()
+		if !s.writeStream(b, write) || !keep {
+			_ = c.Close()
+			return
+		}
+		s.serveAgain(c)
+	})
+}
+
+// writeStream runs write into b and ends the body; false when the
+// connection cannot carry another request (a write failed, or write
+// panicked). A panic outside the observer's stages, which recover on their
+// own (failsafe.go), ends the stream where it stood, as fasthttp did when
+// it ran the writer.
+func (s *Server) writeStream(b *streamBody, write func(w *bufio.Writer)) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(nil, "relay", r)
+			ok = false
+		}
+	}()
+	w := bufio.NewWriterSize(b, streamBodyBuf)
+	write(w)
+	return w.Flush() == nil && b.end() == nil
+}
+
+// serveAgain gives c, a kept-alive connection whose stream is over, back to
+// fasthttp for its next request, on a goroutine of its own: the hijacked
+// one ends, and fasthttp releases the stream's request context.
+func (s *Server) serveAgain(c net.Conn) {
+	under := underlying(c)
+	cc, ok := under.(*clientConn)
 	if !ok {
-		bw = connBuffers{conn}
+		go func() { _ = s.http.ServeConn(c) }()
+		return
 	}
-	b := &streamBody{write: write, cw: chunkWriter{conn: bw}}
-	ctx.Response.SetBodyStream(b, -1)
-	return b
+	// Bytes fasthttp had read beyond the request (a pipelined next
+	// request) are read first.
+	if rest := pipelined(c); len(rest) > 0 {
+		cc.unread(rest)
+	}
+	// The wait for the next request is an idle connection's, not a
+	// request's (ServeConn times a connection's first read as a request).
+	cc.idleNext = s.cfg.Server.IdleTimeout
+	go func() { _ = s.http.ServeConn(cc) }()
+}
+
+// pipelined returns the bytes fasthttp had read of c's connection beyond
+// the request whose answer took it over: its hijacked connection reads
+// them from the request's reader, which it keeps only when it holds such
+// bytes. fasthttp does not export either; the field is read by name
+// (fasthttp v1.74), and TestStreamConnectionGoesOn fails if it goes.
+func pipelined(c net.Conn) []byte {
+	v := reflect.ValueOf(c)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	r := v.Elem().FieldByName("r")
+	if !r.IsValid() || r.Kind() != reflect.Interface || r.IsNil() || r.Elem().Type() != reflect.TypeFor[*bufio.Reader]() {
+		return nil
+	}
+	br := (*bufio.Reader)(r.Elem().UnsafePointer())
+	rest, _ := br.Peek(br.Buffered())
+	return rest
 }
 
 // streamBodyBuf is the writer's own buffer. An event larger than it goes to
@@ -42,41 +123,18 @@ func setBodyWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.Writer)) *strea
 // open stream holds it, so it is small.
 const streamBodyBuf = 64
 
+// streamBody is a streamed answer's way to the client: the response header
+// with the first Write, then each Write as one chunk (or as it is, for
+// HTTP/1.0), in one gathering write (sendmsg) of the header, the chunk's
+// size line, its data and its CRLF, without a copy.
 type streamBody struct {
-	write func(w *bufio.Writer)
-	cw    chunkWriter // the writer's; part of the body, which lives as long
-}
-
-var errStreamBodyRead = errors.New("proxy: a stream body is written, not read")
-
-func (b *streamBody) Read([]byte) (int, error) { return 0, errStreamBodyRead }
-
-// SupportsBodyWriteTo tells fasthttp that WriteTo replaces Read.
-func (b *streamBody) SupportsBodyWriteTo() bool { return true }
-
-func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
-	b.cw.chunks = w
-	bw := bufio.NewWriterSize(&b.cw, streamBodyBuf)
-	b.write(bw)
-	return 0, bw.Flush()
-}
-
-// chunkWriter writes each Write as one chunk. The first goes through
-// fasthttp's writer (chunks), which sends the response header with it; from
-// then on fasthttp's write buffer is empty (it flushes every chunk), and a
-// chunk goes to the connection in one gathering write (sendmsg) of its size
-// line, its data and its CRLF, without fasthttp's writer, its buffer and its
-// flush between, and without a copy. A chunk larger than a burst (batchMax)
-// still goes through fasthttp's writer, which sends it in two or three
-// writes.
-type chunkWriter struct {
-	chunks io.Writer     // fasthttp's: a chunk a Write, flushed
-	conn   buffersWriter // the client's connection, under fasthttp's write buffer
-	sent   bool          // a chunk went through chunks
-	// A chunk's parts while it is written; here, as a local would be
-	// allocated every chunk.
+	conn    buffersWriter
+	head    []byte // the response header, until a write sends it
+	chunked bool
+	// A write's parts while it is written; here, as a local would be
+	// allocated every write.
 	size [chunkFraming]byte
-	iov  [3][]byte
+	iov  [4][]byte
 	out  net.Buffers
 }
 
@@ -84,6 +142,19 @@ type chunkWriter struct {
 // consumes it.
 type buffersWriter interface {
 	WriteBuffers(v *net.Buffers) (int64, error)
+}
+
+// streamSocket is where a stream to conn is written: the client's socket
+// itself (rawsock.Conn) when it is one, which writes buffers in one
+// sendmsg.
+func streamSocket(conn net.Conn) buffersWriter {
+	if cc, ok := conn.(*clientConn); ok {
+		conn = cc.Conn
+	}
+	if bw, ok := conn.(buffersWriter); ok {
+		return bw
+	}
+	return connBuffers{conn}
 }
 
 // connBuffers writes buffers to a connection with rawsock.WriteBuffers.
@@ -97,23 +168,55 @@ func (c connBuffers) WriteBuffers(v *net.Buffers) (int64, error) {
 // 8 hex digits and its CRLF, and the CRLF after the data.
 const chunkFraming = 8 + 2 + 2
 
-func (c *chunkWriter) Write(p []byte) (int, error) {
-	if !c.sent || len(p) > batchMax {
-		n, err := c.chunks.Write(p)
-		c.sent = c.sent || err == nil
-		return n, err
+func (b *streamBody) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil // an empty chunk would end the body
 	}
-	size := append(strconv.AppendInt(c.size[:0], int64(len(p)), 16), "\r\n"...)
-	c.iov = [3][]byte{size, p, crlf}
-	c.out = c.iov[:]
-	_, err := c.conn.WriteBuffers(&c.out)
-	c.iov, c.out = [3][]byte{}, nil // the stream must not keep the event
-	if err != nil {
+	n := 0
+	if b.head != nil {
+		b.iov[n], n = b.head, n+1
+	}
+	if b.chunked {
+		b.iov[n] = append(strconv.AppendInt(b.size[:0], int64(len(p)), 16), "\r\n"...)
+		b.iov[n+1], b.iov[n+2], n = p, crlf, n+3
+	} else {
+		b.iov[n], n = p, n+1
+	}
+	if err := b.send(n); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-var crlf = []byte("\r\n")
+// end ends the body: the last chunk, or the header alone for an HTTP/1.0
+// body that had no byte.
+func (b *streamBody) end() error {
+	n := 0
+	if b.head != nil {
+		b.iov[n], n = b.head, n+1
+	}
+	if b.chunked {
+		b.iov[n], n = lastChunk, n+1
+	}
+	if n == 0 {
+		return nil
+	}
+	return b.send(n)
+}
 
-var _ fasthttp.BodyWriterTo = (*streamBody)(nil)
+// send writes the first n of b.iov and forgets them: the stream must not
+// keep an event, nor the header once sent.
+func (b *streamBody) send(n int) error {
+	b.out = b.iov[:n]
+	_, err := b.conn.WriteBuffers(&b.out)
+	b.iov, b.out = [4][]byte{}, nil
+	if err == nil {
+		b.head = nil
+	}
+	return err
+}
+
+var (
+	crlf      = []byte("\r\n")
+	lastChunk = []byte("0\r\n\r\n")
+)

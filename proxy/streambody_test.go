@@ -6,85 +6,72 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// sinkLog records the writes of a chunkWriter's two sinks: which one, and
-// the chunk, for the connection as framed or not.
-type sinkLog struct {
-	name string
-	log  *[]string
-	err  error
+// writeLog records a streamBody's writes to the connection, one entry a
+// gathering write.
+type writeLog struct {
+	writes []string
+	err    error
 }
 
-func (s sinkLog) Write(p []byte) (int, error) {
-	entry := fmt.Sprintf("%s %d", s.name, len(p))
-	if s.name == "conn" {
-		size, rest, _ := strings.Cut(string(p), "\r\n")
-		n, err := strconv.ParseInt(size, 16, 64)
-		if data, ok := strings.CutSuffix(rest, "\r\n"); err == nil && ok && int64(len(data)) == n {
-			entry = fmt.Sprintf("conn chunk of %d", n)
-		} else {
-			entry = "conn unframed"
-		}
-	}
-	*s.log = append(*s.log, entry)
-	if s.err != nil {
-		return 0, s.err
-	}
-	return len(p), nil
-}
-
-// WriteBuffers writes v as one Write, as one writev does.
-func (s sinkLog) WriteBuffers(v *net.Buffers) (int64, error) {
+func (l *writeLog) WriteBuffers(v *net.Buffers) (int64, error) {
 	var b []byte
 	for _, p := range *v {
 		b = append(b, p...)
 	}
 	*v = (*v)[len(*v):]
-	n, err := s.Write(b)
-	return int64(n), err
+	l.writes = append(l.writes, string(b))
+	if l.err != nil {
+		return 0, l.err
+	}
+	return int64(len(b)), nil
 }
 
-// TestChunkWriter: once a chunk went through fasthttp's writer (which sent
-// the response header with it), every chunk up to a burst's size goes to the
-// connection framed, in one write; a larger one goes through fasthttp's
-// writer.
-func TestChunkWriter(t *testing.T) {
-	small, burst, huge := strings.Repeat("s", 100), strings.Repeat("b", 5000), strings.Repeat("h", batchMax+1)
-	fits := strings.Repeat("f", serverWriteBuf-chunkFraming)
+// TestStreamBody: the header goes with the first write, each write is one
+// chunk (HTTP/1.1) or goes as it is (HTTP/1.0), each in one write, and the
+// body ends with the last chunk, with the header if nothing was written.
+func TestStreamBody(t *testing.T) {
+	const head = "HTTP/1.1 200 OK\r\n\r\n"
+	burst := strings.Repeat("b", batchMax+1)
 	for _, tt := range []struct {
-		name   string
-		writes []string
-		want   string
+		name    string
+		chunked bool
+		writes  []string
+		want    []string
 	}{
-		{"burst first", []string{burst, small, burst}, "chunks 5000, conn chunk of 100, conn chunk of 5000"},
-		{"burst after a chunk", []string{small, burst, burst}, "chunks 100, conn chunk of 5000, conn chunk of 5000"},
-		{"one that fits the write buffer", []string{small, fits}, fmt.Sprintf("chunks 100, conn chunk of %d", len(fits))},
-		{"larger than a burst", []string{small, huge}, fmt.Sprintf("chunks 100, chunks %d", len(huge))},
-		{"largest burst", []string{small, huge[:batchMax]}, fmt.Sprintf("chunks 100, conn chunk of %d", batchMax)},
+		{"chunks", true, []string{"data: a\n\n", "", burst},
+			[]string{head + "9\r\ndata: a\n\n\r\n", fmt.Sprintf("%x\r\n%s\r\n", len(burst), burst), "0\r\n\r\n"}},
+		{"no chunk", true, nil, []string{head + "0\r\n\r\n"}},
+		{"HTTP/1.0", false, []string{"data: a\n\n", "data: b\n\n"}, []string{head + "data: a\n\n", "data: b\n\n"}},
+		{"HTTP/1.0, no byte", false, nil, []string{head}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var log []string
-			w := &chunkWriter{chunks: sinkLog{name: "chunks", log: &log}, conn: sinkLog{name: "conn", log: &log}}
+			var log writeLog
+			b := &streamBody{conn: &log, head: []byte(head), chunked: tt.chunked}
 			for _, p := range tt.writes {
-				if n, err := w.Write([]byte(p)); n != len(p) || err != nil {
+				if n, err := b.Write([]byte(p)); n != len(p) || err != nil {
 					t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(p))
 				}
 			}
-			if got := strings.Join(log, ", "); got != tt.want {
-				t.Errorf("writes %s; want %s", got, tt.want)
+			if err := b.end(); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(log.writes, tt.want) {
+				t.Errorf("writes %q; want %q", log.writes, tt.want)
 			}
 		})
 	}
 	t.Run("failed write", func(t *testing.T) {
-		var log []string
 		gone := errors.New("gone")
-		w := &chunkWriter{chunks: sinkLog{name: "chunks", log: &log}, conn: sinkLog{name: "conn", log: &log, err: gone}, sent: true}
-		if n, err := w.Write([]byte(burst)); n != 0 || err != gone {
+		b := &streamBody{conn: &writeLog{err: gone}, head: []byte(head), chunked: true}
+		if n, err := b.Write([]byte("data: a\n\n")); n != 0 || err != gone {
 			t.Errorf("Write = %d, %v; want 0, the connection's error", n, err)
 		}
 	})
@@ -161,5 +148,127 @@ func TestStreamBurstThroughServer(t *testing.T) {
 	}
 	if largest+chunkFraming <= serverWriteBuf {
 		t.Errorf("largest chunk %d bytes; want the burst in one larger than the server's write buffer (%d)", largest, serverWriteBuf)
+	}
+}
+
+// streamUpstream answers every request on its path: a stream of two events
+// where the path holds "stream", else a JSON body.
+func streamUpstream(t *testing.T) *rawUpstream {
+	return startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		for {
+			req, ok := u.readRequest(br)
+			if !ok {
+				return
+			}
+			answer := rawJSON
+			if strings.Contains(req.URL.Path, "stream") {
+				answer = rawStreamHead + "f\r\ndata: {\"a\":1}\n\n\r\n" + "e\r\ndata: [DONE]\n\n\r\n" + "0\r\n\r\n"
+			}
+			if _, err := io.WriteString(c, answer); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// readAnswer reads one response off br: its status line and headers, and
+// its body, whole (chunked or of a length).
+func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("reading an answer: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading an answer's body: %v", err)
+	}
+	return resp, string(body)
+}
+
+// TestStreamConnectionGoesOn: a stream's connection, which loopguard took
+// over from fasthttp to write the stream, serves the client's next
+// requests after it: one sent after the stream, one pipelined behind the
+// stream's request (read with it, before the stream), and another stream.
+func TestStreamConnectionGoesOn(t *testing.T) {
+	up := streamUpstream(t)
+	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	post := func(path string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	}
+	wantStream := "data: {\"a\":1}\n\ndata: [DONE]\n\n"
+	for i, tt := range []struct {
+		name  string
+		send  string
+		want  []string // the bodies of the answers, in order
+		chunk bool     // the first answer is chunked
+	}{
+		{"a stream", post("/v1/stream"), []string{wantStream}, true},
+		{"a request after it", post("/v1/chat"), []string{`{"ok":true}`}, false},
+		{"a request pipelined behind a stream", post("/v1/stream") + post("/v1/chat"), []string{wantStream, `{"ok":true}`}, true},
+		{"another stream", post("/v1/stream"), []string{wantStream}, true},
+	} {
+		if _, err := io.WriteString(conn, tt.send); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		for j, want := range tt.want {
+			resp, body := readAnswer(t, br)
+			if resp.StatusCode != http.StatusOK || body != want {
+				t.Errorf("%s, answer %d: %d %q; want 200 %q", tt.name, j, resp.StatusCode, body, want)
+			}
+			if chunked := len(resp.TransferEncoding) > 0; j == 0 && chunked != tt.chunk {
+				t.Errorf("%s: chunked %v; want %v", tt.name, chunked, tt.chunk)
+			}
+			if resp.Close {
+				t.Fatalf("%s (step %d): the answer closes the connection", tt.name, i)
+			}
+		}
+	}
+}
+
+// TestStreamConnectionClose: a client that says Connection: close gets it
+// said back on the stream, and the connection closed after it; an idle
+// connection after a stream closes after the idle timeout, not the
+// request's read timeout.
+func TestStreamConnectionClose(t *testing.T) {
+	up := streamUpstream(t)
+	_, base := startProxy(t, func(c *Config) {
+		c.Upstream.URL = up.url()
+		c.Server.ReadTimeout = time.Minute
+		c.Server.IdleTimeout = 300 * time.Millisecond
+	})
+	for _, tt := range []struct {
+		name   string
+		header string
+	}{
+		{"client asks", "Connection: close\r\n"},
+		{"idle after the stream", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(conn, "POST /v1/stream HTTP/1.1\r\nHost: x\r\n%sContent-Length: 2\r\n\r\n{}", tt.header)
+			br := bufio.NewReader(conn)
+			resp, _ := readAnswer(t, br)
+			if resp.Close != (tt.header != "") {
+				t.Errorf("Connection: close %v; want %v", resp.Close, tt.header != "")
+			}
+			// The server closes: the read ends (EOF) well before the
+			// connection's deadline, a minute's read timeout included.
+			if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+				t.Errorf("read after the stream = %d, %v; want the connection closed (EOF)", n, err)
+			}
+		})
 	}
 }
