@@ -18,11 +18,10 @@
 // and connection pool; chunked.go: its chunked answers; resumable.go:
 // stopping llama.cpp's resumable generations a cut ended). Coming back:
 // stream.go relays a streamed answer event by event, watches it and cuts
-// it, read top to bottom; streambody.go and http10.go write streams to the
-// client, with sendlimit*.go bounding a write to a client that stopped
-// reading; clientwatch*.go notice clients that leave; spare.go runs a
-// streamed request's pipeline on a spare goroutine so the stream's own
-// keeps a small stack; encoding_stream.go decodes a stream the upstream
+// it, read top to bottom; streambody.go writes streams to the client on the
+// connection fasthttp hands over, and gives it back for the next request,
+// with sendlimit*.go bounding a write to a client that stopped reading;
+// clientwatch*.go notice clients that leave; encoding_stream.go decodes a stream the upstream
 // compressed anyway, which is then relayed decoded like any other;
 // failsafe.go keeps the rest of the answer's path failing open; errors.go
 // writes loopguard's own errors.

@@ -65,8 +65,6 @@ type Server struct {
 	// peers notices clients that leave while their answer is prepared or
 	// streamed (clientwatch_linux.go).
 	peers peerWatcher
-	// spares run the chat pipelines (spare.go).
-	spares *spares
 	// bodies bounds the memory of request bodies in flight (budget.go).
 	bodies bodyBudget
 	// passthrough are the paths [upstream] api_key serves (passthrough.go).
@@ -87,7 +85,7 @@ func New(cfg Config, log zerolog.Logger, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, up: up, spares: newSpares(), bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory},
+	s := &Server{cfg: cfg, log: log, up: up, bodies: bodyBudget{limit: cfg.Server.MaxBodyMemory},
 		passthrough: newPathSet(cfg.Upstream.Passthrough)}
 	for i := range wireapi.Wires {
 		if u := cfg.Upstream.WireURL(wireapi.Wires[i].Name); u != "" {
@@ -247,7 +245,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.resume.running.Wait() // DELETEs of cut streams, bounded by stopTimeout
 	s.peers.close()
-	s.spares.stop()
 	s.up.client.CloseIdleConnections()
 	s.icpt.closeIdle()
 	for _, up := range s.wires {
@@ -320,14 +317,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case isSocketUpgrade(ctx):
 		s.serveSocket(ctx)
 	case ctx.IsPost() && guardedAPI(path) != nil:
-		api := guardedRequest(ctx)
-		// A coded body cannot be read for "stream" before it is decoded;
-		// it may be a stream (Codex's always are).
-		if looksStreamedFor(api, ctx.Request.Body()) || len(ctx.Request.Header.ContentEncoding()) > 0 {
-			s.guardOnSpareStack(ctx, api)
-		} else {
-			s.pipeline.guard(ctx, s, api)
-		}
+		s.pipeline.guard(ctx, s, guardedRequest(ctx))
 	case isResume(ctx):
 		// A resumed stream is a chat answer like the first delivery.
 		s.pipeline.serveResume(ctx, s)
