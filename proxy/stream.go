@@ -355,9 +355,8 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 	}
 }
 
-// batchMax bounds the events relay sends in one write. A burst larger than
-// the server's write buffer is framed as one chunk by streamBody's writer
-// (chunkWriter) and sent in one write all the same.
+// batchMax bounds the events relay sends in one write, framed as one chunk
+// (streamBody).
 const batchMax = 8 << 10
 
 // batchBufs hold the events of one read until they are written; a stream
