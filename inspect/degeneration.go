@@ -231,16 +231,22 @@ const degBatch = 64
 // lookup does the k-gram table's work for batch, the bytes that follow
 // those written so far: it advances the rolling hash over them and, for
 // each byte that ends a k-gram, looks up the distance to where a k-gram of
-// the same slot last ended (into dists; 0 for a byte that ends none) and
-// records the byte's own end there, in order, as step would one byte at a
-// time. Neither depends on what step decides (a fired detector ignores the
-// table), so doing it first changes nothing; what it gains is memory
-// parallelism. With thousands of open streams a stream's table has left
-// the cache by its next event, and each byte's lookup is a miss at a place
+// the same slot last ended and records the byte's own end there, in order,
+// as step would one byte at a time. Into dists goes the distance step must
+// verify with lock, or 0: for a byte that ends no k-gram, and for a
+// distance lock would reject at once, beyond MaxPhrase, before the first
+// k-gram, or to a byte that differs from this one (lock's first
+// comparison; most distances are stale entries, so most bytes stop here).
+// None of it depends on what step decides (a fired detector ignores the
+// table, and the ring already holds every byte dist before the batch), so
+// doing it first changes nothing; what it gains is memory parallelism.
+// With thousands of open streams a stream's table and ring have left the
+// cache by its next event, and each byte's lookup is a miss at a place
 // only its hash knows: interleaved with step's work the misses come one
 // after another, in this loop the processor has many in flight at once.
 func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 	h, pos := d.hash, d.pos
+	maxPhrase := int64(d.cfg.MaxPhrase)
 	for i, c := range batch {
 		var out byte
 		switch at := pos + int64(i) - degK; {
@@ -256,19 +262,32 @@ func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 			continue
 		}
 		slot := (h * 0x9E3779B1) >> (32 - degTableBits)
+		var dist int64
 		if d.table8 != nil {
-			dists[i] = uint16(uint8(end) - d.table8[slot])
+			dist = int64(uint8(end) - d.table8[slot])
 			d.table8[slot] = uint8(end)
 		} else {
-			dists[i] = uint16(end) - d.table16[slot]
+			dist = int64(uint16(end) - d.table16[slot])
 			d.table16[slot] = uint16(end)
+		}
+		dists[i] = 0
+		if dist > 0 && dist <= maxPhrase && end-dist >= degK {
+			o := byte(0)
+			if at := int64(i) - dist; at >= 0 {
+				o = batch[at]
+			} else {
+				o = d.buf[(pos+at)&d.mask]
+			}
+			if foldDigit[o] == foldDigit[c] {
+				dists[i] = uint16(dist)
+			}
 		}
 	}
 	d.hash = h
 }
 
 // step consumes one byte and reports whether the stream is now degenerate.
-// dist is the byte's k-gram lookup (see lookup).
+// dist is the byte's candidate period from lookup, 0 when it has none.
 func (d *Degeneration) step(c byte, dist int64) bool {
 	pos := d.pos
 	d.structure(c, pos)
@@ -301,7 +320,7 @@ func (d *Degeneration) step(c byte, dist int64) bool {
 	// loose rule covers what they cannot lock onto, in prose only: code,
 	// tables, lists and JSON that repeat with variations are what healthy
 	// answers are made of (wait and flag, never a cut).
-	if d.loose.t == nil && pos == int64(len(d.buf))-1 {
+	if pos == int64(len(d.buf))-1 && d.loose.t == nil {
 		// The next byte overwrites the first in the ring: the loose
 		// table's last chance to see the whole text.
 		d.growLoose(pos - 1)
@@ -311,10 +330,7 @@ func (d *Degeneration) step(c byte, dist int64) bool {
 		d.fireLoose()
 		return true
 	}
-	if end < degK {
-		return false
-	}
-	if d.period == 0 && dist > 0 && dist <= int64(d.cfg.MaxPhrase) && end-dist >= degK && d.lock(end, dist) {
+	if d.period == 0 && dist > 0 && d.lock(end, dist) {
 		fire = d.check()
 	}
 	return fire
