@@ -109,15 +109,20 @@ func (c StreamConfig) normalized() StreamConfig {
 // Reset makes it reusable for another stream, e.g. from a sync.Pool; it
 // keeps what was allocated.
 type Degeneration struct {
+	// What each byte reads comes first, in the first three cache lines:
+	// with thousands of open streams a stream's detector has left the
+	// processor's caches by its next delta, and each line the delta
+	// touches is a miss (docs/streams.md).
 	fired bool
-	class unitClass
 
 	// Markdown structure of the accumulated text.
-	lead       bool // still in the line's leading whitespace
-	lineStruct bool // the current line is a table row, list item, heading, fence...
-	fence      bool // inside a fenced code block
-	tickChar   byte // '`' or '~'
-	json       int8 // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
+	lead       bool  // still in the line's leading whitespace
+	lineStruct bool  // the current line is a table row, list item, heading, fence...
+	fence      bool  // inside a fenced code block
+	tickChar   byte  // '`' or '~'
+	json       int8  // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
+	indent     uint8 // columns of leading whitespace, counted up to 4: all that is asked of them
+	ticks      uint8 // fence characters seen at the start of the line
 
 	buf  []byte // ring of the last len(buf) raw bytes
 	mask int64
@@ -134,21 +139,22 @@ type Degeneration struct {
 	hash    uint32 // rolling hash of the last degK folded bytes (lookup keeps it ahead of pos in a batch)
 	baseK   uint32 // degHashBase^degK, removes the byte leaving the k-gram
 
-	period   int64 // candidate period; 0 when none
+	period     int64 // candidate period; 0 when none
+	lastStruct int64 // end position of the last byte in structured text
+
+	loose looseCycles
+
+	// cfg is read by every delta for its MaxPhrase, which lies in the
+	// third line with the end of loose.
+	cfg StreamConfig
+
+	// What a locked period reads.
+	class    unitClass
 	shapeRun int64 // consecutive positions equal to the byte period earlier, digits folded
 	checkAt  int64 // shapeRun below which no threshold can be met: check is skipped
 	exactRun int64 // the same, byte for byte
 
-	indent     int   // columns of leading whitespace
-	ticks      int   // fence characters seen at the start of the line
-	lastStruct int64 // end position of the last byte in structured text
-
-	loose looseCycles
 	block blockRun
-
-	// cfg is read by every byte for its MaxPhrase, which lies in the
-	// fourth line.
-	cfg StreamConfig
 
 	shape     bool // fired on folded digits, not identical copies
 	cycle     bool // fired on a loose cycle
@@ -526,7 +532,7 @@ func (d *Degeneration) setElem(s, p int64, reps int) {
 func (d *Degeneration) fireLoose() {
 	d.cycle = true
 	d.offset = d.loose.windowStart(d.pos)
-	d.count, d.threshold = d.loose.count, looseMinPrior+1
+	d.count, d.threshold = d.loose.t.count, looseMinPrior+1
 	// The span ends before the byte that completed its last word.
 	s := max(d.loose.spanStart(d.pos), d.pos-int64(len(d.buf)))
 	d.setElem(s, d.pos-1-s, 1)
@@ -625,9 +631,9 @@ func (d *Degeneration) structure(c byte, pos int64) {
 	case d.lead:
 		switch c {
 		case ' ':
-			d.indent++
+			d.indent = min(d.indent+1, 4)
 		case '\t':
-			d.indent += 4
+			d.indent = 4
 		case '\r':
 		default:
 			d.lead = false
