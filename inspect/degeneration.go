@@ -344,13 +344,31 @@ func (d *Degeneration) step(c byte, dist int64) bool {
 
 // looseEnd ends the current word at byte c, at offset pos, and reports
 // whether the words so far are a loose cycle. Before the loose table
-// exists, a window that could be one makes it.
+// exists, the first whole window fills the precheck, and a window that
+// could be a cycle makes the table.
 func (d *Degeneration) looseEnd(c byte, pos int64) bool {
 	fire := d.loose.endWord(c, pos)
+	if !d.loose.fed && d.loose.t == nil && d.loose.words >= int64(d.loose.window) {
+		d.fillPrecheck(pos)
+	}
 	if d.loose.suspect {
 		fire = d.growLoose(pos)
 	}
 	return fire
+}
+
+// fillPrecheck replays the text up to offset last, the end of the word
+// that completed the first window, into the loose-cycle precheck, which
+// has not been fed until then (see loose.go). Without a table the ring
+// still holds the whole text: the table is made before it wraps.
+func (d *Degeneration) fillPrecheck(last int64) {
+	d.loose.reset()
+	d.loose.fed = true
+	for x := int64(0); x <= last; x++ {
+		if c := d.buf[x&d.mask]; !d.loose.extend(c) {
+			d.loose.endWord(c, x)
+		}
+	}
 }
 
 // growLoose makes the loose-cycle table and replays the text up to offset

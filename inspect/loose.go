@@ -52,6 +52,13 @@ package inspect
 // into it (Degeneration.growLoose): from then on the state is the one an
 // eager table would have, so every decision is the same
 // (TestDegenerationLazyAndEagerAgree, FuzzDegeneration).
+//
+// The bit set itself waits for the window's first LooseWindow words, as no
+// window can be judged before them: those words cost no bit set lookups,
+// the misses of a stream's next delta once thousands are open, and a short
+// answer never makes any. The word that completes the first window has the
+// words so far, all still in the ring as well, replayed into the bit set
+// (Degeneration.fillPrecheck), which leaves it as if it had seen every word.
 
 const (
 	looseSpan      = 8    // words per hashed span
@@ -95,6 +102,7 @@ type looseCycles struct {
 	// suspect: pre's count reached the threshold at the last word; the
 	// table must be made before the next word is judged.
 	suspect bool
+	fed     bool  // pre has been fed every word so far (see above)
 	wordLen uint8 // at most looseWordMax
 	words   int64 // words counted so far
 
@@ -207,7 +215,9 @@ func (l *looseCycles) push(w uint32, start int64) bool {
 	l.last[k] = w
 	if l.t == nil {
 		l.words = i + 1
-		l.suspect = l.pre.push(i, w, l.span, l.window)
+		if l.fed {
+			l.suspect = l.pre.push(i, w, l.span, l.window)
+		}
 		return false
 	}
 	t := l.t
