@@ -296,7 +296,16 @@ func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 // dist is the byte's candidate period from lookup, 0 when it has none.
 func (d *Degeneration) step(c byte, dist int64) bool {
 	pos := d.pos
-	d.structure(c, pos)
+	if c != '\n' && !d.lead && d.ticks == 0 {
+		// Past a line's start (its leading whitespace and fence
+		// characters) a byte changes nothing of the structure but
+		// lastStruct, as structure would find: most bytes stop here.
+		if d.fence || d.lineStruct || d.json == 1 {
+			d.lastStruct = pos + 1
+		}
+	} else {
+		d.structure(c, pos)
+	}
 	d.buf[pos&d.mask] = c
 	end := pos + 1
 	d.pos = end
