@@ -220,11 +220,9 @@ func (d *Degeneration) Write(p []byte) bool {
 	for len(p) > 0 {
 		batch := p[:min(len(p), degBatch)]
 		d.lookup(batch, &dists)
-		for i, c := range batch {
-			if d.step(c, int64(dists[i])) {
-				d.fired = true
-				return true
-			}
+		if d.step(batch, &dists) {
+			d.fired = true
+			return true
 		}
 		p = p[len(batch):]
 	}
@@ -292,63 +290,71 @@ func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 	d.hash = h
 }
 
-// step consumes one byte and reports whether the stream is now degenerate.
-// dist is the byte's candidate period from lookup, 0 when it has none.
-func (d *Degeneration) step(c byte, dist int64) bool {
-	pos := d.pos
-	if c != '\n' && !d.lead && d.ticks == 0 {
-		// Past a line's start (its leading whitespace and fence
-		// characters) a byte changes nothing of the structure but
-		// lastStruct, as structure would find: most bytes stop here.
-		if d.fence || d.lineStruct || d.json == 1 {
-			d.lastStruct = pos + 1
-		}
-	} else {
-		d.structure(c, pos)
-	}
-	d.buf[pos&d.mask] = c
-	end := pos + 1
-	d.pos = end
-	if c == '\n' && d.endLine(pos) {
-		return true
-	}
-
-	fire := false
-	if d.period > 0 {
-		o := d.buf[(pos-d.period)&d.mask]
-		if foldDigit[o] == foldDigit[c] {
-			d.shapeRun++
-			if o == c {
-				d.exactRun++
-			} else {
-				d.exactRun = 0
-			}
-			if d.shapeRun >= d.checkAt {
-				fire = d.check()
+// step consumes batch, the bytes lookup has just looked up into dists, one
+// at a time, and reports whether the stream is now degenerate. dists[i] is
+// byte i's candidate period, 0 when it has none. The loop is here rather
+// than in Write so that a byte costs no call.
+func (d *Degeneration) step(batch []byte, dists *[degBatch]uint16) bool {
+	for i, c := range batch {
+		pos := d.pos
+		if c != '\n' && !d.lead && d.ticks == 0 {
+			// Past a line's start (its leading whitespace and fence
+			// characters) a byte changes nothing of the structure but
+			// lastStruct, as structure would find: most bytes stop here.
+			if d.fence || d.lineStruct || d.json == 1 {
+				d.lastStruct = pos + 1
 			}
 		} else {
-			d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
+			d.structure(c, pos)
+		}
+		d.buf[pos&d.mask] = c
+		end := pos + 1
+		d.pos = end
+		if c == '\n' && d.endLine(pos) {
+			return true
+		}
+
+		fire := false
+		if d.period > 0 {
+			o := d.buf[(pos-d.period)&d.mask]
+			if foldDigit[o] == foldDigit[c] {
+				d.shapeRun++
+				if o == c {
+					d.exactRun++
+				} else {
+					d.exactRun = 0
+				}
+				if d.shapeRun >= d.checkAt {
+					fire = d.check()
+				}
+			} else {
+				d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
+			}
+		}
+		// While a period is locked the text repeats exactly and the phrase
+		// rules, with their structure-aware thresholds and exact offsets,
+		// judge it; the loose rule covers what they cannot lock onto, in
+		// prose only: code, tables, lists and JSON that repeat with
+		// variations are what healthy answers are made of (wait and flag,
+		// never a cut).
+		if pos == int64(len(d.buf))-1 && d.loose.t == nil {
+			// The next byte overwrites the first in the ring: the loose
+			// table's last chance to see the whole text.
+			d.growLoose(pos - 1)
+		}
+		if !d.loose.extend(c) && d.looseEnd(c, pos) && !fire && d.period == 0 &&
+			d.lastStruct <= d.loose.windowStart(pos) {
+			d.fireLoose()
+			return true
+		}
+		if dist := int64(dists[i]); d.period == 0 && dist > 0 && d.lock(end, dist) {
+			fire = d.check()
+		}
+		if fire {
+			return true
 		}
 	}
-	// While a period is locked the text repeats exactly and the phrase rules,
-	// with their structure-aware thresholds and exact offsets, judge it; the
-	// loose rule covers what they cannot lock onto, in prose only: code,
-	// tables, lists and JSON that repeat with variations are what healthy
-	// answers are made of (wait and flag, never a cut).
-	if pos == int64(len(d.buf))-1 && d.loose.t == nil {
-		// The next byte overwrites the first in the ring: the loose
-		// table's last chance to see the whole text.
-		d.growLoose(pos - 1)
-	}
-	if !d.loose.extend(c) && d.looseEnd(c, pos) && !fire && d.period == 0 &&
-		d.lastStruct <= d.loose.windowStart(pos) {
-		d.fireLoose()
-		return true
-	}
-	if d.period == 0 && dist > 0 && d.lock(end, dist) {
-		fire = d.check()
-	}
-	return fire
+	return false
 }
 
 // looseEnd ends the current word at byte c, at offset pos, and reports
