@@ -274,7 +274,7 @@ func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 			dist = int64(uint16(end) - d.table16[slot])
 			d.table16[slot] = uint16(end)
 		}
-		dists[i] = 0
+		cand := uint16(0)
 		if dist > 0 && dist <= maxPhrase && end-dist >= degK {
 			o := byte(0)
 			if at := int64(i) - dist; at >= 0 {
@@ -283,9 +283,10 @@ func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 				o = d.buf[(pos+at)&d.mask]
 			}
 			if foldDigit[o] == foldDigit[c] {
-				dists[i] = uint16(dist)
+				cand = uint16(dist)
 			}
 		}
+		dists[i] = cand
 	}
 	d.hash = h
 }

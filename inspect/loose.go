@@ -156,7 +156,8 @@ func (l *looseCycles) reset() {
 	if l.t != nil {
 		l.t.keys = [1 << looseTableBits]uint32{}
 		l.t.novel, l.t.recurring, l.t.count = 0, 0, 0
-	} else {
+	} else if l.fed {
+		// Unfed, it was never written: a short answer leaves its lines alone.
 		*l.pre = loosePrecheck{}
 	}
 	*l = looseCycles{t: l.t, pre: l.pre, window: l.window, spanOut: l.spanOut, word: looseFNVInit}
