@@ -24,12 +24,14 @@ const (
 
 // blockRun follows the lines of one stream.
 type blockRun struct {
-	lineStart int64             // offset where the current line began
-	hash      [blockRing]uint32 // the last non-blank lines' hashes, by index mod blockRing
-	start     [blockRing]int64  // and their start offsets
-	n         int64             // non-blank lines seen
-	period    int64             // candidate period in lines; 0 when none
-	run       int64             // lines equal to the line period earlier, in a row
+	// Every line reads these, which share a cache line.
+	lineStart int64 // offset where the current line began
+	n         int64 // non-blank lines seen
+	period    int64 // candidate period in lines; 0 when none
+	run       int64 // lines equal to the line period earlier, in a row
+
+	hash  [blockRing]uint32 // the last non-blank lines' hashes, by index mod blockRing
+	start [blockRing]int64  // and their start offsets
 }
 
 // blockRepeats is how many back-to-back copies of a block make it

@@ -109,15 +109,20 @@ func (c StreamConfig) normalized() StreamConfig {
 // Reset makes it reusable for another stream, e.g. from a sync.Pool; it
 // keeps what was allocated.
 type Degeneration struct {
+	// What each byte reads comes first, in the first three cache lines:
+	// with thousands of open streams a stream's detector has left the
+	// processor's caches by its next delta, and each line the delta
+	// touches is a miss (docs/streams.md).
 	fired bool
-	class unitClass
 
 	// Markdown structure of the accumulated text.
-	lead       bool // still in the line's leading whitespace
-	lineStruct bool // the current line is a table row, list item, heading, fence...
-	fence      bool // inside a fenced code block
-	tickChar   byte // '`' or '~'
-	json       int8 // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
+	lead       bool  // still in the line's leading whitespace
+	lineStruct bool  // the current line is a table row, list item, heading, fence...
+	fence      bool  // inside a fenced code block
+	tickChar   byte  // '`' or '~'
+	json       int8  // 1: the stream starts with '{' or '[', -1: it does not, 0: unknown yet
+	indent     uint8 // columns of leading whitespace, counted up to 4: all that is asked of them
+	ticks      uint8 // fence characters seen at the start of the line
 
 	buf  []byte // ring of the last len(buf) raw bytes
 	mask int64
@@ -134,21 +139,22 @@ type Degeneration struct {
 	hash    uint32 // rolling hash of the last degK folded bytes (lookup keeps it ahead of pos in a batch)
 	baseK   uint32 // degHashBase^degK, removes the byte leaving the k-gram
 
-	period   int64 // candidate period; 0 when none
+	period     int64 // candidate period; 0 when none
+	lastStruct int64 // end position of the last byte in structured text
+
+	loose looseCycles
+
+	// cfg is read by every delta for its MaxPhrase, which lies in the
+	// third line with the end of loose.
+	cfg StreamConfig
+
+	// What a locked period reads.
+	class    unitClass
 	shapeRun int64 // consecutive positions equal to the byte period earlier, digits folded
 	checkAt  int64 // shapeRun below which no threshold can be met: check is skipped
 	exactRun int64 // the same, byte for byte
 
-	indent     int   // columns of leading whitespace
-	ticks      int   // fence characters seen at the start of the line
-	lastStruct int64 // end position of the last byte in structured text
-
-	loose looseCycles
 	block blockRun
-
-	// cfg is read by every byte for its MaxPhrase, which lies in the
-	// fourth line.
-	cfg StreamConfig
 
 	shape     bool // fired on folded digits, not identical copies
 	cycle     bool // fired on a loose cycle
@@ -214,11 +220,9 @@ func (d *Degeneration) Write(p []byte) bool {
 	for len(p) > 0 {
 		batch := p[:min(len(p), degBatch)]
 		d.lookup(batch, &dists)
-		for i, c := range batch {
-			if d.step(c, int64(dists[i])) {
-				d.fired = true
-				return true
-			}
+		if d.step(batch, &dists) {
+			d.fired = true
+			return true
 		}
 		p = p[len(batch):]
 	}
@@ -231,16 +235,22 @@ const degBatch = 64
 // lookup does the k-gram table's work for batch, the bytes that follow
 // those written so far: it advances the rolling hash over them and, for
 // each byte that ends a k-gram, looks up the distance to where a k-gram of
-// the same slot last ended (into dists; 0 for a byte that ends none) and
-// records the byte's own end there, in order, as step would one byte at a
-// time. Neither depends on what step decides (a fired detector ignores the
-// table), so doing it first changes nothing; what it gains is memory
-// parallelism. With thousands of open streams a stream's table has left
-// the cache by its next event, and each byte's lookup is a miss at a place
+// the same slot last ended and records the byte's own end there, in order,
+// as step would one byte at a time. Into dists goes the distance step must
+// verify with lock, or 0: for a byte that ends no k-gram, and for a
+// distance lock would reject at once, beyond MaxPhrase, before the first
+// k-gram, or to a byte that differs from this one (lock's first
+// comparison; most distances are stale entries, so most bytes stop here).
+// None of it depends on what step decides (a fired detector ignores the
+// table, and the ring already holds every byte dist before the batch), so
+// doing it first changes nothing; what it gains is memory parallelism.
+// With thousands of open streams a stream's table and ring have left the
+// cache by its next event, and each byte's lookup is a miss at a place
 // only its hash knows: interleaved with step's work the misses come one
 // after another, in this loop the processor has many in flight at once.
 func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 	h, pos := d.hash, d.pos
+	maxPhrase := int64(d.cfg.MaxPhrase)
 	for i, c := range batch {
 		var out byte
 		switch at := pos + int64(i) - degK; {
@@ -256,79 +266,125 @@ func (d *Degeneration) lookup(batch []byte, dists *[degBatch]uint16) {
 			continue
 		}
 		slot := (h * 0x9E3779B1) >> (32 - degTableBits)
+		var dist int64
 		if d.table8 != nil {
-			dists[i] = uint16(uint8(end) - d.table8[slot])
+			dist = int64(uint8(end) - d.table8[slot])
 			d.table8[slot] = uint8(end)
 		} else {
-			dists[i] = uint16(end) - d.table16[slot]
+			dist = int64(uint16(end) - d.table16[slot])
 			d.table16[slot] = uint16(end)
 		}
+		cand := uint16(0)
+		if dist > 0 && dist <= maxPhrase && end-dist >= degK {
+			o := byte(0)
+			if at := int64(i) - dist; at >= 0 {
+				o = batch[at]
+			} else {
+				o = d.buf[(pos+at)&d.mask]
+			}
+			if foldDigit[o] == foldDigit[c] {
+				cand = uint16(dist)
+			}
+		}
+		dists[i] = cand
 	}
 	d.hash = h
 }
 
-// step consumes one byte and reports whether the stream is now degenerate.
-// dist is the byte's k-gram lookup (see lookup).
-func (d *Degeneration) step(c byte, dist int64) bool {
-	pos := d.pos
-	d.structure(c, pos)
-	d.buf[pos&d.mask] = c
-	end := pos + 1
-	d.pos = end
-	if c == '\n' && d.endLine(pos) {
-		return true
-	}
-
-	fire := false
-	if d.period > 0 {
-		o := d.buf[(pos-d.period)&d.mask]
-		if foldDigit[o] == foldDigit[c] {
-			d.shapeRun++
-			if o == c {
-				d.exactRun++
-			} else {
-				d.exactRun = 0
-			}
-			if d.shapeRun >= d.checkAt {
-				fire = d.check()
+// step consumes batch, the bytes lookup has just looked up into dists, one
+// at a time, and reports whether the stream is now degenerate. dists[i] is
+// byte i's candidate period, 0 when it has none. The loop is here rather
+// than in Write so that a byte costs no call.
+func (d *Degeneration) step(batch []byte, dists *[degBatch]uint16) bool {
+	for i, c := range batch {
+		pos := d.pos
+		if c != '\n' && !d.lead && d.ticks == 0 {
+			// Past a line's start (its leading whitespace and fence
+			// characters) a byte changes nothing of the structure but
+			// lastStruct, as structure would find: most bytes stop here.
+			if d.fence || d.lineStruct || d.json == 1 {
+				d.lastStruct = pos + 1
 			}
 		} else {
-			d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
+			d.structure(c, pos)
+		}
+		d.buf[pos&d.mask] = c
+		end := pos + 1
+		d.pos = end
+		if c == '\n' && d.endLine(pos) {
+			return true
+		}
+
+		fire := false
+		if d.period > 0 {
+			o := d.buf[(pos-d.period)&d.mask]
+			if foldDigit[o] == foldDigit[c] {
+				d.shapeRun++
+				if o == c {
+					d.exactRun++
+				} else {
+					d.exactRun = 0
+				}
+				if d.shapeRun >= d.checkAt {
+					fire = d.check()
+				}
+			} else {
+				d.period, d.shapeRun, d.exactRun, d.class = 0, 0, 0, classUnknown
+			}
+		}
+		// While a period is locked the text repeats exactly and the phrase
+		// rules, with their structure-aware thresholds and exact offsets,
+		// judge it; the loose rule covers what they cannot lock onto, in
+		// prose only: code, tables, lists and JSON that repeat with
+		// variations are what healthy answers are made of (wait and flag,
+		// never a cut).
+		if pos == int64(len(d.buf))-1 && d.loose.t == nil {
+			// The next byte overwrites the first in the ring: the loose
+			// table's last chance to see the whole text.
+			d.growLoose(pos - 1)
+		}
+		if !d.loose.extend(c) && d.looseEnd(c, pos) && !fire && d.period == 0 &&
+			d.lastStruct <= d.loose.windowStart(pos) {
+			d.fireLoose()
+			return true
+		}
+		if dist := int64(dists[i]); d.period == 0 && dist > 0 && d.lock(end, dist) {
+			fire = d.check()
+		}
+		if fire {
+			return true
 		}
 	}
-	// While a period is locked the text repeats exactly and the phrase rules,
-	// with their structure-aware thresholds and exact offsets, judge it; the
-	// loose rule covers what they cannot lock onto, in prose only: code,
-	// tables, lists and JSON that repeat with variations are what healthy
-	// answers are made of (wait and flag, never a cut).
-	if d.loose.t == nil && pos == int64(len(d.buf))-1 {
-		// The next byte overwrites the first in the ring: the loose
-		// table's last chance to see the whole text.
-		d.growLoose(pos - 1)
-	}
-	if !d.loose.extend(c) && d.looseEnd(c, pos) && !fire && d.period == 0 &&
-		d.lastStruct <= d.loose.windowStart(pos) {
-		d.fireLoose()
-		return true
-	}
-	if end < degK {
-		return false
-	}
-	if d.period == 0 && dist > 0 && dist <= int64(d.cfg.MaxPhrase) && end-dist >= degK && d.lock(end, dist) {
-		fire = d.check()
-	}
-	return fire
+	return false
 }
 
 // looseEnd ends the current word at byte c, at offset pos, and reports
 // whether the words so far are a loose cycle. Before the loose table
-// exists, a window that could be one makes it.
+// exists, the first whole window fills the precheck, and a window that
+// could be a cycle makes the table.
 func (d *Degeneration) looseEnd(c byte, pos int64) bool {
 	fire := d.loose.endWord(c, pos)
+	if !d.loose.fed && d.loose.t == nil && d.loose.words >= int64(d.loose.window) {
+		d.fillPrecheck(pos)
+	}
 	if d.loose.suspect {
 		fire = d.growLoose(pos)
 	}
 	return fire
+}
+
+// fillPrecheck replays the text up to offset last, the end of the word
+// that completed the first window, into the loose-cycle precheck, which
+// has not been fed until then (see loose.go). Without a table the ring
+// still holds the whole text: the table is made before it wraps.
+func (d *Degeneration) fillPrecheck(last int64) {
+	d.loose.reset()
+	d.loose.fed = true
+	for x := int64(0); x <= last; x++ {
+		if c := d.buf[x&d.mask]; !d.loose.extend(c) {
+			d.loose.endWord(c, x)
+		}
+	}
 }
 
 // growLoose makes the loose-cycle table and replays the text up to offset
@@ -510,7 +566,7 @@ func (d *Degeneration) setElem(s, p int64, reps int) {
 func (d *Degeneration) fireLoose() {
 	d.cycle = true
 	d.offset = d.loose.windowStart(d.pos)
-	d.count, d.threshold = d.loose.count, looseMinPrior+1
+	d.count, d.threshold = d.loose.t.count, looseMinPrior+1
 	// The span ends before the byte that completed its last word.
 	s := max(d.loose.spanStart(d.pos), d.pos-int64(len(d.buf)))
 	d.setElem(s, d.pos-1-s, 1)
@@ -609,9 +665,9 @@ func (d *Degeneration) structure(c byte, pos int64) {
 	case d.lead:
 		switch c {
 		case ' ':
-			d.indent++
+			d.indent = min(d.indent+1, 4)
 		case '\t':
-			d.indent += 4
+			d.indent = 4
 		case '\r':
 		default:
 			d.lead = false

@@ -52,6 +52,13 @@ package inspect
 // into it (Degeneration.growLoose): from then on the state is the one an
 // eager table would have, so every decision is the same
 // (TestDegenerationLazyAndEagerAgree, FuzzDegeneration).
+//
+// The bit set itself waits for the window's first LooseWindow words, as no
+// window can be judged before them: those words cost no bit set lookups,
+// the misses of a stream's next delta once thousands are open, and a short
+// answer never makes any. The word that completes the first window has the
+// words so far, all still in the ring as well, replayed into the bit set
+// (Degeneration.fillPrecheck), which leaves it as if it had seen every word.
 
 const (
 	looseSpan      = 8    // words per hashed span
@@ -87,7 +94,7 @@ const (
 
 // looseCycles is the state of the loose-cycle rule for one stream.
 type looseCycles struct {
-	// The fields each byte or word reads come first (see Degeneration).
+	// Each byte or word reads all of it (see Degeneration).
 	word    uint32 // FNV-1a of the current word so far
 	span    uint32 // rolling hash of the last looseSpan words
 	spanOut uint32 // looseSpanMix^looseSpan, removes the word leaving the span
@@ -95,27 +102,28 @@ type looseCycles struct {
 	// suspect: pre's count reached the threshold at the last word; the
 	// table must be made before the next word is judged.
 	suspect bool
-	wordLen int
-	words   int64             // words counted so far
-	last    [looseSpan]uint32 // hashes of the last looseSpan words
+	fed     bool  // pre has been fed every word so far (see above)
+	wordLen uint8 // at most looseWordMax
+	words   int64 // words counted so far
 
 	// t is the table, nil until the text could be a loose cycle; pre
 	// stands in for it until then.
 	t   *looseTable
 	pre *loosePrecheck
 
-	window    int // words judged together (StreamConfig.LooseWindow)
-	novel     int // novel words among the last window words
-	recurring int // recurring words among the last window words
-
-	count int // occurrences of the span that fired, itself included
+	last   [looseSpan]uint32 // hashes of the last looseSpan words
+	window int               // words judged together (StreamConfig.LooseWindow)
 }
 
-// looseTable is the loose-cycle rule's memory of past words.
+// looseTable is the loose-cycle rule's memory of past words, and its counts
+// over the window, which only the table makes.
 type looseTable struct {
-	keys   [1 << looseTableBits]uint32
-	flags  [looseRing]uint8  // per recent word: looseFlag bits
-	starts [looseRing]uint32 // per recent word: low 32 bits of the offset of its first byte
+	keys      [1 << looseTableBits]uint32
+	novel     int               // novel words among the last window words
+	recurring int               // recurring words among the last window words
+	count     int               // occurrences of the span that fired, itself included
+	flags     [looseRing]uint8  // per recent word: looseFlag bits
+	starts    [looseRing]uint32 // per recent word: low 32 bits of the offset of its first byte
 }
 
 // loosePrecheck stands in for the table until the text could be a loose
@@ -147,7 +155,9 @@ func (l *looseCycles) init(window int) {
 func (l *looseCycles) reset() {
 	if l.t != nil {
 		l.t.keys = [1 << looseTableBits]uint32{}
-	} else {
+		l.t.novel, l.t.recurring, l.t.count = 0, 0, 0
+	} else if l.fed {
+		// Unfed, it was never written: a short answer leaves its lines alone.
 		*l.pre = loosePrecheck{}
 	}
 	*l = looseCycles{t: l.t, pre: l.pre, window: l.window, spanOut: l.spanOut, word: looseFNVInit}
@@ -206,27 +216,29 @@ func (l *looseCycles) push(w uint32, start int64) bool {
 	l.last[k] = w
 	if l.t == nil {
 		l.words = i + 1
-		l.suspect = l.pre.push(i, w, l.span, l.window)
+		if l.fed {
+			l.suspect = l.pre.push(i, w, l.span, l.window)
+		}
 		return false
 	}
 	t := l.t
 	if i >= int64(l.window) {
 		f := t.flags[(i-int64(l.window))%looseRing]
-		l.novel -= int(f & looseNovel)
-		l.recurring -= int(f&looseRecurring) >> 1
+		t.novel -= int(f & looseNovel)
+		t.recurring -= int(f&looseRecurring) >> 1
 	}
 
 	var f uint8
 	if l.remember(w) == 0 {
 		f |= looseNovel
-		l.novel++
+		t.novel++
 	}
 	spanPrior := 0
 	if i >= looseSpan-1 {
 		spanPrior = l.remember(mix32(l.span ^ looseSpanSeed))
 		if spanPrior >= looseMinPrior {
 			f |= looseRecurring
-			l.recurring++
+			t.recurring++
 		}
 	}
 	t.flags[i%looseRing] = f
@@ -234,10 +246,10 @@ func (l *looseCycles) push(w uint32, start int64) bool {
 	l.words = i + 1
 
 	if f&looseRecurring == 0 || l.words < int64(l.window) ||
-		l.recurring*5 < l.window*3 || l.novel > looseNovelMax {
+		t.recurring*5 < l.window*3 || t.novel > looseNovelMax {
 		return false
 	}
-	l.count = spanPrior + 1
+	t.count = spanPrior + 1
 	return true
 }
 

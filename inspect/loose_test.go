@@ -145,24 +145,7 @@ func newEagerDegeneration(cfg StreamConfig) *Degeneration {
 // offset and detection. The corpus must take both lazy paths: the precheck
 // making the table before a cycle fires, and text that never needs it.
 func TestDegenerationLazyAndEagerAgree(t *testing.T) {
-	paragraph := looseText(3, 0, 150, 1, 1<<30, 0)
-	texts := map[string]string{
-		"loose 120":          looseText(1, 60, 120, 8, 40, 0),
-		"loose 40":           looseText(2, 30, 40, 20, 40, 0),
-		"loose 250":          looseText(4, 60, 250, 6, 60, 0),
-		"too loose":          looseText(1, 60, 120, 8, 20, 0),
-		"paragraph x4":       paragraph + paragraph + paragraph + paragraph,
-		"paragraph x2":       paragraph + paragraph,
-		"new every 40":       looseText(5, 60, 120, 8, 40, 40),
-		"table":              tableText(200),
-		"cycle in a fence":   "```text\n" + looseText(1, 60, 120, 8, 40, 0),
-		"1100-word cycle":    looseText(6, 0, 1100, 3, 1<<30, 0),
-		"one pass of prose":  looseText(7, 0, 600, 1, 1<<30, 0),
-		"phrase then cycles": strings.Repeat("Let me check the config again. ", 12) + looseText(1, 60, 120, 8, 40, 0),
-	}
-	for _, fx := range loadStreamFixtures(t) {
-		texts[fx.name] = string(fx.text)
-	}
+	texts := lazyTexts(t)
 	configs := []StreamConfig{
 		{},
 		{MaxPhrase: 20},
@@ -197,4 +180,66 @@ func TestDegenerationLazyAndEagerAgree(t *testing.T) {
 	if grewEarly == 0 || stayedLazy == 0 {
 		t.Errorf("the precheck made the table early %d times, and %d long texts needed none; want both", grewEarly, stayedLazy)
 	}
+}
+
+// TestLoosePrecheckFilledAsFed holds the precheck's late start to its
+// promise: filled from the ring once the first window of words is there,
+// it holds after every Write what a precheck fed every word from the
+// first holds, and makes the table at the same byte.
+func TestLoosePrecheckFilledAsFed(t *testing.T) {
+	filled := 0
+	for ci, cfg := range []StreamConfig{{}, {MaxPhrase: 20, Window: 1 << 16, LooseWindow: 32}, {Window: 256, MaxPhrase: 64}} {
+		for name, text := range lazyTexts(t) {
+			for _, n := range []int{1, 16, 333} {
+				late, fed := NewDegeneration(cfg), NewDegeneration(cfg)
+				fed.loose.fed = true
+				for off := 0; off < len(text); off += n {
+					p := []byte(text[off:min(off+n, len(text))])
+					if got, want := late.Write(p), fed.Write(p); got != want {
+						t.Fatalf("config %d, %s, split by %d: Write at %d = %v; fed from the first word %v", ci, name, n, off, got, want)
+					}
+					if (late.loose.t == nil) != (fed.loose.t == nil) {
+						t.Fatalf("config %d, %s, split by %d: after Write at %d the table is made: %v; fed from the first word: %v",
+							ci, name, n, off, late.loose.t != nil, fed.loose.t != nil)
+					}
+					if late.loose.t != nil || !late.loose.fed {
+						continue
+					}
+					filled++
+					if *late.loose.pre != *fed.loose.pre || late.loose.suspect != fed.loose.suspect {
+						t.Fatalf("config %d, %s, split by %d: after Write at %d the precheck differs from one fed from the first word",
+							ci, name, n, off)
+					}
+				}
+			}
+		}
+	}
+	if filled == 0 {
+		t.Error("no precheck was filled")
+	}
+}
+
+// lazyTexts is the corpus that holds the lazy tables to the eager ones: the
+// stream fixtures and loose cycles of every kind.
+func lazyTexts(t *testing.T) map[string]string {
+	t.Helper()
+	paragraph := looseText(3, 0, 150, 1, 1<<30, 0)
+	texts := map[string]string{
+		"loose 120":          looseText(1, 60, 120, 8, 40, 0),
+		"loose 40":           looseText(2, 30, 40, 20, 40, 0),
+		"loose 250":          looseText(4, 60, 250, 6, 60, 0),
+		"too loose":          looseText(1, 60, 120, 8, 20, 0),
+		"paragraph x4":       paragraph + paragraph + paragraph + paragraph,
+		"paragraph x2":       paragraph + paragraph,
+		"new every 40":       looseText(5, 60, 120, 8, 40, 40),
+		"table":              tableText(200),
+		"cycle in a fence":   "```text\n" + looseText(1, 60, 120, 8, 40, 0),
+		"1100-word cycle":    looseText(6, 0, 1100, 3, 1<<30, 0),
+		"one pass of prose":  looseText(7, 0, 600, 1, 1<<30, 0),
+		"phrase then cycles": strings.Repeat("Let me check the config again. ", 12) + looseText(1, 60, 120, 8, 40, 0),
+	}
+	for _, fx := range loadStreamFixtures(t) {
+		texts[fx.name] = string(fx.text)
+	}
+	return texts
 }
