@@ -299,23 +299,50 @@ func TestJudgeChecksSocketTurns(t *testing.T) {
 		prev = gjson.Get(got[len(got)-1], "response.id").String()
 	}
 	// A turn's event comes once its answer is over, after the client got
-	// the answer's last event; its check went out when it was forwarded.
-	deadline := time.Now().Add(5 * time.Second)
-	for len(events()) < 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	// the answer's last event; its check goes out once the client's reader
+	// has written the turn upstream, which may be after the event.
 	due := 0
-	for _, ev := range events() {
+	for _, ev := range waitChatEvents(t, events, 4) {
 		if ev.JudgeDue {
 			due++
 		}
 	}
-	for len(j.Requests()) < due && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := len(j.Requests()); due == 0 || n != due {
+	if n := waitJudgeRequests(j, due); due == 0 || n != due {
 		t.Errorf("judge got %d requests for %d due checks; want as many, at least one", n, due)
 	}
+}
+
+// TestJudgeChecksSocketTurnAnsweredFirst: the upstream may answer a turn,
+// and the upstream's reader end it, before the client's reader is back from
+// writing the turn upstream; the turn's due check still reaches the judge.
+func TestJudgeChecksSocketTurnAnsweredFirst(t *testing.T) {
+	j := judgeVerdict(t, fakellm.Response{Content: `{"stuck":false,"confidence":0.1,"what_repeats":""}`})
+	srv, _ := startProxyWith(t, func(c *Config) {
+		c.Judge.Enabled, c.Judge.URL, c.Judge.Model = true, j.URL(), "judge-m"
+		c.Judge.MinTurns, c.Judge.Every, c.Judge.SessionCallsPerMinute = 1, 1, 100
+	})
+	sk := &socket{s: srv, session: []byte("answered-first"), path: []byte("/v1/responses")}
+	msg := `{"type":"response.create","model":"gpt-4.1","input":[{"role":"user","content":"question 1"},` +
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"answer 1"}]},{"role":"user","content":"question 2"}]}`
+	_, turn, forward := sk.clientMessage([]byte(msg))
+	if !forward || turn == nil || turn.plan.check == nil {
+		t.Fatalf("clientMessage(%s) opened no turn due for a check", msg)
+	}
+	sk.endTurn(turn, nil) // the upstream's reader relayed the answer's last event
+	sk.sent(turn)
+	if n := waitJudgeRequests(j, 1); n != 1 {
+		t.Errorf("judge got %d requests for the turn's due check; want 1", n)
+	}
+}
+
+// waitJudgeRequests waits until the judge j got want requests, 5 s at most,
+// and returns how many it got.
+func waitJudgeRequests(j *fakellm.Server, want int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for len(j.Requests()) < want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return len(j.Requests())
 }
 
 // TestJudgeTextNeverReachesAgent: whatever the judge writes (a judge

@@ -376,15 +376,18 @@ func (sk *socket) fromClient() {
 			return
 		}
 		send := msg.b
+		var turn *socketTurn
 		if mt == websocket.TextMessage {
 			var forward bool
-			if send, forward = sk.clientMessage(msg.b); !forward {
+			if send, turn, forward = sk.clientMessage(msg.b); !forward {
 				letGo(&msg)
 				continue
 			}
 		}
 		err = sk.upstream.WriteMessage(mt, send)
-		sk.sent()
+		if turn != nil {
+			sk.sent(turn)
+		}
 		letGo(&msg)
 		if err != nil {
 			_ = sk.clientConn.Close()

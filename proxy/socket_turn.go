@@ -71,11 +71,12 @@ const transportSocket = observe.TransportWebSocket
 
 // clientMessage handles one text message from the client: a
 // response.create is a turn, run through the pipeline; the rest pass as
-// they are. It returns what the upstream gets; forward false when
-// loopguard answered the turn itself.
-func (sk *socket) clientMessage(msg []byte) (send []byte, forward bool) {
+// they are. It returns what the upstream gets and the turn it opened (nil
+// for a message that is none), for sent; forward false when loopguard
+// answered the turn itself.
+func (sk *socket) clientMessage(msg []byte) (send []byte, t *socketTurn, forward bool) {
 	if gjson.GetBytes(msg, "type").String() != "response.create" {
-		return msg, true
+		return msg, nil, true
 	}
 	p := sk.s.pipeline
 	if g := gjson.GetBytes(msg, "generate"); g.Type == gjson.False {
@@ -85,32 +86,32 @@ func (sk *socket) clientMessage(msg []byte) (send []byte, forward bool) {
 		_, rec, _ := socketResponsesAPI.history(p, context.Background(), msg)
 		if rec != nil {
 			pl := &plan{api: socketResponsesAPI, requestFacts: requestFacts{passive: true, stream: true}, record: rec, start: time.Now()}
-			sk.open(sk.newSocketTurn(pl, nil))
+			t = sk.newSocketTurn(pl, nil)
+			sk.open(t)
 		}
-		return msg, true
+		return msg, t, true
 	}
 	pl := new(plan)
 	*pl = p.decideFor(sk.session, sk.mode, socketResponsesAPI, msg)
 	pl.start = time.Now()
 	if pl.answer != nil {
 		sk.answer(pl)
-		return nil, false
+		return nil, nil, false
 	}
-	sk.open(sk.newSocketTurn(pl, sk.s.chatDone))
-	return pl.body, true
+	t = sk.newSocketTurn(pl, sk.s.chatDone)
+	sk.open(t)
+	return pl.body, t, true
 }
 
-// sent is called once the message clientMessage returned was written
-// upstream: a rewritten body's buffer can serve another.
-func (sk *socket) sent() {
-	sk.mu.Lock()
-	if t := sk.turn; t != nil {
-		if t.plan.body != nil {
-			t.plan.releaseBody()
-		}
-		sk.s.pipeline.submitCheck(t.plan)
-	}
-	sk.mu.Unlock()
+// sent is called by the client's reader once the message that opened t was
+// written upstream: t's due check goes to the judge, and a rewritten body's
+// buffer can serve another. Both are the client reader's to do whether or
+// not t is still the socket's turn: the upstream may answer, and its
+// reader end t, before the write returns here. The upstream's reader reads
+// neither the body nor whether the check was sent.
+func (sk *socket) sent(t *socketTurn) {
+	t.plan.releaseBody()
+	sk.s.pipeline.submitCheck(t.plan)
 }
 
 // open makes t the socket's turn. A turn still open is over: the client
@@ -139,8 +140,8 @@ func (sk *socket) endTurn(t *socketTurn, cause error) {
 }
 
 // finish accounts for a turn that is over, as respond does for a request.
+// Its body is sent's to let go of.
 func (sk *socket) finish(t *socketTurn, cause error) {
-	t.plan.releaseBody()
 	sk.s.respond(t.rl.obs, []byte(fasthttp.MethodGet), sk.path, cause, observe.ResponseInfo{
 		Status: fasthttp.StatusOK, Duration: time.Since(t.start), Events: t.events, Bytes: t.bytes,
 		Transport: transportSocket})
