@@ -30,6 +30,18 @@ import (
 // its own shape (api_chat.go, api_responses.go, api_anthropic.go,
 // api_ollama.go). Observers are pooled.
 type answerObserver struct {
+	answerState
+
+	// The parts keep what they allocated from one answer to the next.
+	watch   cutWatch
+	dedup   callDedup
+	holder  callHolder
+	trimmer trimmer
+}
+
+// answerState is what an observer holds for one answer only: reset zeroes
+// it in place.
+type answerState struct {
 	answer answer
 	// endPending: the cut's end waits for one more event (answer.appendEnd).
 	endPending bool
@@ -46,11 +58,7 @@ type answerObserver struct {
 	status    int
 	abandoned bool // a call panicked: not returned to the pool
 
-	watch   cutWatch
-	dedup   callDedup
-	holder  callHolder
-	trimmer trimmer
-	record  answerRecord
+	record answerRecord
 
 	bodyUsage observe.Usage // the usage of a non-streamed answer
 }
@@ -106,7 +114,9 @@ func (o *answerObserver) reset() {
 	o.dedup.reset()
 	o.holder.reset()
 	o.trimmer.reset()
-	*o = answerObserver{watch: o.watch, dedup: o.dedup, holder: o.holder, trimmer: o.trimmer}
+	// Zeroed in place: a composite literal that kept the parts would be
+	// built whole on the stack first, the cut watch's arrivals with them.
+	o.answerState = answerState{}
 }
 
 func (o *answerObserver) header(status int, h *fasthttp.ResponseHeader) {
@@ -463,5 +473,10 @@ func (w *cutWatch) reset() {
 			d.Reset()
 		}
 	}
-	*w = cutWatch{content: w.content, reason: w.reason}
+	// Zeroed in place: a composite literal that kept the detectors would
+	// be built on the stack first, arrivals and all, and the stack of the
+	// relay that releases the observer would grow for it (docs/streams.md).
+	content, reason := w.content, w.reason
+	*w = cutWatch{}
+	w.content, w.reason = content, reason
 }
