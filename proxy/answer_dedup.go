@@ -18,7 +18,7 @@ type callDedup struct {
 // note compares the calls that u shows complete: the one it completed
 // (Responses, Anthropic), or each call before the one a chat chunk began,
 // or every call once the choice finished.
-func (d *callDedup) note(u sse.Update, a answer, w *cutWatch) {
+func (d *callDedup) note(u *sse.Update, a answer, w *cutWatch) {
 	if u.ToolCallDone >= 0 {
 		if name, args, ok := a.toolCall(u.ToolCallDone); ok {
 			d.compare(name, args, w)

@@ -149,8 +149,7 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 			return o.trimmer.event(o, ev, out)
 		}
 	} else if o.endPending {
-		out, _ = o.answer.appendEnd(out, o.ending(), ev)
-		return out, true
+		return o.appendPendingEnd(ev, out), true
 	}
 	if o.watch.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.mayCut && !o.recording {
 		return append(out, ev.Raw...), false
@@ -178,8 +177,8 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 // (update); data the answer cannot read returns its error.
 func (o *answerObserver) read(data []byte) error {
 	ups, err := o.answer.add(data)
-	for _, u := range ups {
-		o.update(u)
+	for i := range ups {
+		o.update(&ups[i])
 	}
 	return err
 }
@@ -197,7 +196,7 @@ func (o *answerObserver) recordAnswer(ev *sse.Event, out []byte) []byte {
 // update acts on what an event added to the answer: the watched text goes
 // to the cut watch, choice 0's tool calls to the holder and the call
 // dedup.
-func (o *answerObserver) update(u sse.Update) {
+func (o *answerObserver) update(u *sse.Update) {
 	if o.watch.cut != nil || u.Choice < 0 || u.Choice >= maxWatchedChoices {
 		return
 	}
@@ -218,6 +217,16 @@ func (o *answerObserver) appendEnd(out []byte) ([]byte, bool) {
 	out, stop := o.answer.appendEnd(out, o.ending(), nil)
 	o.endPending = !stop
 	return out, stop
+}
+
+// appendPendingEnd appends the end that waited for ev (endPending). Not
+// inlined in event: the ending it builds would be in the frame of every
+// event, under which the answer's reading runs (docs/streams.md).
+//
+//go:noinline
+func (o *answerObserver) appendPendingEnd(ev *sse.Event, out []byte) []byte {
+	out, _ = o.answer.appendEnd(out, o.ending(), ev)
+	return out
 }
 
 // ending is what the end of a cut stream reports beside the answer.
@@ -364,7 +373,7 @@ type arrival struct {
 
 // add feeds what one event added to a watched choice and reports whether
 // it degenerated.
-func (w *cutWatch) add(u sse.Update) bool {
+func (w *cutWatch) add(u *sse.Update) bool {
 	w.bytes += int64(len(u.Text) + len(u.Reasoning))
 	if u.Choice == 0 {
 		w.text += int64(len(u.Text))
@@ -416,20 +425,32 @@ func offset32(n int64) uint32 { return uint32(min(n, math.MaxUint32)) }
 // watch feeds text to a (lazily created) detector and records a cut.
 func (w *cutWatch) watch(slot **inspect.Degeneration, text []byte) bool {
 	if *slot == nil {
-		*slot = inspect.NewDegeneration(*w.cfg)
+		*slot = w.newDetector()
 	}
 	if !(*slot).Write(text) {
 		return false
 	}
-	w.cutAt((*slot).Detection(), (*slot).Offset())
+	w.cutBy(*slot)
 	return true
 }
+
+// newDetector makes a detector of w's configuration, and cutBy records
+// the cut of a detector that fired. Neither is inlined in watch: what they
+// copy (the configuration, the detection) would be in the frame of every
+// event's watch, under which the detector's deepest calls run
+// (docs/streams.md).
+//
+//go:noinline
+func (w *cutWatch) newDetector() *inspect.Degeneration { return inspect.NewDegeneration(*w.cfg) }
+
+//go:noinline
+func (w *cutWatch) cutBy(d *inspect.Degeneration) { w.cutAt(d.Detection(), d.Offset()) }
 
 // textDetector returns the (lazily created) detector of choice's text, for
 // a non-streamed answer.
 func (w *cutWatch) textDetector(choice int) *inspect.Degeneration {
 	if w.content[choice] == nil {
-		w.content[choice] = inspect.NewDegeneration(*w.cfg)
+		w.content[choice] = w.newDetector()
 	}
 	return w.content[choice]
 }
