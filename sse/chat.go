@@ -142,17 +142,7 @@ func (a *ChatAccumulator) Add(data []byte) ([]Update, error) {
 		return nil, ErrInvalidChunk
 	}
 	tp.doc = s
-	var top chunkTop
-	var choices string
-	var choicesAt tapeAt
-	it := newObjIterAt(s, tapeAt{tp: &tp})
-	for it.nextIn(&tp) {
-		if it.key == "choices" {
-			choices, choicesAt = it.val, it.valAt(&tp)
-		} else {
-			a.topMember(&top, it.key, it.val)
-		}
-	}
+	top, choices, choicesAt := a.topMembers(&tp)
 	if top.failed {
 		a.errRaw = append(a.errRaw[:0], data...)
 		return nil, ErrUpstream
@@ -160,13 +150,28 @@ func (a *ChatAccumulator) Add(data []byte) ([]Update, error) {
 	if isObject(top.usage) {
 		a.addUsage(top.usage)
 	}
-	it2 := newArrIterAt(choices, choicesAt)
+	var it2 arrIter
+	it2.start(choices, choicesAt)
 	for it2.nextIn(&tp) {
-		if d, ok := a.addChoice(it2.val, it2.valAt(&tp)); ok {
-			a.deltas = append(a.deltas, d)
-		}
+		a.addChoice(it2.val, it2.valAt(&tp))
 	}
 	return a.deltas, nil
+}
+
+// topMembers reads the members of the chunk tp holds, and returns where
+// its choices are. Its iterator is not on the stack while the choices are
+// applied.
+func (a *ChatAccumulator) topMembers(tp *taped) (top chunkTop, choices string, choicesAt tapeAt) {
+	var it objIter
+	it.start(tp.doc, tapeAt{tp: tp})
+	for it.nextIn(tp) {
+		if it.key == "choices" {
+			choices, choicesAt = it.val, it.valAt(tp)
+		} else {
+			a.topMember(&top, it.key, it.val)
+		}
+	}
+	return top, choices, choicesAt
 }
 
 // chunkTop is what Add reads among a chunk's members, besides the
@@ -229,20 +234,22 @@ func (a *ChatAccumulator) addUsage(raw string) {
 }
 
 // addChoice folds one element of choices, raw, the value at of the tape,
-// and returns what it added to the choice; ok is false when it is no
-// choice (not an object, or past maxChoices). Add hands the delta on:
-// whatever fn does, addChoice's frame is no longer on the stack (docs/streams.md:
-// the relay's goroutine keeps 8 KiB).
-func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
+// and appends what it added to the choice to a.deltas; nothing when it is
+// no choice (not an object, or past maxChoices). The update is written
+// where it is kept rather than returned: an Update returned by value is
+// copied through the frames of Add and addChoice, under which the tool
+// calls are read (docs/streams.md: the relay's goroutine stack).
+func (a *ChatAccumulator) addChoice(raw string, at tapeAt) {
 	if !isObject(raw) {
-		return d, false
+		return
 	}
 	var index int
 	var delta, message, finish string
 	var deltaAt, messageAt tapeAt
 	// llama.cpp writes finish_reason and index before delta: read the
 	// members first, then apply them.
-	it := newObjIterAt(raw, at)
+	var it objIter
+	it.start(raw, at)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "index":
@@ -260,11 +267,13 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
 	}
 	cs := a.choice(index)
 	if cs == nil {
-		return d, false
+		return
 	}
-	d = Update{Choice: index, ToolCallStarted: -1, ToolCallDone: -1}
+	a.deltas = append(a.deltas, Update{})
+	d := &a.deltas[len(a.deltas)-1]
+	d.Choice, d.ToolCallStarted, d.ToolCallDone = index, -1, -1
 	reasoning := false
-	it = newObjIterAt(delta, deltaAt)
+	it.start(delta, deltaAt)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "content":
@@ -288,9 +297,10 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
 				cs.role = appendString(cs.role, it.val)
 			}
 		case "tool_calls":
-			calls := newArrIterAt(it.val, it.valAt(at.tp))
+			var calls arrIter
+			calls.start(it.val, it.valAt(at.tp))
 			for calls.nextIn(at.tp) {
-				a.addToolCall(cs, calls.val, calls.valAt(at.tp), &d)
+				a.addToolCall(cs, calls.val, calls.valAt(at.tp), d)
 			}
 		}
 	}
@@ -298,7 +308,6 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
 		cs.finish = appendString(cs.finish[:0], finish)
 		d.FinishReason = cs.finish
 	}
-	return d, true
 }
 
 // keep returns the text kept so far in b, to append a delta to: all of it,
@@ -341,7 +350,8 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d 
 	hasIndex := false
 	var id, typ, fnRaw, name, args string
 	var fnAt tapeAt
-	it := newObjIterAt(raw, at)
+	var it objIter
+	it.start(raw, at)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "index":
@@ -354,7 +364,7 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d 
 			fnRaw, fnAt = it.val, it.valAt(at.tp)
 		}
 	}
-	it = newObjIterAt(fnRaw, fnAt)
+	it.start(fnRaw, fnAt)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "name":
@@ -399,7 +409,8 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d 
 		pos = len(cs.calls)
 		cs.calls = slices.Grow(cs.calls, 1)[:pos+1]
 		c := &cs.calls[pos]
-		*c = callState{index: index, id: c.id[:0], typ: c.typ[:0], name: c.name[:0], args: c.args[:0]}
+		// Field by field: a literal would be built on the stack first.
+		c.index, c.id, c.typ, c.name, c.args = index, c.id[:0], c.typ[:0], c.name[:0], c.args[:0]
 		if d.ToolCallStarted < 0 {
 			d.ToolCallStarted = pos
 		}
