@@ -153,7 +153,9 @@ func (a *ChatAccumulator) Add(data []byte) ([]Update, error) {
 	var it2 arrIter
 	it2.start(choices, choicesAt)
 	for it2.nextIn(&tp) {
-		a.addChoice(it2.val, it2.valAt(&tp))
+		if cs, calls, callsAt := a.addChoice(it2.val, it2.valAt(&tp)); calls != "" {
+			a.addToolCalls(cs, calls, callsAt, &a.deltas[len(a.deltas)-1])
+		}
 	}
 	return a.deltas, nil
 }
@@ -210,10 +212,32 @@ func (a *ChatAccumulator) topMember(top *chunkTop, key, val string) {
 		}
 	case "created":
 		if a.created == 0 {
-			a.created = gjson.Parse(val).Int()
+			a.created = parseCreated(val)
 		}
 	}
 }
+
+// parseCreated reads a chunk's created as gjson's Int does. Plain digits,
+// what every server sends, are read here: gjson parses a number as a
+// float, and strconv's parser holds its 800-digit decimal in its frame,
+// on the stack of the first event of every stream (docs/streams.md: the
+// relay's goroutine stack).
+func parseCreated(val string) int64 {
+	if len(val) == 0 || len(val) > 15 {
+		return gjsonInt(val)
+	}
+	var n int64
+	for i := range len(val) {
+		if val[i] < '0' || val[i] > '9' {
+			return gjsonInt(val)
+		}
+		n = n*10 + int64(val[i]-'0')
+	}
+	return n
+}
+
+//go:noinline
+func gjsonInt(val string) int64 { return gjson.Parse(val).Int() }
 
 func (a *ChatAccumulator) addUsage(raw string) {
 	a.hasUsage = true
@@ -235,13 +259,16 @@ func (a *ChatAccumulator) addUsage(raw string) {
 
 // addChoice folds one element of choices, raw, the value at of the tape,
 // and appends what it added to the choice to a.deltas; nothing when it is
-// no choice (not an object, or past maxChoices). The update is written
-// where it is kept rather than returned: an Update returned by value is
-// copied through the frames of Add and addChoice, under which the tool
-// calls are read (docs/streams.md: the relay's goroutine stack).
-func (a *ChatAccumulator) addChoice(raw string, at tapeAt) {
+// no choice (not an object, or past maxChoices). It returns the choice and
+// its delta's tool_calls, calls, the value callsAt of the tape (calls
+// empty when none), which Add folds (addToolCalls) once addChoice's frame
+// is off the stack. The update
+// is written where it is kept rather than returned: an Update returned by
+// value is copied through the frames the tool calls are read under
+// (docs/streams.md: the relay's goroutine stack).
+func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (cs *choiceState, calls string, callsAt tapeAt) {
 	if !isObject(raw) {
-		return
+		return nil, "", tapeAt{}
 	}
 	var index int
 	var delta, message, finish string
@@ -265,9 +292,9 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) {
 	if delta == "" {
 		delta, deltaAt = message, messageAt // a whole message where a delta was expected
 	}
-	cs := a.choice(index)
+	cs = a.choice(index)
 	if cs == nil {
-		return
+		return nil, "", tapeAt{}
 	}
 	a.deltas = append(a.deltas, Update{})
 	d := &a.deltas[len(a.deltas)-1]
@@ -297,16 +324,26 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) {
 				cs.role = appendString(cs.role, it.val)
 			}
 		case "tool_calls":
-			var calls arrIter
-			calls.start(it.val, it.valAt(at.tp))
-			for calls.nextIn(at.tp) {
-				a.addToolCall(cs, calls.val, calls.valAt(at.tp), d)
+			if calls != "" {
+				a.addToolCalls(cs, calls, callsAt, d) // a repeated member: the one before first
 			}
+			calls, callsAt = it.val, it.valAt(at.tp)
 		}
 	}
 	if isString(finish) && len(finish) > 2 {
 		cs.finish = appendString(cs.finish[:0], finish)
 		d.FinishReason = cs.finish
+	}
+	return cs, calls, callsAt
+}
+
+// addToolCalls folds the elements of a delta's tool_calls, raw, the value
+// at of the tape, into cs and d.
+func (a *ChatAccumulator) addToolCalls(cs *choiceState, raw string, at tapeAt, d *Update) {
+	var it arrIter
+	it.start(raw, at)
+	for it.nextIn(at.tp) {
+		a.addToolCall(cs, it.val, it.valAt(at.tp), d)
 	}
 }
 
