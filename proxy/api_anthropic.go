@@ -32,11 +32,9 @@ type anthropicStream struct {
 var anthropicStreams = sync.Pool{New: func() any { return new(anthropicStream) }}
 
 func (a *anthropicStream) add(data []byte) ([]sse.Update, error) {
-	u, err := a.acc.Add(data)
-	if err != nil {
+	if err := a.acc.AddTo(&a.up[0], data); err != nil {
 		return nil, err
 	}
-	a.up[0] = u
 	return a.up[:], nil
 }
 

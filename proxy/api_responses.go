@@ -35,11 +35,9 @@ type responsesStream struct {
 var responsesStreams = sync.Pool{New: func() any { return new(responsesStream) }}
 
 func (a *responsesStream) add(data []byte) ([]sse.Update, error) {
-	u, err := a.acc.Add(data)
-	if err != nil {
+	if err := a.acc.AddTo(&a.up[0], data); err != nil {
 		return nil, err
 	}
-	a.up[0] = u
 	return a.up[:], nil
 }
 

@@ -41,10 +41,20 @@ func (a *AnthropicAccumulator) Reset() {
 // object returns ErrInvalidChunk and changes nothing. Add never keeps a
 // reference to data.
 func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
+	var u Update
+	err := a.AddTo(&u, data)
+	return u, err
+}
+
+// AddTo is Add, writing the update into *u: an Update returned by value
+// is copied through the frames of its callers, the stack of a relay that
+// inspects its stream as it passes (docs/streams.md).
+func (a *AnthropicAccumulator) AddTo(u *Update, data []byte) error {
+	*u = Update{}
+	u.ToolCallDone, u.ToolCallStarted = -1, -1
 	s, err := objectView(data)
 	if s == "" {
-		return u, err
+		return err
 	}
 	var typ, message, index, cb, delta, usage string
 	it := newObjIter(s)
@@ -65,7 +75,7 @@ func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
 		}
 	}
 	if len(typ) < 2 {
-		return u, nil
+		return nil
 	}
 	switch typ[1 : len(typ)-1] {
 	case "message_start":
@@ -86,7 +96,7 @@ func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
 		}
 	case "content_block_delta":
 		if b := a.block(index); b != nil {
-			a.addDelta(b, delta, &u)
+			a.addDelta(b, delta, u)
 		}
 	case "content_block_stop":
 		if b := a.block(index); b != nil && b.open {
@@ -110,11 +120,11 @@ func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
 		a.done, u.Done = true, true
 	case "error":
 		a.errRaw = append(a.errRaw[:0], data...)
-		return u, ErrUpstream
+		return ErrUpstream
 	default:
-		return u, nil // ping and events added later
+		return nil // ping and events added later
 	}
-	return u, nil
+	return nil
 }
 
 // addUsage merges a usage object: message_start reports input_tokens,

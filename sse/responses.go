@@ -46,10 +46,20 @@ func (a *ResponsesAccumulator) Reset() {
 // object returns ErrInvalidChunk and changes nothing. Add never keeps a
 // reference to data.
 func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1, Sequence: a.seq}
+	var u Update
+	err := a.AddTo(&u, data)
+	return u, err
+}
+
+// AddTo is Add, writing the update into *u: an Update returned by value
+// is copied through the frames of its callers, the stack of a relay that
+// inspects its stream as it passes (docs/streams.md).
+func (a *ResponsesAccumulator) AddTo(u *Update, data []byte) error {
+	*u = Update{}
+	u.ToolCallDone, u.ToolCallStarted, u.Sequence = -1, -1, a.seq
 	s, err := objectView(data)
 	if s == "" {
-		return u, err
+		return err
 	}
 	var typ, resp, item, delta, args, name, itemID, outIdx, seq string
 	it := newObjIter(s)
@@ -79,7 +89,7 @@ func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
 		a.seq = n
 	}
 	if len(typ) < 2 {
-		return u, nil
+		return nil
 	}
 	switch typ[1 : len(typ)-1] {
 	case "response.created", "response.in_progress", "response.queued":
@@ -91,11 +101,11 @@ func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
 		a.response(resp)
 		a.done = typ != `"error"`
 		a.errRaw = append(a.errRaw[:0], data...)
-		return u, ErrUpstream
+		return ErrUpstream
 	case "response.output_item.added":
-		a.itemEvent(outIdx, item, false, &u)
+		a.itemEvent(outIdx, item, false, u)
 	case "response.output_item.done":
-		a.itemEvent(outIdx, item, true, &u)
+		a.itemEvent(outIdx, item, true, u)
 	case "response.output_text.delta":
 		if ri := a.find(outIdx, itemID); ri != nil && isString(delta) {
 			n := len(ri.text)
@@ -125,7 +135,7 @@ func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
 			u.ToolCallDone = a.callPos(ri)
 		}
 	}
-	return u, nil
+	return nil
 }
 
 // response reads the response object of a lifecycle event.
