@@ -57,7 +57,9 @@ func (a *AnthropicAccumulator) AddTo(u *Update, data []byte) error {
 		return err
 	}
 	var typ, message, index, cb, delta, usage string
-	it := newObjIter(s)
+	// One iterator, started in place (objIter.start), for every object.
+	var it objIter
+	it.start(s, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -79,7 +81,7 @@ func (a *AnthropicAccumulator) AddTo(u *Update, data []byte) error {
 	}
 	switch typ[1 : len(typ)-1] {
 	case "message_start":
-		it := newObjIter(message)
+		it.start(message, tapeAt{})
 		for it.next() {
 			switch it.key {
 			case "id":
@@ -109,7 +111,7 @@ func (a *AnthropicAccumulator) AddTo(u *Update, data []byte) error {
 			}
 		}
 	case "message_delta":
-		it := newObjIter(delta)
+		it.start(delta, tapeAt{})
 		for it.next() {
 			if it.key == "stop_reason" && isString(it.val) {
 				a.stop = appendString(a.stop[:0], it.val)
@@ -158,8 +160,11 @@ func (a *AnthropicAccumulator) startBlock(index, cb string) *block {
 	}
 	a.blocks = slices.Grow(a.blocks, 1)[:len(a.blocks)+1]
 	b := &a.blocks[len(a.blocks)-1]
-	*b = block{index: n, typ: b.typ[:0], id: b.id[:0], name: b.name[:0], text: b.text[:0], start: b.start[:0], open: true}
-	it := newObjIter(cb)
+	// Field by field, and the iterator started in place: a literal and a
+	// returned iterator would be built on the stack first.
+	b.index, b.typ, b.id, b.name, b.text, b.start, b.partial, b.open = n, b.typ[:0], b.id[:0], b.name[:0], b.text[:0], b.start[:0], false, true
+	var it objIter
+	it.start(cb, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -179,7 +184,8 @@ func (a *AnthropicAccumulator) startBlock(index, cb string) *block {
 
 func (a *AnthropicAccumulator) addDelta(b *block, delta string, u *Update) {
 	var typ, text, thinking, partial string
-	it := newObjIter(delta)
+	var it objIter
+	it.start(delta, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":

@@ -62,7 +62,8 @@ func (a *ResponsesAccumulator) AddTo(u *Update, data []byte) error {
 		return err
 	}
 	var typ, resp, item, delta, args, name, itemID, outIdx, seq string
-	it := newObjIter(s)
+	var it objIter // started in place (objIter.start)
+	it.start(s, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -191,7 +192,8 @@ func (a *ResponsesAccumulator) itemEvent(outIdx, item string, done bool, u *Upda
 		return
 	}
 	var typ, id, callID, name, args, input string
-	it := newObjIter(item)
+	var it objIter
+	it.start(item, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -219,10 +221,9 @@ func (a *ResponsesAccumulator) itemEvent(outIdx, item string, done bool, u *Upda
 		}
 		a.items = slices.Grow(a.items, 1)[:len(a.items)+1]
 		ri = &a.items[len(a.items)-1]
-		*ri = respItem{
-			index: index, typ: ri.typ[:0], id: ri.id[:0], callID: ri.callID[:0], name: ri.name[:0],
-			args: ri.args[:0], text: ri.text[:0], raw: ri.raw[:0],
-		}
+		// Field by field: a literal would be built on the stack first.
+		ri.index, ri.typ, ri.id, ri.callID, ri.name = index, ri.typ[:0], ri.id[:0], ri.callID[:0], ri.name[:0]
+		ri.args, ri.text, ri.raw, ri.done, ri.argsDone = ri.args[:0], ri.text[:0], ri.raw[:0], false, false
 		ri.typ = appendString(ri.typ, typ)
 		ri.id = appendString(ri.id, id)
 		if ri.isCall() {
