@@ -59,6 +59,7 @@ type answerState struct {
 	abandoned bool // a call panicked: not returned to the pool
 
 	record answerRecord
+	cutEnd ending // see ending
 
 	bodyUsage observe.Usage // the usage of a non-streamed answer
 }
@@ -229,9 +230,11 @@ func (o *answerObserver) appendPendingEnd(ev *sse.Event, out []byte) []byte {
 	return out
 }
 
-// ending is what the end of a cut stream reports beside the answer.
-func (o *answerObserver) ending() ending {
-	return ending{
+// ending is what the end of a cut stream reports beside the answer. It is
+// kept in the observer (cutEnd) and passed by pointer: a value would be
+// copied into the frames of the answer's appendEnd (docs/streams.md).
+func (o *answerObserver) ending() *ending {
+	o.cutEnd = ending{
 		cut:          o.watch.cut,
 		dropped:      o.trimmer.dropped,
 		offset:       o.watch.offset,
@@ -240,6 +243,7 @@ func (o *answerObserver) ending() ending {
 		usage:        o.plan.usage,
 		model:        o.plan.model,
 	}
+	return &o.cutEnd
 }
 
 // end releases what the observer still holds when the stream is over
@@ -444,7 +448,11 @@ func (w *cutWatch) watch(slot **inspect.Degeneration, text []byte) bool {
 func (w *cutWatch) newDetector() *inspect.Degeneration { return inspect.NewDegeneration(*w.cfg) }
 
 //go:noinline
-func (w *cutWatch) cutBy(d *inspect.Degeneration) { w.cutAt(d.Detection(), d.Offset()) }
+func (w *cutWatch) cutBy(d *inspect.Degeneration) {
+	det := new(inspect.Detection) // kept: made where it is kept, not copied there
+	*det = d.Detection()
+	w.cut, w.offset, w.at = det, d.Offset(), time.Now()
+}
 
 // textDetector returns the (lazily created) detector of choice's text, for
 // a non-streamed answer.
