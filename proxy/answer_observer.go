@@ -59,7 +59,6 @@ type answerState struct {
 	abandoned bool // a call panicked: not returned to the pool
 
 	record answerRecord
-	cutEnd ending // see ending
 
 	bodyUsage observe.Usage // the usage of a non-streamed answer
 }
@@ -231,10 +230,11 @@ func (o *answerObserver) appendPendingEnd(ev *sse.Event, out []byte) []byte {
 }
 
 // ending is what the end of a cut stream reports beside the answer. It is
-// kept in the observer (cutEnd) and passed by pointer: a value would be
-// copied into the frames of the answer's appendEnd (docs/streams.md).
+// made on the heap, once a cut came, and passed by pointer: a value would
+// be copied into the frames of the answer's appendEnd, and a field would
+// grow every open stream's observer (docs/streams.md).
 func (o *answerObserver) ending() *ending {
-	o.cutEnd = ending{
+	return &ending{
 		cut:          o.watch.cut,
 		dropped:      o.trimmer.dropped,
 		offset:       o.watch.offset,
@@ -243,7 +243,6 @@ func (o *answerObserver) ending() *ending {
 		usage:        o.plan.usage,
 		model:        o.plan.model,
 	}
-	return &o.cutEnd
 }
 
 // end releases what the observer still holds when the stream is over
