@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"github.com/loopguard/loopguard/internal/rawjson"
 	"slices"
 	"strings"
 	"unsafe"
@@ -116,47 +117,76 @@ type canonScratch struct{ stack [][]kv }
 func (cs *canonScratch) appendCanonical(dst []byte, v string, depth int, skip []string) []byte {
 	switch rawKind(v) {
 	case '{':
-		// Arrays take no level of their own, so an object in an array in an
-		// object is two levels down: grow to depth, not by one.
-		for depth >= len(cs.stack) {
-			cs.stack = append(cs.stack, make([]kv, 0, 8))
-		}
-		members := cs.stack[depth][:0]
-		eachMember(v, func(k, val string) bool {
-			if depth == 0 && len(skip) > 0 && len(k) >= 2 && slices.Contains(skip, k[1:len(k)-1]) {
-				return true
-			}
-			members = append(members, kv{k, val})
-			return true
-		})
-		slices.SortFunc(members, func(a, b kv) int { return strings.Compare(a.key, b.key) })
-		cs.stack[depth] = members
-		dst = append(dst, '{')
-		for i := range members {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			m := cs.stack[depth][i] // a nested object may reuse deeper levels only
-			dst = append(dst, m.key...)
-			dst = append(dst, ':')
-			dst = cs.appendCanonical(dst, m.raw, depth+1, nil)
-		}
-		return append(dst, '}')
+		return cs.appendObject(dst, v, depth, skip)
 	case '[':
-		dst = append(dst, '[')
-		first := true
-		eachElement(v, func(val string) bool {
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			dst = cs.appendCanonical(dst, val, depth+1, nil)
-			return true
-		})
-		return append(dst, ']')
+		return cs.appendArray(dst, v, depth)
 	default:
 		return append(dst, strings.TrimSpace(v)...)
 	}
+}
+
+// appendObject is appendCanonical for an object, appendArray for an
+// array. Each kind has a function of its own, and an array's elements are
+// walked without a callback, so that a level of nesting costs the stack
+// only its own kind's frame: a call's arguments are keyed on the stack of
+// the relay that inspects its stream (docs/streams.md).
+func (cs *canonScratch) appendObject(dst []byte, v string, depth int, skip []string) []byte {
+	members := cs.sortedMembers(v, depth, skip)
+	dst = append(dst, '{')
+	for i := range members {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		m := cs.stack[depth][i] // a nested object may reuse deeper levels only
+		dst = append(dst, m.key...)
+		dst = append(dst, ':')
+		dst = cs.appendCanonical(dst, m.raw, depth+1, nil)
+	}
+	return append(dst, '}')
+}
+
+// sortedMembers gathers the members of the object v, sorted by key, into
+// cs.stack[depth], and returns them.
+func (cs *canonScratch) sortedMembers(v string, depth int, skip []string) []kv {
+	// Arrays take no level of their own, so an object in an array in an
+	// object is two levels down: grow to depth, not by one.
+	for depth >= len(cs.stack) {
+		cs.stack = append(cs.stack, make([]kv, 0, 8))
+	}
+	members := cs.stack[depth][:0]
+	eachMember(v, func(k, val string) bool {
+		if depth == 0 && len(skip) > 0 && len(k) >= 2 && slices.Contains(skip, k[1:len(k)-1]) {
+			return true
+		}
+		members = append(members, kv{k, val})
+		return true
+	})
+	slices.SortFunc(members, func(a, b kv) int { return strings.Compare(a.key, b.key) })
+	cs.stack[depth] = members
+	return members
+}
+
+func (cs *canonScratch) appendArray(dst []byte, arr string, depth int) []byte {
+	dst = append(dst, '[')
+	first := true
+	for i := 1; ; { // as elementsFrom walks: arr[0] is the '['
+		i = rawjson.SkipSpace(arr, i)
+		if i >= len(arr) || arr[i] == ']' {
+			break
+		}
+		if arr[i] == ',' {
+			i++
+			continue
+		}
+		ve := rawjson.ValueEnd(arr, i)
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = cs.appendCanonical(dst, arr[i:ve], depth+1, nil)
+		i = ve
+	}
+	return append(dst, ']')
 }
 
 // primaryKeys are the argument keys that name what a call acts on, most

@@ -204,8 +204,12 @@ func (d *Degeneration) Reset() {
 		*d.table16 = [1 << degTableBits]uint16{}
 	}
 	d.loose.reset()
-	*d = Degeneration{cfg: d.cfg, buf: d.buf, mask: d.mask, table8: d.table8, table16: d.table16, baseK: d.baseK,
-		loose: d.loose, lead: true}
+	// Zeroed in place, then the kept fields restored: a composite literal
+	// that kept them would be built whole on the caller's stack first.
+	cfg, buf, mask, table8, table16, baseK, loose := d.cfg, d.buf, d.mask, d.table8, d.table16, d.baseK, d.loose
+	*d = Degeneration{}
+	d.cfg, d.buf, d.mask, d.table8, d.table16, d.baseK, d.loose = cfg, buf, mask, table8, table16, baseK, loose
+	d.lead = true
 }
 
 // Write feeds the next text delta. It reports true once the stream is

@@ -160,7 +160,10 @@ func (l *looseCycles) reset() {
 		// Unfed, it was never written: a short answer leaves its lines alone.
 		*l.pre = loosePrecheck{}
 	}
-	*l = looseCycles{t: l.t, pre: l.pre, window: l.window, spanOut: l.spanOut, word: looseFNVInit}
+	// Zeroed in place (see Degeneration.Reset), the kept fields restored.
+	t, pre, window, spanOut := l.t, l.pre, l.window, l.spanOut
+	*l = looseCycles{}
+	l.t, l.pre, l.window, l.spanOut, l.word = t, pre, window, spanOut, looseFNVInit
 }
 
 // grow makes the table and forgets the text, which the caller replays.

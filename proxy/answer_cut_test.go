@@ -40,7 +40,7 @@ func TestCutWatch(t *testing.T) {
 					u = sse.Update{Choice: tt.choice, Reasoning: []byte(s)}
 				}
 				fed += int64(len(s))
-				w.add(u)
+				w.add(&u)
 			}
 			if got := w.cut != nil; got != tt.wantCut {
 				t.Fatalf("cut = %v; want %v", got, tt.wantCut)
@@ -70,7 +70,7 @@ func TestCutWatch(t *testing.T) {
 			// A reset detector has forgotten the copies it saw: two more
 			// are no degeneration.
 			for range 2 {
-				if w.add(sse.Update{Choice: tt.choice, Text: []byte(repeatedSentence)}) {
+				if w.add(&sse.Update{Choice: tt.choice, Text: []byte(repeatedSentence)}) {
 					t.Fatal("the watch cut two copies after reset; want the earlier copies forgotten")
 				}
 			}
@@ -85,11 +85,11 @@ func TestCutWatchArrivals(t *testing.T) {
 	cfg := DefaultConfig().Detect.Stream
 	w := cutWatch{cfg: &cfg}
 	for range 3 {
-		w.add(sse.Update{Text: []byte("healthy ")})
+		w.add(&sse.Update{Text: []byte("healthy ")})
 	}
 	// The arrivals so far came a second ago, the degeneration after them.
 	w.since -= int64(time.Second)
-	w.add(sse.Update{Text: []byte("loop ")})
+	w.add(&sse.Update{Text: []byte("loop ")})
 	w.cutAt(inspect.Detection{Category: inspect.TokenDegeneration, Score: 1}, 3*int64(len("healthy ")))
 	w.slot = 1
 	if d := w.delay(); d < 0 || d > 500*time.Millisecond {
@@ -103,7 +103,7 @@ func TestCutWatchArrivals(t *testing.T) {
 	// 72 minutes into the answer an arrival's clock would overflow: the
 	// arrivals start over at the newest.
 	w.since -= int64(72 * time.Minute)
-	w.add(sse.Update{Text: []byte("more ")})
+	w.add(&sse.Update{Text: []byte("more ")})
 	if w.nArrivals != 1 || w.arrivals[0].at != 0 || w.arrivals[0].content != uint32(w.text) {
 		t.Errorf("after 72 minutes: %d arrivals, first %+v; want one at 0 with the text so far (%d)", w.nArrivals, w.arrivals[0], w.text)
 	}

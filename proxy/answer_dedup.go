@@ -18,7 +18,7 @@ type callDedup struct {
 // note compares the calls that u shows complete: the one it completed
 // (Responses, Anthropic), or each call before the one a chat chunk began,
 // or every call once the choice finished.
-func (d *callDedup) note(u sse.Update, a answer, w *cutWatch) {
+func (d *callDedup) note(u *sse.Update, a answer, w *cutWatch) {
 	if u.ToolCallDone >= 0 {
 		if name, args, ok := a.toolCall(u.ToolCallDone); ok {
 			d.compare(name, args, w)
@@ -51,15 +51,24 @@ func (d *callDedup) compare(name, args []byte, w *cutWatch) {
 	key, d.scratch = inspect.CallKey(d.scratch, string(name), string(args))
 	for _, k := range d.calls {
 		if k == key {
-			w.cutAt(inspect.Detection{
-				Category: inspect.ToolRepetition,
-				Score:    1,
-				Evidence: inspect.Evidence{Element: string(name), Tool: string(name), Count: 2, Threshold: 2},
-			}, 0)
+			cutDuplicate(name, w)
 			return
 		}
 	}
 	d.calls = append(d.calls, key)
+}
+
+// cutDuplicate records the cut of a duplicate call of name in w. Not
+// inlined in compare: the detection it builds would be in the frame every
+// completed call is keyed under (docs/streams.md).
+//
+//go:noinline
+func cutDuplicate(name []byte, w *cutWatch) {
+	w.cutAt(inspect.Detection{
+		Category: inspect.ToolRepetition,
+		Score:    1,
+		Evidence: inspect.Evidence{Element: string(name), Tool: string(name), Count: 2, Threshold: 2},
+	}, 0)
 }
 
 // reset readies d for another answer, keeping its buffers.

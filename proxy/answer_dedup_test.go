@@ -48,7 +48,7 @@ func TestCallDedup(t *testing.T) {
 			var w cutWatch
 			a := callList{calls: tt.calls}
 			for _, u := range tt.updates {
-				d.note(u, a, &w)
+				d.note(&u, a, &w)
 			}
 			if got := w.cut != nil; got != tt.wantCut {
 				t.Fatalf("cut = %v; want %v", got, tt.wantCut)
@@ -63,7 +63,8 @@ func TestCallDedup(t *testing.T) {
 			}
 			// The calls of the answer before are forgotten.
 			w = cutWatch{}
-			d.note(done(0), a, &w)
+			u := done(0)
+			d.note(&u, a, &w)
 			if w.cut != nil {
 				t.Error("a reset dedup cut the first call of the next answer")
 			}

@@ -54,7 +54,7 @@ func terminalCalls(ladder []policy.Action, d *policy.Decision) []terminalCall {
 }
 
 // note keeps what an event added to choice 0 that holding needs.
-func (h *callHolder) note(u sse.Update) {
+func (h *callHolder) note(u *sse.Update) {
 	h.tools = h.tools || u.ToolCall
 	h.finish = h.finish || (u.FinishReason != nil)
 	if u.ToolCallStarted >= 0 {

@@ -30,6 +30,18 @@ import (
 // its own shape (api_chat.go, api_responses.go, api_anthropic.go,
 // api_ollama.go). Observers are pooled.
 type answerObserver struct {
+	answerState
+
+	// The parts keep what they allocated from one answer to the next.
+	watch   cutWatch
+	dedup   callDedup
+	holder  callHolder
+	trimmer trimmer
+}
+
+// answerState is what an observer holds for one answer only: reset zeroes
+// it in place.
+type answerState struct {
 	answer answer
 	// endPending: the cut's end waits for one more event (answer.appendEnd).
 	endPending bool
@@ -46,11 +58,7 @@ type answerObserver struct {
 	status    int
 	abandoned bool // a call panicked: not returned to the pool
 
-	watch   cutWatch
-	dedup   callDedup
-	holder  callHolder
-	trimmer trimmer
-	record  answerRecord
+	record answerRecord
 
 	bodyUsage observe.Usage // the usage of a non-streamed answer
 }
@@ -106,7 +114,9 @@ func (o *answerObserver) reset() {
 	o.dedup.reset()
 	o.holder.reset()
 	o.trimmer.reset()
-	*o = answerObserver{watch: o.watch, dedup: o.dedup, holder: o.holder, trimmer: o.trimmer}
+	// Zeroed in place: a composite literal that kept the parts would be
+	// built whole on the stack first, the cut watch's arrivals with them.
+	o.answerState = answerState{}
 }
 
 func (o *answerObserver) header(status int, h *fasthttp.ResponseHeader) {
@@ -139,8 +149,7 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 			return o.trimmer.event(o, ev, out)
 		}
 	} else if o.endPending {
-		out, _ = o.answer.appendEnd(out, o.ending(), ev)
-		return out, true
+		return o.appendPendingEnd(ev, out), true
 	}
 	if o.watch.cut != nil || len(ev.Data) == 0 || ev.Data[0] != '{' || !o.mayCut && !o.recording {
 		return append(out, ev.Raw...), false
@@ -168,8 +177,8 @@ func (o *answerObserver) event(ev *sse.Event, out []byte) ([]byte, bool) {
 // (update); data the answer cannot read returns its error.
 func (o *answerObserver) read(data []byte) error {
 	ups, err := o.answer.add(data)
-	for _, u := range ups {
-		o.update(u)
+	for i := range ups {
+		o.update(&ups[i])
 	}
 	return err
 }
@@ -187,7 +196,7 @@ func (o *answerObserver) recordAnswer(ev *sse.Event, out []byte) []byte {
 // update acts on what an event added to the answer: the watched text goes
 // to the cut watch, choice 0's tool calls to the holder and the call
 // dedup.
-func (o *answerObserver) update(u sse.Update) {
+func (o *answerObserver) update(u *sse.Update) {
 	if o.watch.cut != nil || u.Choice < 0 || u.Choice >= maxWatchedChoices {
 		return
 	}
@@ -210,9 +219,22 @@ func (o *answerObserver) appendEnd(out []byte) ([]byte, bool) {
 	return out, stop
 }
 
-// ending is what the end of a cut stream reports beside the answer.
-func (o *answerObserver) ending() ending {
-	return ending{
+// appendPendingEnd appends the end that waited for ev (endPending). Not
+// inlined in event: the ending it builds would be in the frame of every
+// event, under which the answer's reading runs (docs/streams.md).
+//
+//go:noinline
+func (o *answerObserver) appendPendingEnd(ev *sse.Event, out []byte) []byte {
+	out, _ = o.answer.appendEnd(out, o.ending(), ev)
+	return out
+}
+
+// ending is what the end of a cut stream reports beside the answer. It is
+// made on the heap, once a cut came, and passed by pointer: a value would
+// be copied into the frames of the answer's appendEnd, and a field would
+// grow every open stream's observer (docs/streams.md).
+func (o *answerObserver) ending() *ending {
+	return &ending{
 		cut:          o.watch.cut,
 		dropped:      o.trimmer.dropped,
 		offset:       o.watch.offset,
@@ -354,7 +376,7 @@ type arrival struct {
 
 // add feeds what one event added to a watched choice and reports whether
 // it degenerated.
-func (w *cutWatch) add(u sse.Update) bool {
+func (w *cutWatch) add(u *sse.Update) bool {
 	w.bytes += int64(len(u.Text) + len(u.Reasoning))
 	if u.Choice == 0 {
 		w.text += int64(len(u.Text))
@@ -406,20 +428,36 @@ func offset32(n int64) uint32 { return uint32(min(n, math.MaxUint32)) }
 // watch feeds text to a (lazily created) detector and records a cut.
 func (w *cutWatch) watch(slot **inspect.Degeneration, text []byte) bool {
 	if *slot == nil {
-		*slot = inspect.NewDegeneration(*w.cfg)
+		*slot = w.newDetector()
 	}
 	if !(*slot).Write(text) {
 		return false
 	}
-	w.cutAt((*slot).Detection(), (*slot).Offset())
+	w.cutBy(*slot)
 	return true
+}
+
+// newDetector makes a detector of w's configuration, and cutBy records
+// the cut of a detector that fired. Neither is inlined in watch: what they
+// copy (the configuration, the detection) would be in the frame of every
+// event's watch, under which the detector's deepest calls run
+// (docs/streams.md).
+//
+//go:noinline
+func (w *cutWatch) newDetector() *inspect.Degeneration { return inspect.NewDegeneration(*w.cfg) }
+
+//go:noinline
+func (w *cutWatch) cutBy(d *inspect.Degeneration) {
+	det := new(inspect.Detection) // kept: made where it is kept, not copied there
+	*det = d.Detection()
+	w.cut, w.offset, w.at = det, d.Offset(), time.Now()
 }
 
 // textDetector returns the (lazily created) detector of choice's text, for
 // a non-streamed answer.
 func (w *cutWatch) textDetector(choice int) *inspect.Degeneration {
 	if w.content[choice] == nil {
-		w.content[choice] = inspect.NewDegeneration(*w.cfg)
+		w.content[choice] = w.newDetector()
 	}
 	return w.content[choice]
 }
@@ -463,5 +501,10 @@ func (w *cutWatch) reset() {
 			d.Reset()
 		}
 	}
-	*w = cutWatch{content: w.content, reason: w.reason}
+	// Zeroed in place: a composite literal that kept the detectors would
+	// be built on the stack first, arrivals and all, and the stack of the
+	// relay that releases the observer would grow for it (docs/streams.md).
+	content, reason := w.content, w.reason
+	*w = cutWatch{}
+	w.content, w.reason = content, reason
 }

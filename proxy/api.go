@@ -127,7 +127,7 @@ type answer interface {
 	// describes. next is nil when the cut came; stop false says that the
 	// end waits for one more event (Responses: a duplicate call's
 	// output_item.done), and the observer calls appendEnd again with it.
-	appendEnd(b []byte, e ending, next *sse.Event) (_ []byte, stop bool)
+	appendEnd(b []byte, e *ending, next *sse.Event) (_ []byte, stop bool)
 	// release empties the answer and returns it to its API's pool.
 	release()
 }

@@ -32,11 +32,9 @@ type anthropicStream struct {
 var anthropicStreams = sync.Pool{New: func() any { return new(anthropicStream) }}
 
 func (a *anthropicStream) add(data []byte) ([]sse.Update, error) {
-	u, err := a.acc.Add(data)
-	if err != nil {
+	if err := a.acc.AddTo(&a.up[0], data); err != nil {
 		return nil, err
 	}
-	a.up[0] = u
 	return a.up[:], nil
 }
 
@@ -52,13 +50,13 @@ func (a *anthropicStream) usage() sse.Usage {
 // appendEnd appends the events that end a cut stream well-formed; a cut
 // Anthropic stream's end does not repeat the text, so what tail = "trim"
 // dropped needs no word.
-func (a *anthropicStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) {
+func (a *anthropicStream) appendEnd(b []byte, e *ending, _ *sse.Event) ([]byte, bool) {
 	return a.appendCut(b, e), true
 }
 
 // appendCut appends the end of the stream, with e's replacement, when not
 // empty, as a text block in place of the held tool_use block it names.
-func (a *anthropicStream) appendCut(b []byte, e ending) []byte {
+func (a *anthropicStream) appendCut(b []byte, e *ending) []byte {
 	c := inject.AnthropicCut{Category: string(e.cut.Category), OutputTokens: estimateTokens(e.bytes),
 		Answer: e.replacement, AnswerIndex: e.at.index}
 	c.OpenBlock, c.HasOpen = a.acc.OpenBlock()

@@ -62,7 +62,7 @@ func (a *chatStream) usage() sse.Usage {
 // well-formed: a comment naming the rule, a final chunk per choice carrying
 // the stream's id, model and created, a usage chunk if the request asked
 // for one, and [DONE]; or e's replacement (appendReplacement).
-func (a *chatStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) {
+func (a *chatStream) appendEnd(b []byte, e *ending, _ *sse.Event) ([]byte, bool) {
 	if e.replacement != "" {
 		return a.appendReplacement(b, e), true
 	}
@@ -112,7 +112,7 @@ func (a *chatStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) 
 // appendReplacement ends the stream with e's replacement, the
 // LOOP_DETECTED text, as choice 0's content, in the stream's own id and
 // model.
-func (a *chatStream) appendReplacement(b []byte, e ending) []byte {
+func (a *chatStream) appendReplacement(b []byte, e *ending) []byte {
 	b = append(b, "data: "...)
 	b = a.appendChunkHead(b, e.model)
 	b = append(b, `"choices":[{"index":0,"delta":{"role":"assistant","content":`...)

@@ -134,7 +134,7 @@ func (a *geminiStream) usage() sse.Usage {
 // "length"), and in SSE a comment naming the rule; or with e's
 // replacement, the LOOP_DETECTED answer as a text part with finishReason
 // STOP, in place of a held call.
-func (a *geminiStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) {
+func (a *geminiStream) appendEnd(b []byte, e *ending, _ *sse.Event) ([]byte, bool) {
 	u, _ := a.acc.Usage()
 	c := inject.GeminiChunk{FinishReason: "STOP", PromptTokens: u.PromptTokens, OutputTokens: estimateTokens(e.bytes),
 		Model: a.acc.Model(), ResponseID: a.acc.ID(), Wrapped: a.acc.Wrapped()}

@@ -93,7 +93,7 @@ func (a *ollamaStream) usage() sse.Usage {
 // done_reason "loopguard_cut", and what was cut (category, offset) beside
 // it, so that a client reading NDJSON ends as after any answer; or with
 // e's replacement (appendReplacement).
-func (a *ollamaStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool) {
+func (a *ollamaStream) appendEnd(b []byte, e *ending, _ *sse.Event) ([]byte, bool) {
 	if e.replacement != "" {
 		return a.appendReplacement(b, e), true
 	}
@@ -114,7 +114,7 @@ func (a *ollamaStream) appendEnd(b []byte, e ending, _ *sse.Event) ([]byte, bool
 
 // appendReplacement ends the stream with e's replacement, the
 // LOOP_DETECTED answer, in place of a held tool call.
-func (a *ollamaStream) appendReplacement(b []byte, e ending) []byte {
+func (a *ollamaStream) appendReplacement(b []byte, e *ending) []byte {
 	model, at := e.model, time.Now().UTC().Format(time.RFC3339Nano)
 	if m := a.acc.Model(); len(m) > 0 {
 		model = string(m)

@@ -35,11 +35,9 @@ type responsesStream struct {
 var responsesStreams = sync.Pool{New: func() any { return new(responsesStream) }}
 
 func (a *responsesStream) add(data []byte) ([]sse.Update, error) {
-	u, err := a.acc.Add(data)
-	if err != nil {
+	if err := a.acc.AddTo(&a.up[0], data); err != nil {
 		return nil, err
 	}
-	a.up[0] = u
 	return a.up[:], nil
 }
 
@@ -57,7 +55,7 @@ func (a *responsesStream) usage() sse.Usage {
 // arguments are complete, and its item closes with output_item.done, which
 // the agent gets before the end, so that the stream shows whole calls
 // only, as the Anthropic ending does.
-func (a *responsesStream) appendEnd(b []byte, e ending, next *sse.Event) ([]byte, bool) {
+func (a *responsesStream) appendEnd(b []byte, e *ending, next *sse.Event) ([]byte, bool) {
 	if e.cut.Category == inspect.ToolRepetition && e.replacement == "" {
 		if next == nil {
 			return b, false
@@ -83,7 +81,7 @@ func eventType(ev *sse.Event) string {
 
 // appendCut appends the events that end the stream, with e's replacement,
 // when not empty, as a message item in place of the held call it names.
-func (a *responsesStream) appendCut(b []byte, e ending) []byte {
+func (a *responsesStream) appendCut(b []byte, e *ending) []byte {
 	c := inject.ResponsesCut{
 		Category:  string(e.cut.Category),
 		ID:        a.acc.ID(),

@@ -228,13 +228,13 @@ func TestStreamRelayReaderPanic(t *testing.T) {
 	t.Cleanup(func() { srv.Shutdown(context.Background()) })
 	const head = "data: {\"i\":0}\n\ndata: {\"i\""
 	rl := streamRelay{s: srv, rd: sse.NewReader(&failingReader{head: []byte(head)}, 0)}
-	ev, err := rl.next()
-	if string(ev.Raw) != "data: {\"i\":0}\n\n" || err != nil {
-		t.Fatalf("first event = %q, %v; want the whole first event", ev.Raw, err)
+	err = rl.next()
+	if string(rl.ev.Raw) != "data: {\"i\":0}\n\n" || err != nil {
+		t.Fatalf("first event = %q, %v; want the whole first event", rl.ev.Raw, err)
 	}
-	ev, err = rl.next()
-	if len(ev.Raw) != 0 || err != nil || !rl.raw {
-		t.Fatalf("after the panic: event %q, err %v, raw %v; want no event, no error, raw", ev.Raw, err, rl.raw)
+	err = rl.next()
+	if len(rl.ev.Raw) != 0 || err != nil || !rl.raw {
+		t.Fatalf("after the panic: event %q, err %v, raw %v; want no event, no error, raw", rl.ev.Raw, err, rl.raw)
 	}
 	if b := rl.buffered(); string(b) != "data: {\"i\"" {
 		t.Errorf("buffered = %q; want the unfinished event's bytes", b)

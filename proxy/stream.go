@@ -263,7 +263,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 		if !ready {
 			// Nothing is held in batch here, so relay may return and be
 			// called again.
-			if r.ev, err = r.next(); err == sse.ErrWouldBlock {
+			if err = r.next(); err == sse.ErrWouldBlock {
 				return relayWait, nil
 			}
 		}
@@ -279,17 +279,17 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 				// out may alias the observer's buffer, which the next event
 				// reuses, or the reader's, which reading moves: keep a copy
 				// before either.
-				next, ok := r.nextBuffered(false)
+				ok := r.nextBuffered(false)
 				if !ok && !r.raw && r.ready() {
 					batch = appendBatch(batch, out)
 					out = nil
-					next, ok = r.nextBuffered(true)
+					ok = r.nextBuffered(true)
 				}
 				if ok {
 					if out != nil {
 						batch = appendBatch(batch, out)
 					}
-					r.ev, ready = next, true
+					ready = true
 					continue
 				}
 			}
@@ -324,26 +324,7 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			return relayUnpump, nil
 		}
 		if err == sse.ErrEventTooLarge || r.raw {
-			// One event beyond stream.max_event_bytes (docs/streams.md: long lines),
-			// or a panic while parsing or observing (fail open): stop
-			// parsing and pass the rest through as it comes, after what
-			// the observer held back.
-			n, err := w.Write(r.end())
-			st.written += int64(n)
-			if err == nil {
-				n, err = w.Write(r.buffered())
-				st.written += int64(n)
-			}
-			if err == nil {
-				buf := copyBufs.Get().(*[]byte)
-				var m int64
-				m, err = io.CopyBuffer(flushWriter{w}, src, *buf)
-				copyBufs.Put(buf)
-				st.written += m
-			}
-			if err != nil && !errors.Is(err, io.EOF) {
-				st.readErr = err
-			}
+			r.passRest(w, src, st)
 			return relayEnded, nil
 		}
 		if err != nil {
@@ -352,6 +333,32 @@ func (r *streamRelay) relay(w *bufio.Writer, src io.Reader, start time.Time, st 
 			}
 			return relayEnded, nil
 		}
+	}
+}
+
+// passRest passes the rest of the stream through as it comes, unparsed,
+// after what the observer held back: after one event beyond
+// stream.max_event_bytes (docs/streams.md: long lines), or a panic while
+// parsing or observing (fail open). It is not inlined in relay, whose
+// frame every event's inspection runs under.
+//
+//go:noinline
+func (r *streamRelay) passRest(w *bufio.Writer, src io.Reader, st *relayStats) {
+	n, err := w.Write(r.end())
+	st.written += int64(n)
+	if err == nil {
+		n, err = w.Write(r.buffered())
+		st.written += int64(n)
+	}
+	if err == nil {
+		buf := copyBufs.Get().(*[]byte)
+		var m int64
+		m, err = io.CopyBuffer(flushWriter{w}, src, *buf)
+		copyBufs.Put(buf)
+		st.written += m
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		st.readErr = err
 	}
 }
 
@@ -405,49 +412,58 @@ func (r *streamRelay) fail(obs responseObserver, where string, p any) {
 	r.raw = true
 }
 
-// next reads the next event. A panic in the reader leaves the event's
-// bytes in rd.Buffered and sets raw.
-func (r *streamRelay) next() (ev sse.Event, err error) {
+// next reads the next event into ev. A panic in the reader leaves the
+// event's bytes in rd.Buffered and sets raw. The event is stored, not
+// returned: each frame an Event passes through by value holds a copy, and
+// every event's inspection runs under relay's (docs/streams.md).
+func (r *streamRelay) next() (err error) {
 	if r.raw {
-		return sse.Event{}, nil
+		r.ev = sse.Event{}
+		return nil
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.fail(nil, "sse", p)
-			ev, err = sse.Event{}, nil
+			r.ev, err = sse.Event{}, nil
 		}
 	}()
-	if r.other != nil {
-		return r.other.Next()
-	}
-	return r.rd.Next()
+	r.ev, err = r.reader().Next()
+	return err
 }
 
-// nextBuffered returns the next event when the reader holds all of it;
-// false when it must read first, or it panicked (then raw is set). With
-// read, it first reads what the upstream sent ahead and holds ready
-// (sse.Reader.ReadReady): that moves the reader's buffer, and the events
-// returned before are invalid after it.
-func (r *streamRelay) nextBuffered(read bool) (ev sse.Event, ok bool) {
+// nextBuffered reads the next event into ev, as next does, when the
+// reader holds all of it; false when it must read first, or it panicked
+// (then raw is set); ev is then empty. With read, it first reads what the
+// upstream sent ahead and holds ready (sse.Reader.ReadReady): that moves
+// the reader's buffer, and the events returned before are invalid after
+// it.
+func (r *streamRelay) nextBuffered(read bool) (ok bool) {
 	if r.raw {
-		return sse.Event{}, false
+		r.ev = sse.Event{}
+		return false
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.fail(nil, "sse", p)
-			ev, ok = sse.Event{}, false
+			r.ev, ok = sse.Event{}, false
 		}
 	}()
-	if r.other != nil {
-		if read {
-			return r.other.ReadReady()
-		}
-		return r.other.NextBuffered()
-	}
+	// One call: each call site would keep its own copy of the event in
+	// the frame.
+	next := r.reader().NextBuffered
 	if read {
-		return r.rd.ReadReady()
+		next = r.reader().ReadReady
 	}
-	return r.rd.NextBuffered()
+	r.ev, ok = next()
+	return ok
+}
+
+// reader is the stream's reader: other, or rd.
+func (r *streamRelay) reader() eventReader {
+	if r.other != nil {
+		return r.other
+	}
+	return r.rd
 }
 
 // event returns what the client gets for ev and whether the stream stops

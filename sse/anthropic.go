@@ -41,13 +41,25 @@ func (a *AnthropicAccumulator) Reset() {
 // object returns ErrInvalidChunk and changes nothing. Add never keeps a
 // reference to data.
 func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1}
+	var u Update
+	err := a.AddTo(&u, data)
+	return u, err
+}
+
+// AddTo is Add, writing the update into *u: an Update returned by value
+// is copied through the frames of its callers, the stack of a relay that
+// inspects its stream as it passes (docs/streams.md).
+func (a *AnthropicAccumulator) AddTo(u *Update, data []byte) error {
+	*u = Update{}
+	u.ToolCallDone, u.ToolCallStarted = -1, -1
 	s, err := objectView(data)
 	if s == "" {
-		return u, err
+		return err
 	}
 	var typ, message, index, cb, delta, usage string
-	it := newObjIter(s)
+	// One iterator, started in place (objIter.start), for every object.
+	var it objIter
+	it.start(s, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -65,11 +77,11 @@ func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
 		}
 	}
 	if len(typ) < 2 {
-		return u, nil
+		return nil
 	}
 	switch typ[1 : len(typ)-1] {
 	case "message_start":
-		it := newObjIter(message)
+		it.start(message, tapeAt{})
 		for it.next() {
 			switch it.key {
 			case "id":
@@ -86,7 +98,7 @@ func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
 		}
 	case "content_block_delta":
 		if b := a.block(index); b != nil {
-			a.addDelta(b, delta, &u)
+			a.addDelta(b, delta, u)
 		}
 	case "content_block_stop":
 		if b := a.block(index); b != nil && b.open {
@@ -99,7 +111,7 @@ func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
 			}
 		}
 	case "message_delta":
-		it := newObjIter(delta)
+		it.start(delta, tapeAt{})
 		for it.next() {
 			if it.key == "stop_reason" && isString(it.val) {
 				a.stop = appendString(a.stop[:0], it.val)
@@ -110,11 +122,11 @@ func (a *AnthropicAccumulator) Add(data []byte) (Update, error) {
 		a.done, u.Done = true, true
 	case "error":
 		a.errRaw = append(a.errRaw[:0], data...)
-		return u, ErrUpstream
+		return ErrUpstream
 	default:
-		return u, nil // ping and events added later
+		return nil // ping and events added later
 	}
-	return u, nil
+	return nil
 }
 
 // addUsage merges a usage object: message_start reports input_tokens,
@@ -148,8 +160,11 @@ func (a *AnthropicAccumulator) startBlock(index, cb string) *block {
 	}
 	a.blocks = slices.Grow(a.blocks, 1)[:len(a.blocks)+1]
 	b := &a.blocks[len(a.blocks)-1]
-	*b = block{index: n, typ: b.typ[:0], id: b.id[:0], name: b.name[:0], text: b.text[:0], start: b.start[:0], open: true}
-	it := newObjIter(cb)
+	// Field by field, and the iterator started in place: a literal and a
+	// returned iterator would be built on the stack first.
+	b.index, b.typ, b.id, b.name, b.text, b.start, b.partial, b.open = n, b.typ[:0], b.id[:0], b.name[:0], b.text[:0], b.start[:0], false, true
+	var it objIter
+	it.start(cb, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -169,7 +184,8 @@ func (a *AnthropicAccumulator) startBlock(index, cb string) *block {
 
 func (a *AnthropicAccumulator) addDelta(b *block, delta string, u *Update) {
 	var typ, text, thinking, partial string
-	it := newObjIter(delta)
+	var it objIter
+	it.start(delta, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":

@@ -142,17 +142,7 @@ func (a *ChatAccumulator) Add(data []byte) ([]Update, error) {
 		return nil, ErrInvalidChunk
 	}
 	tp.doc = s
-	var top chunkTop
-	var choices string
-	var choicesAt tapeAt
-	it := newObjIterAt(s, tapeAt{tp: &tp})
-	for it.nextIn(&tp) {
-		if it.key == "choices" {
-			choices, choicesAt = it.val, it.valAt(&tp)
-		} else {
-			a.topMember(&top, it.key, it.val)
-		}
-	}
+	top, choices, choicesAt := a.topMembers(&tp)
 	if top.failed {
 		a.errRaw = append(a.errRaw[:0], data...)
 		return nil, ErrUpstream
@@ -160,13 +150,30 @@ func (a *ChatAccumulator) Add(data []byte) ([]Update, error) {
 	if isObject(top.usage) {
 		a.addUsage(top.usage)
 	}
-	it2 := newArrIterAt(choices, choicesAt)
+	var it2 arrIter
+	it2.start(choices, choicesAt)
 	for it2.nextIn(&tp) {
-		if d, ok := a.addChoice(it2.val, it2.valAt(&tp)); ok {
-			a.deltas = append(a.deltas, d)
+		if cs, calls, callsAt := a.addChoice(it2.val, it2.valAt(&tp)); calls != "" {
+			a.addToolCalls(cs, calls, callsAt, &a.deltas[len(a.deltas)-1])
 		}
 	}
 	return a.deltas, nil
+}
+
+// topMembers reads the members of the chunk tp holds, and returns where
+// its choices are. Its iterator is not on the stack while the choices are
+// applied.
+func (a *ChatAccumulator) topMembers(tp *taped) (top chunkTop, choices string, choicesAt tapeAt) {
+	var it objIter
+	it.start(tp.doc, tapeAt{tp: tp})
+	for it.nextIn(tp) {
+		if it.key == "choices" {
+			choices, choicesAt = it.val, it.valAt(tp)
+		} else {
+			a.topMember(&top, it.key, it.val)
+		}
+	}
+	return top, choices, choicesAt
 }
 
 // chunkTop is what Add reads among a chunk's members, besides the
@@ -205,10 +212,32 @@ func (a *ChatAccumulator) topMember(top *chunkTop, key, val string) {
 		}
 	case "created":
 		if a.created == 0 {
-			a.created = gjson.Parse(val).Int()
+			a.created = parseCreated(val)
 		}
 	}
 }
+
+// parseCreated reads a chunk's created as gjson's Int does. Plain digits,
+// what every server sends, are read here: gjson parses a number as a
+// float, and strconv's parser holds its 800-digit decimal in its frame,
+// on the stack of the first event of every stream (docs/streams.md: the
+// relay's goroutine stack).
+func parseCreated(val string) int64 {
+	if len(val) == 0 || len(val) > 15 {
+		return gjsonInt(val)
+	}
+	var n int64
+	for i := range len(val) {
+		if val[i] < '0' || val[i] > '9' {
+			return gjsonInt(val)
+		}
+		n = n*10 + int64(val[i]-'0')
+	}
+	return n
+}
+
+//go:noinline
+func gjsonInt(val string) int64 { return gjson.Parse(val).Int() }
 
 func (a *ChatAccumulator) addUsage(raw string) {
 	a.hasUsage = true
@@ -229,20 +258,25 @@ func (a *ChatAccumulator) addUsage(raw string) {
 }
 
 // addChoice folds one element of choices, raw, the value at of the tape,
-// and returns what it added to the choice; ok is false when it is no
-// choice (not an object, or past maxChoices). Add hands the delta on:
-// whatever fn does, addChoice's frame is no longer on the stack (docs/streams.md:
-// the relay's goroutine keeps 8 KiB).
-func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
+// and appends what it added to the choice to a.deltas; nothing when it is
+// no choice (not an object, or past maxChoices). It returns the choice and
+// its delta's tool_calls, calls, the value callsAt of the tape (calls
+// empty when none), which Add folds (addToolCalls) once addChoice's frame
+// is off the stack. The update
+// is written where it is kept rather than returned: an Update returned by
+// value is copied through the frames the tool calls are read under
+// (docs/streams.md: the relay's goroutine stack).
+func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (cs *choiceState, calls string, callsAt tapeAt) {
 	if !isObject(raw) {
-		return d, false
+		return nil, "", tapeAt{}
 	}
 	var index int
 	var delta, message, finish string
 	var deltaAt, messageAt tapeAt
 	// llama.cpp writes finish_reason and index before delta: read the
 	// members first, then apply them.
-	it := newObjIterAt(raw, at)
+	var it objIter
+	it.start(raw, at)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "index":
@@ -258,13 +292,15 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
 	if delta == "" {
 		delta, deltaAt = message, messageAt // a whole message where a delta was expected
 	}
-	cs := a.choice(index)
+	cs = a.choice(index)
 	if cs == nil {
-		return d, false
+		return nil, "", tapeAt{}
 	}
-	d = Update{Choice: index, ToolCallStarted: -1, ToolCallDone: -1}
+	a.deltas = append(a.deltas, Update{})
+	d := &a.deltas[len(a.deltas)-1]
+	d.Choice, d.ToolCallStarted, d.ToolCallDone = index, -1, -1
 	reasoning := false
-	it = newObjIterAt(delta, deltaAt)
+	it.start(delta, deltaAt)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "content":
@@ -288,17 +324,27 @@ func (a *ChatAccumulator) addChoice(raw string, at tapeAt) (d Update, ok bool) {
 				cs.role = appendString(cs.role, it.val)
 			}
 		case "tool_calls":
-			calls := newArrIterAt(it.val, it.valAt(at.tp))
-			for calls.nextIn(at.tp) {
-				a.addToolCall(cs, calls.val, calls.valAt(at.tp), &d)
+			if calls != "" {
+				a.addToolCalls(cs, calls, callsAt, d) // a repeated member: the one before first
 			}
+			calls, callsAt = it.val, it.valAt(at.tp)
 		}
 	}
 	if isString(finish) && len(finish) > 2 {
 		cs.finish = appendString(cs.finish[:0], finish)
 		d.FinishReason = cs.finish
 	}
-	return d, true
+	return cs, calls, callsAt
+}
+
+// addToolCalls folds the elements of a delta's tool_calls, raw, the value
+// at of the tape, into cs and d.
+func (a *ChatAccumulator) addToolCalls(cs *choiceState, raw string, at tapeAt, d *Update) {
+	var it arrIter
+	it.start(raw, at)
+	for it.nextIn(at.tp) {
+		a.addToolCall(cs, it.val, it.valAt(at.tp), d)
+	}
 }
 
 // keep returns the text kept so far in b, to append a delta to: all of it,
@@ -341,7 +387,8 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d 
 	hasIndex := false
 	var id, typ, fnRaw, name, args string
 	var fnAt tapeAt
-	it := newObjIterAt(raw, at)
+	var it objIter
+	it.start(raw, at)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "index":
@@ -354,7 +401,7 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d 
 			fnRaw, fnAt = it.val, it.valAt(at.tp)
 		}
 	}
-	it = newObjIterAt(fnRaw, fnAt)
+	it.start(fnRaw, fnAt)
 	for it.nextIn(at.tp) {
 		switch it.key {
 		case "name":
@@ -399,7 +446,8 @@ func (a *ChatAccumulator) addToolCall(cs *choiceState, raw string, at tapeAt, d 
 		pos = len(cs.calls)
 		cs.calls = slices.Grow(cs.calls, 1)[:pos+1]
 		c := &cs.calls[pos]
-		*c = callState{index: index, id: c.id[:0], typ: c.typ[:0], name: c.name[:0], args: c.args[:0]}
+		// Field by field: a literal would be built on the stack first.
+		c.index, c.id, c.typ, c.name, c.args = index, c.id[:0], c.typ[:0], c.name[:0], c.args[:0]
 		if d.ToolCallStarted < 0 {
 			d.ToolCallStarted = pos
 		}

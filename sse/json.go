@@ -54,15 +54,27 @@ func newObjIter(raw string) objIter { return newObjIterAt(raw, tapeAt{}) }
 
 // newObjIterAt iterates the object raw, the value at of a tape when there
 // is one.
-func newObjIterAt(raw string, at tapeAt) objIter {
+func newObjIterAt(raw string, at tapeAt) (it objIter) {
+	it.start(raw, at)
+	return it
+}
+
+// start readies it as newObjIterAt does, in place. A walk that reads
+// deltas under its iterators (ChatAccumulator's) starts them so: the
+// iterator that newObjIterAt returns, too large for registers, takes a
+// second place in the caller's frame (docs/streams.md: the relay's
+// goroutine stack).
+func (it *objIter) start(raw string, at tapeAt) {
 	if at.opens('{') {
-		return objIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+		*it = objIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+		return
 	}
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '{' {
-		return objIter{s: raw, i: i + 1}
+		*it = objIter{s: raw, i: i + 1}
+		return
 	}
-	return objIter{s: raw, i: len(raw)}
+	*it = objIter{s: raw, i: len(raw)}
 }
 
 func (it *objIter) next() bool { return it.nextIn(nil) }
@@ -119,15 +131,23 @@ func newArrIter(raw string) arrIter { return newArrIterAt(raw, tapeAt{}) }
 
 // newArrIterAt iterates the array raw, the value at of a tape when there
 // is one.
-func newArrIterAt(raw string, at tapeAt) arrIter {
+func newArrIterAt(raw string, at tapeAt) (it arrIter) {
+	it.start(raw, at)
+	return it
+}
+
+// start readies it as newArrIterAt does, in place (see objIter.start).
+func (it *arrIter) start(raw string, at tapeAt) {
 	if at.opens('[') {
-		return arrIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+		*it = arrIter{taped: true, k: at.k + 1, stop: int(at.tp.tape.Values()[at.k].After)}
+		return
 	}
 	i := rawjson.SkipSpace(raw, 0)
 	if i < len(raw) && raw[i] == '[' {
-		return arrIter{s: raw, i: i + 1}
+		*it = arrIter{s: raw, i: i + 1}
+		return
 	}
-	return arrIter{s: raw, i: len(raw)}
+	*it = arrIter{s: raw, i: len(raw)}
 }
 
 func (it *arrIter) next() bool { return it.nextIn(nil) }

@@ -46,13 +46,24 @@ func (a *ResponsesAccumulator) Reset() {
 // object returns ErrInvalidChunk and changes nothing. Add never keeps a
 // reference to data.
 func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
-	u := Update{ToolCallDone: -1, ToolCallStarted: -1, Sequence: a.seq}
+	var u Update
+	err := a.AddTo(&u, data)
+	return u, err
+}
+
+// AddTo is Add, writing the update into *u: an Update returned by value
+// is copied through the frames of its callers, the stack of a relay that
+// inspects its stream as it passes (docs/streams.md).
+func (a *ResponsesAccumulator) AddTo(u *Update, data []byte) error {
+	*u = Update{}
+	u.ToolCallDone, u.ToolCallStarted, u.Sequence = -1, -1, a.seq
 	s, err := objectView(data)
 	if s == "" {
-		return u, err
+		return err
 	}
 	var typ, resp, item, delta, args, name, itemID, outIdx, seq string
-	it := newObjIter(s)
+	var it objIter // started in place (objIter.start)
+	it.start(s, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -79,7 +90,7 @@ func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
 		a.seq = n
 	}
 	if len(typ) < 2 {
-		return u, nil
+		return nil
 	}
 	switch typ[1 : len(typ)-1] {
 	case "response.created", "response.in_progress", "response.queued":
@@ -91,11 +102,11 @@ func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
 		a.response(resp)
 		a.done = typ != `"error"`
 		a.errRaw = append(a.errRaw[:0], data...)
-		return u, ErrUpstream
+		return ErrUpstream
 	case "response.output_item.added":
-		a.itemEvent(outIdx, item, false, &u)
+		a.itemEvent(outIdx, item, false, u)
 	case "response.output_item.done":
-		a.itemEvent(outIdx, item, true, &u)
+		a.itemEvent(outIdx, item, true, u)
 	case "response.output_text.delta":
 		if ri := a.find(outIdx, itemID); ri != nil && isString(delta) {
 			n := len(ri.text)
@@ -125,7 +136,7 @@ func (a *ResponsesAccumulator) Add(data []byte) (Update, error) {
 			u.ToolCallDone = a.callPos(ri)
 		}
 	}
-	return u, nil
+	return nil
 }
 
 // response reads the response object of a lifecycle event.
@@ -181,7 +192,8 @@ func (a *ResponsesAccumulator) itemEvent(outIdx, item string, done bool, u *Upda
 		return
 	}
 	var typ, id, callID, name, args, input string
-	it := newObjIter(item)
+	var it objIter
+	it.start(item, tapeAt{})
 	for it.next() {
 		switch it.key {
 		case "type":
@@ -209,10 +221,9 @@ func (a *ResponsesAccumulator) itemEvent(outIdx, item string, done bool, u *Upda
 		}
 		a.items = slices.Grow(a.items, 1)[:len(a.items)+1]
 		ri = &a.items[len(a.items)-1]
-		*ri = respItem{
-			index: index, typ: ri.typ[:0], id: ri.id[:0], callID: ri.callID[:0], name: ri.name[:0],
-			args: ri.args[:0], text: ri.text[:0], raw: ri.raw[:0],
-		}
+		// Field by field: a literal would be built on the stack first.
+		ri.index, ri.typ, ri.id, ri.callID, ri.name = index, ri.typ[:0], ri.id[:0], ri.callID[:0], ri.name[:0]
+		ri.args, ri.text, ri.raw, ri.done, ri.argsDone = ri.args[:0], ri.text[:0], ri.raw[:0], false, false
 		ri.typ = appendString(ri.typ, typ)
 		ri.id = appendString(ri.id, id)
 		if ri.isCall() {

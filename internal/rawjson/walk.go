@@ -178,11 +178,19 @@ func quoteOrBackslash(v uint64) uint64 {
 // Bad escapes are kept as they are: a malformed argument string must not
 // fail the whole request, the body was validated already anyway.
 func AppendUnescaped(dst []byte, s string) []byte {
-	for {
-		i := indexBackslash(s)
-		if i < 0 {
-			return append(dst, s...)
-		}
+	i := indexBackslash(s)
+	if i < 0 {
+		return append(dst, s...)
+	}
+	return appendUnescaped(dst, s, i)
+}
+
+// appendUnescaped is AppendUnescaped for s with a backslash at i. Most
+// strings have none: they are appended from AppendUnescaped's small frame,
+// not from this one's, on the stack of a relay that reads every delta of
+// its stream (docs/streams.md).
+func appendUnescaped(dst []byte, s string, i int) []byte {
+	for ; i >= 0; i = indexBackslash(s) {
 		dst = append(dst, s[:i]...)
 		s = s[i:]
 		if len(s) < 2 {
@@ -216,6 +224,7 @@ func AppendUnescaped(dst []byte, s string) []byte {
 		}
 		s = s[2:]
 	}
+	return append(dst, s...)
 }
 
 // indexBackslash is strings.IndexByte(s, '\\') tuned for text with an
