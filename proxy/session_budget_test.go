@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fasthttp/websocket"
 	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/policy"
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 )
 
@@ -282,19 +285,7 @@ func TestBudgetOnSocket(t *testing.T) {
 		{"error form", func(c *Config) { c.Policy.SessionMaxTurns = 5; c.Inject.TerminateAs = "error" }, []string{"none", "none", "none", "none", "warn", "terminate"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			up := startSocketUpstream(t, func(n int, _ string, send func(string) error) {
-				id := fmt.Sprintf("resp_%d", n)
-				item := fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Step %d done."}]}`, n, n)
-				for _, ev := range []string{
-					fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":{"id":%q,"object":"response","status":"in_progress","model":"gpt-4.1","output":[]}}`, id),
-					fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":%s}`, item),
-					fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed","model":"gpt-4.1","output":[%s],"usage":{"input_tokens":100,"output_tokens":50,"total_tokens":150}}}`, id, item),
-				} {
-					if send(ev) != nil {
-						return
-					}
-				}
-			})
+			up := startSocketUpstream(t, usageTurn)
 			addr, events := startSocketProxy(t, up.URL, tt.budget)
 			c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
 			defer c.Close()
@@ -333,6 +324,90 @@ func TestBudgetOnSocket(t *testing.T) {
 			checkBudgetEvents(t, turn(len(tt.want)+1))
 			if got, _ := up.snapshot(); len(got) != len(tt.want)-1 {
 				t.Errorf("the upstream got a turn of the spent session")
+			}
+		})
+	}
+}
+
+// usageTurn answers a socket's turn n with a response whose usage is 150
+// tokens.
+func usageTurn(n int, _ string, send func(string) error) {
+	id := fmt.Sprintf("resp_%d", n)
+	item := fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Step %d done."}]}`, n, n)
+	for _, ev := range []string{
+		fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":{"id":%q,"object":"response","status":"in_progress","model":"gpt-4.1","output":[]}}`, id),
+		fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":%s}`, item),
+		fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed","model":"gpt-4.1","output":[%s],"usage":{"input_tokens":100,"output_tokens":50,"total_tokens":150}}}`, id, item),
+	} {
+		if send(ev) != nil {
+			return
+		}
+	}
+}
+
+// startStoreProxy starts a proxy whose sessions have a token budget and
+// whose policy keeps them in store, reporting chat events to done.
+func startStoreProxy(t *testing.T, up string, store policy.Store, done func(*ChatEvent)) string {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = up
+	cfg.Policy.SessionMaxTokens = 1000
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	srv, err := New(cfg, zerolog.Nop(), WithChatDone(done))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	srv.pipeline.policy = policy.New(cfg.Policy, store, zerolog.Nop())
+	return serveProxy(t, srv)
+}
+
+// TestBudgetUsageCountedBeforeReport: an answer's tokens are in its
+// session's budget by the time its chat event is reported, whether the
+// answer came as an HTTP body, an HTTP stream or a socket's turn: whatever
+// waits for the event to send the next turn has that turn decided against
+// a count that holds the answer.
+func TestBudgetUsageCountedBeforeReport(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		stream, socket bool
+	}{
+		{"body", false, false},
+		{"stream", true, false},
+		{"socket", true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := policy.NewMemoryStore(0, 0)
+			counted := make(chan int64, 1)
+			done := func(e *ChatEvent) {
+				st, err := store.Load(context.Background(), e.Session)
+				if err != nil {
+					t.Error(err)
+				}
+				counted <- st.Tokens
+			}
+			if tt.socket {
+				up := startSocketUpstream(t, usageTurn)
+				addr := strings.TrimPrefix(startStoreProxy(t, up.URL, store, done), "http://")
+				c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
+				defer c.Close()
+				if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.create","model":"gpt-4.1","input":"Do step 1."}`)); err != nil {
+					t.Fatal(err)
+				}
+				readTurn(t, c)
+			} else {
+				chat := budgetAPIs[0]
+				base := startStoreProxy(t, budgetUpstream(t).URL(), store, done)
+				budgetRequest(t, base, chat.path, "spent", chat.body(tt.stream))
+			}
+			select {
+			case n := <-counted:
+				if n != 150 {
+					t.Errorf("the session's budget held %d tokens when the answer was reported; want its 150", n)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no chat event 10 s after the answer")
 			}
 		})
 	}
