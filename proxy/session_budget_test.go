@@ -413,6 +413,68 @@ func TestBudgetUsageCountedBeforeReport(t *testing.T) {
 	}
 }
 
+// gatedStore is a session store whose updates that count tokens wait
+// until gate is closed or wait has passed: it holds a turn's usage back
+// until the client has had the turn's answer, if the client can have it
+// first.
+type gatedStore struct {
+	policy.Store
+	gate chan struct{}
+	wait time.Duration
+	// late is sent whether the gate was closed when the first update that
+	// counts tokens came through.
+	late chan bool
+}
+
+func (s *gatedStore) Update(ctx context.Context, key string, fn func(*policy.State) error) (policy.State, error) {
+	// fn is a pure function of the state (policy.Store), so a trial on an
+	// empty one tells the usage from the turn's other updates (its
+	// decision, its record).
+	var trial policy.State
+	if fn(&trial) != nil || trial.Tokens == 0 {
+		return s.Store.Update(ctx, key, fn)
+	}
+	late := true
+	select {
+	case <-s.gate:
+	case <-time.After(s.wait):
+		late = false
+	}
+	st, err := s.Store.Update(ctx, key, fn)
+	select {
+	case s.late <- late:
+	default:
+	}
+	return st, err
+}
+
+// TestBudgetSocketUsageBeforeAnswerEnd: a socket turn's tokens are in its
+// session's budget before the client gets the turn's response.completed,
+// after which an agent sends its next turn at once, which the client's
+// reader decides while the upstream's is still ending the turn. A store
+// that takes its time (the gate) makes the losing order certain.
+func TestBudgetSocketUsageBeforeAnswerEnd(t *testing.T) {
+	store := &gatedStore{Store: policy.NewMemoryStore(0, 0), gate: make(chan struct{}), wait: 500 * time.Millisecond,
+		late: make(chan bool, 1)}
+	up := startSocketUpstream(t, usageTurn)
+	addr := strings.TrimPrefix(startStoreProxy(t, up.URL, store, nil), "http://")
+	c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
+	defer c.Close()
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.create","model":"gpt-4.1","input":"Do step 1."}`)); err != nil {
+		t.Fatal(err)
+	}
+	readTurn(t, c)
+	close(store.gate)
+	select {
+	case late := <-store.late:
+		if late {
+			t.Error("the turn's usage was counted after the client had its response.completed; want before")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the turn's usage was not counted 10 s after its answer")
+	}
+}
+
 // checkBudgetEvents checks that a socket's answer is BUDGET_EXCEEDED as a
 // response's events, response.created to response.completed, or in the
 // error form as one error event.
