@@ -369,14 +369,7 @@ func startStoreProxy(t *testing.T, up string, store policy.Store, done func(*Cha
 // waits for the event to send the next turn has that turn decided against
 // a count that holds the answer.
 func TestBudgetUsageCountedBeforeReport(t *testing.T) {
-	for _, tt := range []struct {
-		name           string
-		stream, socket bool
-	}{
-		{"body", false, false},
-		{"stream", true, false},
-		{"socket", true, true},
-	} {
+	for _, tt := range answerPaths {
 		t.Run(tt.name, func(t *testing.T) {
 			store := policy.NewMemoryStore(0, 0)
 			counted := make(chan int64, 1)
@@ -387,20 +380,7 @@ func TestBudgetUsageCountedBeforeReport(t *testing.T) {
 				}
 				counted <- st.Tokens
 			}
-			if tt.socket {
-				up := startSocketUpstream(t, usageTurn)
-				addr := strings.TrimPrefix(startStoreProxy(t, up.URL, store, done), "http://")
-				c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
-				defer c.Close()
-				if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.create","model":"gpt-4.1","input":"Do step 1."}`)); err != nil {
-					t.Fatal(err)
-				}
-				readTurn(t, c)
-			} else {
-				chat := budgetAPIs[0]
-				base := startStoreProxy(t, budgetUpstream(t).URL(), store, done)
-				budgetRequest(t, base, chat.path, "spent", chat.body(tt.stream))
-			}
+			budgetAnswer(t, store, done, tt.stream, tt.socket)
 			select {
 			case n := <-counted:
 				if n != 150 {
@@ -448,31 +428,63 @@ func (s *gatedStore) Update(ctx context.Context, key string, fn func(*policy.Sta
 	return st, err
 }
 
-// TestBudgetSocketUsageBeforeAnswerEnd: a socket turn's tokens are in its
-// session's budget before the client gets the turn's response.completed,
-// after which an agent sends its next turn at once, which the client's
-// reader decides while the upstream's is still ending the turn. A store
-// that takes its time (the gate) makes the losing order certain.
-func TestBudgetSocketUsageBeforeAnswerEnd(t *testing.T) {
-	store := &gatedStore{Store: policy.NewMemoryStore(0, 0), gate: make(chan struct{}), wait: 500 * time.Millisecond,
-		late: make(chan bool, 1)}
+// TestBudgetUsageBeforeAnswerEnd: an answer's tokens are in its session's
+// budget before the client has the answer's end, after which an agent
+// sends its next turn at once: an HTTP answer's end comes after its
+// response is accounted for, a socket turn's response.completed before the
+// upstream's reader ends the turn, while the client's reader may decide
+// the next. A store that takes its time (the gate) makes the losing order
+// certain where it can happen.
+func TestBudgetUsageBeforeAnswerEnd(t *testing.T) {
+	for _, tt := range answerPaths {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &gatedStore{Store: policy.NewMemoryStore(0, 0), gate: make(chan struct{}), wait: 300 * time.Millisecond,
+				late: make(chan bool, 1)}
+			budgetAnswer(t, store, nil, tt.stream, tt.socket)
+			close(store.gate)
+			select {
+			case late := <-store.late:
+				if late {
+					t.Error("the answer's usage was counted after the client had the answer's end; want before")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the answer's usage was not counted 10 s after its end")
+			}
+		})
+	}
+}
+
+// answerPaths are the ways an answer reaches its client, for budgetAnswer:
+// an HTTP body, an HTTP stream, a socket's turn.
+var answerPaths = []struct {
+	name           string
+	stream, socket bool
+}{
+	{"body", false, false},
+	{"stream", true, false},
+	{"socket", true, true},
+}
+
+// budgetAnswer has a proxy that keeps its sessions in store and reports to
+// done answer one turn of a session: an HTTP chat request, streamed or
+// not, or a response.create on a socket. It returns once the client has
+// the whole answer.
+func budgetAnswer(t *testing.T, store policy.Store, done func(*ChatEvent), stream, socket bool) {
+	t.Helper()
+	if !socket {
+		chat := budgetAPIs[0]
+		base := startStoreProxy(t, budgetUpstream(t).URL(), store, done)
+		budgetRequest(t, base, chat.path, "spent", chat.body(stream))
+		return
+	}
 	up := startSocketUpstream(t, usageTurn)
-	addr := strings.TrimPrefix(startStoreProxy(t, up.URL, store, nil), "http://")
+	addr := strings.TrimPrefix(startStoreProxy(t, up.URL, store, done), "http://")
 	c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
 	defer c.Close()
 	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.create","model":"gpt-4.1","input":"Do step 1."}`)); err != nil {
 		t.Fatal(err)
 	}
 	readTurn(t, c)
-	close(store.gate)
-	select {
-	case late := <-store.late:
-		if late {
-			t.Error("the turn's usage was counted after the client had its response.completed; want before")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the turn's usage was not counted 10 s after its answer")
-	}
 }
 
 // checkBudgetEvents checks that a socket's answer is BUDGET_EXCEEDED as a
