@@ -57,6 +57,9 @@ type answerState struct {
 	done      func(*ChatEvent)
 	status    int
 	abandoned bool // a call panicked: not returned to the pool
+	// counted: the answer's usage went to its session's budget
+	// (countUsage), which happens once.
+	counted bool
 
 	record answerRecord
 
@@ -291,8 +294,23 @@ func (o *answerObserver) usage() observe.Usage {
 	return observe.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
 }
 
-// finish records a cut in the session, so the next request tells the model
-// its answer degenerated, and returns o to the pool.
+// countUsage adds the answer's usage to its session's budget when a budget
+// applies to it ([policy] session_max_tokens and the like), once. It runs
+// before the answer is reported (finish), and on a socket before the
+// answer's last event reaches the client (socketTurn.answered): an agent
+// sends its next turn as soon as it has an answer, and that turn must be
+// decided against a count that holds this one.
+func (o *answerObserver) countUsage() {
+	if o.counted || !o.plan.decision.Budgeted {
+		return
+	}
+	o.counted = true
+	o.pipeline.recordUsage(o.plan.key, o.usage())
+}
+
+// finish counts the answer's usage toward its session's budget and records
+// a cut in the session, so the next request tells the model its answer
+// degenerated, before it reports the answer; it returns o to the pool.
 func (o *answerObserver) finish(cause error, info *observe.ResponseInfo) {
 	w := &o.watch
 	saved := 0
@@ -301,6 +319,7 @@ func (o *answerObserver) finish(cause error, info *observe.ResponseInfo) {
 	}
 	info.Session = o.plan.key
 	info.Usage = o.usage()
+	o.countUsage()
 	if info.Status == fasthttp.StatusOK {
 		o.record.finish()
 	}

@@ -8,20 +8,8 @@ import (
 	"github.com/loopguard/loopguard/policy"
 )
 
-// budgetedSession is the session key of the answer obs watches when a
-// session budget applies to it ([policy] session_max_tokens and the like),
-// else "": its usage is then added to the session's budget once the answer
-// is over (recordUsage). Read before the observer finishes, which returns
-// it to its pool.
-func budgetedSession(obs responseObserver) string {
-	if o, ok := obs.(*answerObserver); ok && o.plan != nil && o.plan.decision.Budgeted {
-		return o.plan.key
-	}
-	return ""
-}
-
-// recordUsage adds an answer's reported usage to session key's budget. It
-// fails open: a store that fails leaves the tokens uncounted, logged and
+// recordUsage adds an answer's reported usage to session key's budget
+// (answerObserver.countUsage). It fails open: a store that fails leaves the tokens uncounted, logged and
 // counted as a store fail-open.
 func (p *pipeline) recordUsage(key string, u observe.Usage) {
 	n := int64(u.Input) + int64(u.Output)

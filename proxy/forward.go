@@ -480,15 +480,11 @@ func (s *Server) respond(obs responseObserver, method, path []byte, cause error,
 	// bytes, not a copy.
 	info.Path = rawjson.View(path)
 	if obs != nil {
-		budgeted := budgetedSession(obs)
 		// The observer gets a copy: a pointer to info itself would move it
 		// to the heap on every response, observed or not.
 		observed := info
 		s.observeFinish(obs, cause, &observed)
 		info = observed
-		if budgeted != "" {
-			s.pipeline.recordUsage(budgeted, info.Usage)
-		}
 	}
 	s.obs.Response(info)
 	e := s.log.Info().Bytes("method", method).Bytes("path", path).Int("status", info.Status).

@@ -57,6 +57,13 @@ func startProxyWith(t testing.TB, mutate func(*Config), opts ...Option) (*Server
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	return srv, serveProxy(t, srv)
+}
+
+// serveProxy serves srv on a port of its own until the test ends and
+// returns its base URL.
+func serveProxy(t testing.TB, srv *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +80,7 @@ func startProxyWith(t testing.TB, mutate func(*Config), opts ...Option) (*Server
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return srv, "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String()
 }
 
 // recorded is what the fake upstream saw.

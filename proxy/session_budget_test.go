@@ -1,15 +1,18 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fasthttp/websocket"
 	"github.com/loopguard/loopguard/fakellm"
 	"github.com/loopguard/loopguard/policy"
+	"github.com/rs/zerolog"
 	"github.com/tidwall/gjson"
 )
 
@@ -282,19 +285,7 @@ func TestBudgetOnSocket(t *testing.T) {
 		{"error form", func(c *Config) { c.Policy.SessionMaxTurns = 5; c.Inject.TerminateAs = "error" }, []string{"none", "none", "none", "none", "warn", "terminate"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			up := startSocketUpstream(t, func(n int, _ string, send func(string) error) {
-				id := fmt.Sprintf("resp_%d", n)
-				item := fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Step %d done."}]}`, n, n)
-				for _, ev := range []string{
-					fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":{"id":%q,"object":"response","status":"in_progress","model":"gpt-4.1","output":[]}}`, id),
-					fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":%s}`, item),
-					fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed","model":"gpt-4.1","output":[%s],"usage":{"input_tokens":100,"output_tokens":50,"total_tokens":150}}}`, id, item),
-				} {
-					if send(ev) != nil {
-						return
-					}
-				}
-			})
+			up := startSocketUpstream(t, usageTurn)
 			addr, events := startSocketProxy(t, up.URL, tt.budget)
 			c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
 			defer c.Close()
@@ -336,6 +327,164 @@ func TestBudgetOnSocket(t *testing.T) {
 			}
 		})
 	}
+}
+
+// usageTurn answers a socket's turn n with a response whose usage is 150
+// tokens.
+func usageTurn(n int, _ string, send func(string) error) {
+	id := fmt.Sprintf("resp_%d", n)
+	item := fmt.Sprintf(`{"id":"msg_%d","type":"message","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Step %d done."}]}`, n, n)
+	for _, ev := range []string{
+		fmt.Sprintf(`{"type":"response.created","sequence_number":0,"response":{"id":%q,"object":"response","status":"in_progress","model":"gpt-4.1","output":[]}}`, id),
+		fmt.Sprintf(`{"type":"response.output_item.done","sequence_number":1,"output_index":0,"item":%s}`, item),
+		fmt.Sprintf(`{"type":"response.completed","sequence_number":2,"response":{"id":%q,"object":"response","status":"completed","model":"gpt-4.1","output":[%s],"usage":{"input_tokens":100,"output_tokens":50,"total_tokens":150}}}`, id, item),
+	} {
+		if send(ev) != nil {
+			return
+		}
+	}
+}
+
+// startStoreProxy starts a proxy whose sessions have a token budget and
+// whose policy keeps them in store, reporting chat events to done.
+func startStoreProxy(t *testing.T, up string, store policy.Store, done func(*ChatEvent)) string {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = up
+	cfg.Policy.SessionMaxTokens = 1000
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	srv, err := New(cfg, zerolog.Nop(), WithChatDone(done))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	srv.pipeline.policy = policy.New(cfg.Policy, store, zerolog.Nop())
+	return serveProxy(t, srv)
+}
+
+// TestBudgetUsageCountedBeforeReport: an answer's tokens are in its
+// session's budget by the time its chat event is reported, whether the
+// answer came as an HTTP body, an HTTP stream or a socket's turn: whatever
+// waits for the event to send the next turn has that turn decided against
+// a count that holds the answer.
+func TestBudgetUsageCountedBeforeReport(t *testing.T) {
+	for _, tt := range answerPaths {
+		t.Run(tt.name, func(t *testing.T) {
+			store := policy.NewMemoryStore(0, 0)
+			counted := make(chan int64, 1)
+			done := func(e *ChatEvent) {
+				st, err := store.Load(context.Background(), e.Session)
+				if err != nil {
+					t.Error(err)
+				}
+				counted <- st.Tokens
+			}
+			budgetAnswer(t, store, done, tt.stream, tt.socket)
+			select {
+			case n := <-counted:
+				if n != 150 {
+					t.Errorf("the session's budget held %d tokens when the answer was reported; want its 150", n)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no chat event 10 s after the answer")
+			}
+		})
+	}
+}
+
+// gatedStore is a session store whose updates that count tokens wait
+// until gate is closed or wait has passed: it holds a turn's usage back
+// until the client has had the turn's answer, if the client can have it
+// first.
+type gatedStore struct {
+	policy.Store
+	gate chan struct{}
+	wait time.Duration
+	// late is sent whether the gate was closed when the first update that
+	// counts tokens came through.
+	late chan bool
+}
+
+func (s *gatedStore) Update(ctx context.Context, key string, fn func(*policy.State) error) (policy.State, error) {
+	// fn is a pure function of the state (policy.Store), so a trial on an
+	// empty one tells the usage from the turn's other updates (its
+	// decision, its record).
+	var trial policy.State
+	if fn(&trial) != nil || trial.Tokens == 0 {
+		return s.Store.Update(ctx, key, fn)
+	}
+	late := true
+	select {
+	case <-s.gate:
+	case <-time.After(s.wait):
+		late = false
+	}
+	st, err := s.Store.Update(ctx, key, fn)
+	select {
+	case s.late <- late:
+	default:
+	}
+	return st, err
+}
+
+// TestBudgetUsageBeforeAnswerEnd: an answer's tokens are in its session's
+// budget before the client has the answer's end, after which an agent
+// sends its next turn at once: an HTTP answer's end comes after its
+// response is accounted for, a socket turn's response.completed before the
+// upstream's reader ends the turn, while the client's reader may decide
+// the next. A store that takes its time (the gate) makes the losing order
+// certain where it can happen.
+func TestBudgetUsageBeforeAnswerEnd(t *testing.T) {
+	for _, tt := range answerPaths {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &gatedStore{Store: policy.NewMemoryStore(0, 0), gate: make(chan struct{}), wait: 300 * time.Millisecond,
+				late: make(chan bool, 1)}
+			budgetAnswer(t, store, nil, tt.stream, tt.socket)
+			close(store.gate)
+			select {
+			case late := <-store.late:
+				if late {
+					t.Error("the answer's usage was counted after the client had the answer's end; want before")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the answer's usage was not counted 10 s after its end")
+			}
+		})
+	}
+}
+
+// answerPaths are the ways an answer reaches its client, for budgetAnswer:
+// an HTTP body, an HTTP stream, a socket's turn.
+var answerPaths = []struct {
+	name           string
+	stream, socket bool
+}{
+	{"body", false, false},
+	{"stream", true, false},
+	{"socket", true, true},
+}
+
+// budgetAnswer has a proxy that keeps its sessions in store and reports to
+// done answer one turn of a session: an HTTP chat request, streamed or
+// not, or a response.create on a socket. It returns once the client has
+// the whole answer.
+func budgetAnswer(t *testing.T, store policy.Store, done func(*ChatEvent), stream, socket bool) {
+	t.Helper()
+	if !socket {
+		chat := budgetAPIs[0]
+		base := startStoreProxy(t, budgetUpstream(t).URL(), store, done)
+		budgetRequest(t, base, chat.path, "spent", chat.body(stream))
+		return
+	}
+	up := startSocketUpstream(t, usageTurn)
+	addr := strings.TrimPrefix(startStoreProxy(t, up.URL, store, done), "http://")
+	c := dialSocket(t, addr, "/s/spent/v1/responses", nil)
+	defer c.Close()
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"response.create","model":"gpt-4.1","input":"Do step 1."}`)); err != nil {
+		t.Fatal(err)
+	}
+	readTurn(t, c)
 }
 
 // checkBudgetEvents checks that a socket's answer is BUDGET_EXCEEDED as a

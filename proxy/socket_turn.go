@@ -288,7 +288,29 @@ func (sk *socket) observe(t *socketTurn, typ string, msg []byte) (out []byte, st
 		out = append(t.out, t.rl.end()...)
 		t.out = out
 	}
+	if stop || terminalEvent(typ) {
+		t.answered()
+	}
 	return out, stop, true
+}
+
+// answered counts the usage of t's answer toward its session's budget
+// before the answer's last event reaches the client, who may send its next
+// turn on the socket as soon as it has it: the client's reader decides that
+// turn while this one's is not yet finished (endTurn follows the write). A
+// panic there is the observer's failure like any other: the usage goes
+// uncounted, and the answer passes.
+func (t *socketTurn) answered() {
+	o, ok := t.rl.obs.(*answerObserver)
+	if !ok || t.rl.raw {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.rl.fail(o, "usage", p)
+		}
+	}()
+	o.countUsage()
 }
 
 // appendFrame appends msg as the SSE event it would be on HTTP; a message
