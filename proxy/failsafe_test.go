@@ -80,29 +80,28 @@ func observedProxy(t *testing.T, cfg Config, log zerolog.Logger, observer func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	// The server's own fasthttp.Server, whose settings a stream's
+	// connection depends on (streambody.go), with the handler replaced.
+	srv.http.Handler = func(ctx *fasthttp.RequestCtx) {
 		if string(ctx.Path()) == "/metrics" {
 			srv.handle(ctx)
 			return
 		}
 		srv.forward(ctx, ctx.PostBody(), observer(srv))
-	}}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- fs.Serve(ln) }()
+	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
-		if err := fs.Shutdown(); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		<-done
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
+		<-done
 	})
 	return srv, "http://" + ln.Addr().String()
 }

@@ -49,14 +49,21 @@ func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.W
 	b := &streamBody{head: ctx.Response.Header.AppendBytes(nil), chunked: chunked, conn: streamSocket(ctx.Conn())}
 	ctx.HijackSetNoResponse(true)
 	s.handedOver.Add(1)
-	ctx.Hijack(func(c net.Conn) {
-		defer s.handedOver.Done()
-		if !s.writeStream(b, write) || !keep {
-			_ = c.Close()
-			return
-		}
-		s.serveAgain(c)
-	})
+	// fasthttp keeps the request's context until the handler it hands the
+	// connection to returns: the stream runs on a goroutine of its own, so
+	// that an open stream holds none of it.
+	ctx.Hijack(func(c net.Conn) { go s.runStream(c, b, write, keep) })
+}
+
+// runStream writes the stream to c, then gives c back to fasthttp or closes
+// it.
+func (s *Server) runStream(c net.Conn, b *streamBody, write func(w *bufio.Writer), keep bool) {
+	defer s.handedOver.Done()
+	if !s.writeStream(b, write) || !keep {
+		_ = c.Close()
+		return
+	}
+	s.serveAgain(c)
 }
 
 // writeStream runs write into b and ends the body; false when the
