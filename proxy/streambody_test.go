@@ -98,12 +98,7 @@ func TestStreamBurstThroughServer(t *testing.T) {
 		_, _ = io.WriteString(c, burst.String()+"0\r\n\r\n")
 	})
 	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := dialProxy(t, base)
 	if _, err := io.WriteString(conn, "POST /v1/stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"); err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +147,19 @@ func TestStreamBurstThroughServer(t *testing.T) {
 	}
 }
 
+// dialProxy opens a connection to the proxy at base, closed when the test
+// ends, whose reads and writes fail after 10 s.
+func dialProxy(t *testing.T, base string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn
+}
+
 // streamUpstream answers every request on its path: a stream of two events
 // where the path holds "stream", else a JSON body.
 func streamUpstream(t *testing.T) *rawUpstream {
@@ -194,12 +202,7 @@ func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
 func TestStreamConnectionGoesOn(t *testing.T) {
 	up := streamUpstream(t)
 	_, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn := dialProxy(t, base)
 	br := bufio.NewReader(conn)
 	post := func(path string) string {
 		return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
@@ -253,12 +256,7 @@ func TestStreamConnectionClose(t *testing.T) {
 		{"idle after the stream", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			conn := dialProxy(t, base)
 			fmt.Fprintf(conn, "POST /v1/stream HTTP/1.1\r\nHost: x\r\n%sContent-Length: 2\r\n\r\n{}", tt.header)
 			br := bufio.NewReader(conn)
 			resp, _ := readAnswer(t, br)
