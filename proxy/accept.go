@@ -123,8 +123,10 @@ type clientConn struct {
 	put  func([]byte)
 	// idleNext, once a stream gave the connection back (serveAgain), is
 	// the wait for the next request, which fasthttp would time as a new
-	// connection's first request (SetReadDeadline).
+	// connection's first request (SetReadDeadline); resumed says that no
+	// byte of that request came yet (closeResumed).
 	idleNext time.Duration
+	resumed  atomic.Bool
 }
 
 // aheadReader reads more than it is asked for (rawsock.Conn, on Linux).
@@ -146,6 +148,9 @@ var readAheads = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b
 // ahead (readAheadBelow), and hands the bytes it did not return to the next
 // reads. It is called by the connection's goroutine only (Read).
 func (c *clientConn) readSocket(p []byte) (int, error) {
+	if c.resumed.Load() {
+		defer c.resumed.Store(false)
+	}
 	if len(c.ahead) > 0 {
 		n := copy(p, c.ahead)
 		if c.ahead = c.ahead[n:]; len(c.ahead) == 0 {
@@ -221,6 +226,22 @@ func (c *clientConn) Close() error {
 		linger(c.tcp)
 	}
 	return c.Conn.Close()
+}
+
+// closeResumed closes the connections that a stream gave back to fasthttp
+// and that wait for their next request (serveAgain).
+func (cs *connSet) closeResumed() {
+	cs.mu.Lock()
+	var idle []*clientConn
+	for c := range cs.open {
+		if c.resumed.Load() {
+			idle = append(idle, c)
+		}
+	}
+	cs.mu.Unlock()
+	for _, c := range idle {
+		_ = c.Close()
+	}
 }
 
 // CloseConnections closes every client connection still open and returns

@@ -224,6 +224,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // streams to finish, until ctx ends. It then releases the session store.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stop()
+	s.clients.closeResumed()
 	s.mu.Lock()
 	s.closed = true
 	for _, ln := range s.listeners {

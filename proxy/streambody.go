@@ -58,8 +58,9 @@ func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.W
 // runStream writes the stream to c, then gives c back to fasthttp or closes
 // it.
 func (s *Server) runStream(c net.Conn, b *streamBody, write func(w *bufio.Writer), keep bool) {
-	defer s.handedOver.Done()
-	if !s.writeStream(b, write) || !keep {
+	ok := s.writeStream(b, write)
+	s.handedOver.Done() // the stream is over; fasthttp counts what follows
+	if !ok || !keep {
 		_ = c.Close()
 		return
 	}
@@ -84,12 +85,22 @@ func (s *Server) writeStream(b *streamBody, write func(w *bufio.Writer)) (ok boo
 }
 
 // serveAgain gives c, a kept-alive connection whose stream is over, back to
-// fasthttp for its next request, on a goroutine of its own: the hijacked
-// one ends, and fasthttp releases the stream's request context.
+// fasthttp for its next request, on a goroutine of its own: the wait for
+// that request does not keep the stack the stream grew.
+//
+// fasthttp counts a connection it serves as idle only 5 s after ServeConn
+// took it, and a shutdown waits for it until then: the connection says it
+// waits for its next request (clientConn.resumed), and Shutdown closes it
+// at once, as fasthttp closes its own idle connections. A shutdown that
+// began during the stream closes it here.
 func (s *Server) serveAgain(c net.Conn) {
 	under := underlying(c)
 	cc, ok := under.(*clientConn)
 	if !ok {
+		if s.stopping.Err() != nil {
+			_ = c.Close()
+			return
+		}
 		go func() { _ = s.http.ServeConn(c) }()
 		return
 	}
@@ -97,10 +108,16 @@ func (s *Server) serveAgain(c net.Conn) {
 	// request) are read first.
 	if rest := pipelined(c); len(rest) > 0 {
 		cc.unread(rest)
+	} else {
+		cc.resumed.Store(true)
 	}
 	// The wait for the next request is an idle connection's, not a
 	// request's (ServeConn times a connection's first read as a request).
 	cc.idleNext = s.cfg.Server.IdleTimeout
+	if s.stopping.Err() != nil {
+		_ = cc.Close()
+		return
+	}
 	go func() { _ = s.http.ServeConn(cc) }()
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -269,5 +270,27 @@ func TestStreamConnectionClose(t *testing.T) {
 				t.Errorf("read after the stream = %d, %v; want the connection closed (EOF)", n, err)
 			}
 		})
+	}
+}
+
+// TestShutdownAfterStream: a connection a stream gave back to fasthttp,
+// waiting for the client's next request, is closed at once by a shutdown,
+// as an idle connection is, not after fasthttp's 5 s.
+func TestShutdownAfterStream(t *testing.T) {
+	up := streamUpstream(t)
+	srv, base := startProxy(t, func(c *Config) { c.Upstream.URL = up.url() })
+	conn := dialProxy(t, base)
+	_, _ = io.WriteString(conn, "POST /v1/stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	br := bufio.NewReader(conn)
+	if resp, _ := readAnswer(t, br); resp.Close {
+		t.Fatal("the stream's answer closes the connection; want it kept alive")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v; want the kept-alive connection closed at once", err)
+	}
+	if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Errorf("read after the shutdown = %d, %v; want the connection closed (EOF)", n, err)
 	}
 }
