@@ -127,6 +127,10 @@ type clientConn struct {
 	// byte of that request came yet (closeResumed).
 	idleNext time.Duration
 	resumed  atomic.Bool
+	// orphan is a stream whose connection fasthttp has yet to hand over
+	// (setStreamWriter); Close starts it if fasthttp closes the connection
+	// instead.
+	orphan atomic.Pointer[handOver]
 }
 
 // aheadReader reads more than it is asked for (rawsock.Conn, on Linux).
@@ -218,6 +222,9 @@ func (c *clientConn) SyscallConn() (syscall.RawConn, error) {
 var errNotSocket = errors.New("not a socket")
 
 func (c *clientConn) Close() error {
+	if h := c.orphan.Swap(nil); h != nil {
+		h.start(c, false) // on a closed connection: it ends as a client gone
+	}
 	c.share.giveBack()
 	c.conns.mu.Lock()
 	delete(c.conns.open, c)

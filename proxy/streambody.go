@@ -52,8 +52,28 @@ func (s *Server) setStreamWriter(ctx *fasthttp.RequestCtx, write func(w *bufio.W
 	// fasthttp keeps the request's context until the handler it hands the
 	// connection to returns: the stream runs on a goroutine of its own, so
 	// that an open stream holds none of it.
-	ctx.Hijack(func(c net.Conn) { go s.runStream(c, b, write, keep) })
+	start := func(c net.Conn, keep bool) { go s.runStream(c, b, write, keep) }
+	cc, _ := ctx.Conn().(*clientConn)
+	if cc == nil {
+		ctx.Hijack(func(c net.Conn) { start(c, keep) })
+		return
+	}
+	// fasthttp closes the connection without handing it over when it
+	// cannot (a pipelined answer before this one that no longer reaches
+	// the client, a socket already closed): the stream then runs as one
+	// whose client left, which ends it upstream and accounts for it.
+	h := &handOver{start: start}
+	cc.orphan.Store(h)
+	ctx.Hijack(func(c net.Conn) {
+		if cc.orphan.CompareAndSwap(h, nil) {
+			start(c, keep)
+		}
+	})
 }
+
+// handOver is a stream waiting for fasthttp to hand its connection over;
+// whoever takes it from the connection (clientConn.orphan) starts it.
+type handOver struct{ start func(c net.Conn, keep bool) }
 
 // runStream writes the stream to c, then gives c back to fasthttp or closes
 // it.

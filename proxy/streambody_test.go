@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
 )
 
 // writeLog records a streamBody's writes to the connection, one entry a
@@ -292,5 +295,51 @@ func TestShutdownAfterStream(t *testing.T) {
 	}
 	if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		t.Errorf("read after the shutdown = %d, %v; want the connection closed (EOF)", n, err)
+	}
+}
+
+// closingOnHeader closes every client connection when the upstream's
+// header comes, before fasthttp can hand the stream's connection over.
+type closingOnHeader struct {
+	responseObserver
+	srv *Server
+}
+
+func (o *closingOnHeader) header(status int, h *fasthttp.ResponseHeader) {
+	o.srv.CloseConnections()
+	o.responseObserver.header(status, h)
+}
+
+// TestStreamNotHandedOver: when fasthttp closes a stream's connection
+// instead of handing it over (here: it was closed under it), the stream
+// still ends as one whose client left: its upstream connection is closed,
+// so the model stops, and a shutdown does not wait for it.
+func TestStreamNotHandedOver(t *testing.T) {
+	upstreamGone := make(chan struct{})
+	up := startRawUpstream(t, func(u *rawUpstream, c net.Conn, br *bufio.Reader, _ int) {
+		if _, ok := u.readRequest(br); !ok {
+			return
+		}
+		_, _ = io.WriteString(c, rawStreamHead+"f\r\ndata: {\"a\":1}\n\n\r\n")
+		// The model goes on until its connection closes.
+		_, _ = io.Copy(io.Discard, c)
+		close(upstreamGone)
+	})
+	cfg := DefaultConfig()
+	cfg.Upstream.URL = up.url()
+	srv, base := observedProxy(t, cfg, zerolog.Nop(), func(s *Server) responseObserver {
+		return &closingOnHeader{newAnswerObserver(s.pipeline, &plan{api: chatAPI, requestFacts: requestFacts{stream: true}}, nil), s}
+	})
+	conn := dialProxy(t, base)
+	_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\n\r\n{\"stream\":true}")
+	select {
+	case <-upstreamGone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream's connection stayed open: the stream was never ended")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v; want no stream left to wait for", err)
 	}
 }
